@@ -1,0 +1,229 @@
+#include "engine/device.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <vector>
+
+#include "engine/error.h"
+
+namespace hg {
+
+Device Device::parse(std::string_view s) {
+  if (s == "cpu") return cpu();
+  if (s == "hpu") return hpu(0);
+  if (s.substr(0, 4) == "hpu:" && s.size() > 4) {
+    int idx = 0;
+    for (char c : s.substr(4)) {
+      if (c < '0' || c > '9' || idx > 100000) throw InvalidArgument("bad device string '" + std::string(s) + "'");
+      idx = idx * 10 + (c - '0');
+    }
+    return hpu(idx);
+  }
+  throw InvalidArgument("bad device string '" + std::string(s) + "': expected cpu, hpu or hpu:N");
+}
+
+std::string Device::str() const { return kind == DeviceKind::CPU ? "cpu" : "hpu:" + std::to_string(index); }
+
+// ---- MemoryPool --------------------------------------------------------------------------
+
+void* MemoryPool::allocate(size_t bytes) {
+  const int64_t b = static_cast<int64_t>(bytes);
+  {
+    std::lock_guard lk(mu_);
+    if (s_.in_use + b > capacity_)
+      throw OutOfMemoryError(name_ + ": out of memory allocating " + std::to_string(bytes) + " bytes (in use " +
+                             std::to_string(s_.in_use) + " of limit " + std::to_string(capacity_) + ")");
+    s_.in_use += b;
+    s_.max_in_use = std::max(s_.max_in_use, s_.in_use);
+    s_.num_allocs++;
+    s_.active_allocs++;
+    s_.max_alloc_size = std::max(s_.max_alloc_size, b);
+  }
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+  if (!p) {
+    release(nullptr, bytes);
+    throw OutOfMemoryError(name_ + ": host allocation of " + std::to_string(bytes) + " bytes failed");
+  }
+  return p;
+}
+
+void MemoryPool::release(void* p, size_t bytes) {
+  std::free(p);
+  std::lock_guard lk(mu_);
+  s_.in_use -= static_cast<int64_t>(bytes);
+  s_.num_frees++;
+  s_.active_allocs--;
+}
+
+MemoryStats MemoryPool::stats() const {
+  std::lock_guard lk(mu_);
+  MemoryStats r = s_;
+  r.limit = capacity_;
+  return r;
+}
+
+void MemoryPool::reset_peak() {
+  std::lock_guard lk(mu_);
+  s_.max_in_use = s_.in_use;
+  s_.max_alloc_size = 0;
+}
+
+// ---- ExecQueue ---------------------------------------------------------------------------
+
+ExecQueue::ExecQueue(std::string name) : name_(std::move(name)), worker_([this] { run(); }) {}
+
+ExecQueue::~ExecQueue() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+void ExecQueue::enqueue(std::function<void()> task) {
+  {
+    std::lock_guard lk(mu_);
+    tasks_.push_back(std::move(task));
+    ++enqueued_;
+  }
+  cv_.notify_one();
+}
+
+uint64_t ExecQueue::record() {
+  std::lock_guard lk(mu_);
+  return enqueued_;
+}
+
+bool ExecQueue::done(uint64_t event) const {
+  std::lock_guard lk(mu_);
+  return completed_ >= event;
+}
+
+void ExecQueue::wait(uint64_t event) {
+  std::unique_lock lk(mu_);
+  done_cv_.wait(lk, [&] { return completed_ >= event; });
+}
+
+void ExecQueue::synchronize() {
+  if (on_worker_thread()) return;  // a task waiting for its own queue would deadlock
+  std::unique_lock lk(mu_);
+  const uint64_t target = enqueued_;
+  done_cv_.wait(lk, [&] { return completed_ >= target; });
+  if (!error_.empty()) {
+    std::string e = std::move(error_);
+    error_.clear();
+    throw InternalError(name_ + ": a queued task failed: " + e);
+  }
+}
+
+void ExecQueue::run() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    std::string err;
+    try {
+      task();
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+    {
+      std::lock_guard lk(mu_);
+      ++completed_;
+      if (!err.empty() && error_.empty()) error_ = err;
+    }
+    done_cv_.notify_all();
+  }
+}
+
+// ---- Host backends -----------------------------------------------------------------------
+
+namespace {
+
+int64_t env_int(const char* name, int64_t dflt) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return dflt;
+  char* end = nullptr;
+  long long x = std::strtoll(v, &end, 10);
+  if (*end || x <= 0) {
+    std::cerr << "hgraph: ignoring " << name << "='" << v << "' (expected a positive integer)\n";
+    return dflt;
+  }
+  return x;
+}
+
+class CpuBackend final : public DeviceBackend {
+ public:
+  Device device() const override { return Device::cpu(); }
+  void* allocate(size_t bytes) override { return pool_.allocate(bytes); }
+  void release(void* p, size_t bytes) override { pool_.release(p, bytes); }
+  MemoryStats stats() const override { return pool_.stats(); }
+  void enqueue(std::function<void()> task) override { task(); }
+  void synchronize() override {}
+  ExecQueue* queue() override { return nullptr; }
+  MemoryPool pool_{"cpu", INT64_MAX};
+};
+
+class HostHpuBackend final : public DeviceBackend {
+ public:
+  HostHpuBackend(int index, int64_t capacity)
+      : index_(index), pool_("hpu:" + std::to_string(index), capacity), queue_("hpu:" + std::to_string(index)) {}
+  Device device() const override { return Device::hpu(index_); }
+  void* allocate(size_t bytes) override { return pool_.allocate(bytes); }
+  void release(void* p, size_t bytes) override { pool_.release(p, bytes); }
+  MemoryStats stats() const override { return pool_.stats(); }
+  void enqueue(std::function<void()> task) override { queue_.enqueue(std::move(task)); }
+  void synchronize() override { queue_.synchronize(); }
+  ExecQueue* queue() override { return &queue_; }
+  MemoryPool& pool() { return pool_; }
+
+ private:
+  int index_;
+  MemoryPool pool_;
+  ExecQueue queue_;
+};
+
+struct Registry {
+  CpuBackend cpu;
+  std::vector<std::unique_ptr<HostHpuBackend>> hpus;
+  Registry() {
+    const int n = static_cast<int>(env_int("HG_HPU_DEVICES", 1));
+    const int64_t cap = env_int("HG_HPU_MEMORY_MB", 4096) * (int64_t{1} << 20);
+    for (int i = 0; i < n; ++i) hpus.push_back(std::make_unique<HostHpuBackend>(i, cap));
+  }
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+DeviceBackend& device_backend(Device d) {
+  auto& r = registry();
+  if (d.kind == DeviceKind::CPU) return r.cpu;
+  if (d.index < 0 || d.index >= static_cast<int>(r.hpus.size()))
+    throw DeviceError("device " + d.str() + " does not exist (" + std::to_string(r.hpus.size()) +
+                      " HPU(s); set HG_HPU_DEVICES for more)");
+  return *r.hpus[d.index];
+}
+
+int hpu_device_count() { return static_cast<int>(registry().hpus.size()); }
+MemoryStats memory_stats(Device d) { return device_backend(d).stats(); }
+void synchronize(Device d) { device_backend(d).synchronize(); }
+
+void reset_peak_memory_stats(Device d) {
+  auto& r = registry();
+  if (d.kind == DeviceKind::CPU) r.cpu.pool_.reset_peak();
+  else static_cast<HostHpuBackend&>(device_backend(d)).pool().reset_peak();
+}
+
+}  // namespace hg

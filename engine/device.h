@@ -1,0 +1,104 @@
+// Devices: `cpu` and the host-backed HPUs `hpu:0..N-1`.
+//
+//   hg::Device d = hg::Device::parse("hpu:0");
+//   hg::MemoryStats s = hg::memory_stats(d);        // Limit, InUse, MaxInUse, ...
+//   hg::device_backend(d).enqueue([] { /* runs in order on hpu:0's queue */ });
+//   hg::synchronize(d);
+//
+// Number of HPUs: env HG_HPU_DEVICES (default 1). Pool capacity per HPU: env
+// HG_HPU_MEMORY_MB (default 4096). Going over the capacity throws hg::OutOfMemoryError
+// and leaves the device usable.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+
+namespace hg {
+
+enum class DeviceKind : uint8_t { CPU, HPU };
+
+struct Device {
+  DeviceKind kind = DeviceKind::CPU;
+  int index = 0;
+  static Device cpu() { return {}; }
+  static Device hpu(int i = 0) { return {DeviceKind::HPU, i}; }
+  static Device parse(std::string_view s);  // "cpu", "hpu", "hpu:1"; throws InvalidArgument
+  std::string str() const;
+  bool is_hpu() const { return kind == DeviceKind::HPU; }
+  bool operator==(const Device&) const = default;
+};
+
+// Gaudi's memory statistics (names as habana_frameworks.torch.hpu.memory_stats()).
+struct MemoryStats {
+  int64_t limit = 0, in_use = 0, max_in_use = 0, num_allocs = 0, num_frees = 0, active_allocs = 0,
+          max_alloc_size = 0;
+};
+
+// A counted pool over host memory with a hard capacity.
+class MemoryPool {
+ public:
+  MemoryPool(std::string name, int64_t capacity) : name_(std::move(name)), capacity_(capacity) {}
+  void* allocate(size_t bytes);  // 64-byte aligned; throws OutOfMemoryError past the capacity
+  void release(void* p, size_t bytes);
+  MemoryStats stats() const;
+  void reset_peak();
+
+ private:
+  std::string name_;
+  mutable std::mutex mu_;
+  int64_t capacity_;
+  MemoryStats s_;
+};
+
+// An in-order queue served by one worker thread. Tasks must not throw: a task that
+// throws is reported and the queue records the first error, which synchronize() rethrows.
+class ExecQueue {
+ public:
+  explicit ExecQueue(std::string name);
+  ~ExecQueue();
+  void enqueue(std::function<void()> task);
+  uint64_t record();               // an event: the count of tasks enqueued so far
+  void wait(uint64_t event);       // blocks until that task has run
+  bool done(uint64_t event) const;
+  void synchronize();              // waits for everything enqueued; rethrows a task error
+  bool on_worker_thread() const { return std::this_thread::get_id() == worker_.get_id(); }
+
+ private:
+  void run();
+  std::string name_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::deque<std::function<void()>> tasks_;
+  uint64_t enqueued_ = 0, completed_ = 0;
+  std::string error_;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+// The interface a device implementation provides; the host backend is the only one here.
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+  virtual Device device() const = 0;
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void release(void* p, size_t bytes) = 0;
+  virtual MemoryStats stats() const = 0;
+  // Runs `task` in device order: inline for cpu, on the queue for hpu.
+  virtual void enqueue(std::function<void()> task) = 0;
+  virtual void synchronize() = 0;
+  virtual ExecQueue* queue() = 0;  // nullptr for cpu
+};
+
+DeviceBackend& device_backend(Device d);  // throws DeviceError for a device that does not exist
+int hpu_device_count();
+MemoryStats memory_stats(Device d);
+void reset_peak_memory_stats(Device d);
+void synchronize(Device d);
+
+}  // namespace hg

@@ -1,0 +1,145 @@
+// Op registry, eager dispatch and the eager kernel cache.
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/lazy.h"
+#include "engine/op.h"
+
+namespace hg {
+
+void register_builtin_ops();  // engine/op_schemas.cpp
+
+namespace {
+
+struct OpTable {
+  std::unordered_map<std::string, OpSchema> ops;
+  std::mutex mu;
+};
+
+OpTable& table() {
+  static OpTable t;
+  return t;
+}
+
+void ensure_builtins() {
+  static std::once_flag once;
+  std::call_once(once, register_builtin_ops);
+}
+
+std::atomic<LazyBackend*> g_lazy{nullptr};
+
+struct KernelCache {
+  std::shared_mutex mu;
+  std::unordered_map<std::string, Kernel> map;
+};
+
+KernelCache& kernel_cache() {
+  static KernelCache c;
+  return c;
+}
+
+std::string kernel_key(const OpSchema& op, const std::vector<TensorMeta>& in, const Attrs& a) {
+  std::string k = op.name;
+  for (const auto& m : in) k += "|" + meta_str(m);
+  k += "|";
+  for (int64_t v : a.ints) k += std::to_string(v) + ",";
+  k += "|";
+  for (double v : a.floats) k += std::to_string(v) + ",";
+  return k;
+}
+
+}  // namespace
+
+void register_op(const OpSchema& op) {
+  std::lock_guard lk(table().mu);
+  table().ops[op.name] = op;
+}
+
+const OpSchema& op_schema(std::string_view name) {
+  ensure_builtins();
+  std::lock_guard lk(table().mu);
+  auto it = table().ops.find(std::string(name));
+  if (it == table().ops.end()) throw NotFoundError("unknown op '" + std::string(name) + "'");
+  return it->second;
+}
+
+void set_lazy_backend(LazyBackend* b) { g_lazy.store(b); }
+LazyBackend* lazy_backend() { return g_lazy.load(); }
+
+std::string op_context(const OpSchema& op, const std::vector<TensorMeta>& in) {
+  std::string s = "op '" + op.name + "': inputs ";
+  for (size_t i = 0; i < in.size(); ++i) s += (i ? ", " : "") + meta_str(in[i]);
+  return s;
+}
+
+Kernel cached_kernel(const OpSchema& op, const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
+  auto& c = kernel_cache();
+  const std::string key = kernel_key(op, in, a);
+  {
+    std::shared_lock lk(c.mu);
+    auto it = c.map.find(key);
+    if (it != c.map.end()) return it->second;
+  }
+  Kernel k = op.prepare(in, out, a);
+  std::unique_lock lk(c.mu);
+  return c.map.emplace(key, std::move(k)).first->second;
+}
+
+size_t kernel_cache_size() {
+  std::shared_lock lk(kernel_cache().mu);
+  return kernel_cache().map.size();
+}
+
+Tensor dispatch(std::string_view op, std::vector<Tensor> inputs, const Attrs& attrs) {
+  return dispatch(op_schema(op), std::move(inputs), attrs);
+}
+
+Tensor dispatch(const OpSchema& op, std::vector<Tensor> inputs, const Attrs& attrs) {
+  if (static_cast<int>(inputs.size()) != op.num_inputs)
+    throw InvalidArgument("op '" + op.name + "' takes " + std::to_string(op.num_inputs) + " inputs, got " +
+                          std::to_string(inputs.size()));
+  std::vector<TensorMeta> metas;
+  metas.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined()) throw InvalidArgument("op '" + op.name + "': input " + std::to_string(i) + " is undefined");
+    metas.push_back(inputs[i].meta());
+  }
+  const Device dev = inputs[0].device();
+  for (size_t i = 1; i < inputs.size(); ++i)
+    if (inputs[i].device() != dev)
+      throw DeviceError(op_context(op, metas) + ": input 0 is on " + dev.str() + " but input " + std::to_string(i) +
+                        " is on " + inputs[i].device().str());
+  const TensorMeta out_meta = op.infer(op, metas, attrs);
+
+  Tensor out;
+  LazyBackend* lazy = lazy_backend();
+  if (lazy && lazy->traces(dev)) {
+    for (auto& t : inputs)
+      if (!t.is_contiguous()) t = t.contiguous();
+    out = lazy->record(op, inputs, attrs, out_meta, dev);
+  } else {
+    std::vector<std::shared_ptr<Storage>> keep;
+    keep.reserve(inputs.size());
+    for (auto& t : inputs) {
+      if (!t.is_contiguous()) t = t.contiguous();
+      if (t.is_lazy()) materialize(t);
+      keep.push_back(t.impl()->storage);
+    }
+    out = Tensor::empty(out_meta.shape, out_meta.dtype, dev);
+    Kernel k = cached_kernel(op, metas, out_meta, attrs);
+    std::vector<const void*> ptrs;
+    for (auto& t : inputs)
+      ptrs.push_back(static_cast<const char*>(t.impl()->storage->data) +
+                     t.impl()->offset * static_cast<int64_t>(dtype_size(t.dtype())));
+    void* optr = out.impl()->storage->data;
+    device_backend(dev).enqueue([k = std::move(k), ptrs = std::move(ptrs), optr, keep = std::move(keep),
+                                 o = out.impl()->storage] { k(ptrs.data(), optr); });
+  }
+  record_grad(op, inputs, attrs, out);
+  return out;
+}
+
+}  // namespace hg

@@ -1,0 +1,36 @@
+// Kernel factories behind the op schemas (internal to the engine).
+//
+//   hg::Kernel k = hg::kernels::prepare_linear(in_metas, out_meta, attrs);  // oneDNN primitive
+//   k(inputs, output);
+#pragma once
+#include "engine/op.h"
+
+namespace hg::kernels {
+
+// oneDNN (kernels_dnnl.cpp)
+Kernel prepare_matmul(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+Kernel prepare_linear(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+
+// element-wise (kernels_pointwise.cpp)
+Kernel prepare_binary(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // a.ints[0]: BinaryOp
+Kernel prepare_scale(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+Kernel prepare_relu(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+Kernel prepare_relu_backward(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+Kernel prepare_copy(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+Kernel prepare_expand(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+
+// reductions, softmax, losses (kernels_reduce.cpp)
+Kernel prepare_sum_to(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+Kernel prepare_reduce(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // sum/mean
+Kernel prepare_argmax(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+Kernel prepare_softmax(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // ints[1]: log
+Kernel prepare_softmax_backward(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+Kernel prepare_cross_entropy(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+Kernel prepare_cross_entropy_backward(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+
+enum class BinaryOp : int64_t { Add = 0, Sub = 1, Mul = 2 };
+
+// Strides of `s` (right-aligned) when broadcast to `out`: 0 along broadcast dims.
+Shape broadcast_strides(const Shape& s, const Shape& out);
+
+}  // namespace hg::kernels

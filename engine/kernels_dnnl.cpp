@@ -1,0 +1,82 @@
+// matmul and linear through oneDNN primitives (created once per prepared kernel).
+#include <cstring>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "engine/kernels.h"
+
+namespace hg::kernels {
+
+namespace {
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream s(cpu_engine());
+  return s;
+}
+
+using dt = dnnl::memory::data_type;
+
+// A row-major [r, c] matrix, optionally stored transposed ([c, r] in memory).
+dnnl::memory::desc matrix_md(int64_t r, int64_t c, bool transposed) {
+  return dnnl::memory::desc({r, c}, dt::f32, transposed ? dnnl::memory::dims{1, r} : dnnl::memory::dims{c, 1});
+}
+
+struct MatmulKernel {
+  dnnl::matmul prim;
+  dnnl::memory::desc a_md, b_md, bias_md, c_md;
+  bool has_bias;
+  void operator()(const void* const* in, void* out) const {
+    auto& eng = cpu_engine();
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, dnnl::memory(a_md, eng, const_cast<void*>(in[0]))},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(b_md, eng, const_cast<void*>(in[1]))},
+        {DNNL_ARG_DST, dnnl::memory(c_md, eng, out)}};
+    if (has_bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_md, eng, const_cast<void*>(in[2])));
+    auto& s = thread_stream();
+    prim.execute(s, args);
+    s.wait();
+  }
+};
+
+Kernel make_matmul(int64_t m, int64_t k, int64_t n, bool ta, bool tb, bool bias, bool relu) {
+  MatmulKernel mk;
+  mk.a_md = matrix_md(m, k, ta);
+  mk.b_md = matrix_md(k, n, tb);
+  mk.c_md = matrix_md(m, n, false);
+  mk.has_bias = bias;
+  if (bias) mk.bias_md = dnnl::memory::desc({1, n}, dt::f32, dnnl::memory::dims{n, 1});
+  dnnl::primitive_attr attr;
+  if (relu) {
+    dnnl::post_ops po;
+    po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    attr.set_post_ops(po);
+  }
+  auto desc = bias ? dnnl::matmul::desc(mk.a_md, mk.b_md, mk.bias_md, mk.c_md)
+                   : dnnl::matmul::desc(mk.a_md, mk.b_md, mk.c_md);
+  mk.prim = dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, cpu_engine()));
+  return mk;
+}
+
+}  // namespace
+
+Kernel prepare_matmul(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
+  const bool ta = a.i(0), tb = a.i(1);
+  const int64_t m = out.shape[0], n = out.shape[1];
+  const int64_t k = ta ? in[0].shape[0] : in[0].shape[1];
+  if (m == 0 || n == 0) return [](const void* const*, void*) {};
+  if (k == 0)
+    return [bytes = out.bytes()](const void* const*, void* o) { std::memset(o, 0, bytes); };
+  return make_matmul(m, k, n, ta, tb, false, false);
+}
+
+Kernel prepare_linear(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
+  const int64_t m = out.shape[0], n = out.shape[1], k = in[0].shape[1];
+  if (m == 0 || n == 0) return [](const void* const*, void*) {};
+  return make_matmul(m, k, n, false, true, true, a.i(0) == 1);
+}
+
+}  // namespace hg::kernels

@@ -1,0 +1,170 @@
+// Reductions, softmax and the cross-entropy loss.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "engine/kernels.h"
+#include "engine/ops.h"
+
+namespace hg::kernels {
+
+namespace {
+
+// Splits `s` around axis `dim` into (outer, n, inner).
+struct Split {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+Split split(const Shape& s, int64_t dim) {
+  Split r;
+  for (int64_t i = 0; i < static_cast<int64_t>(s.size()); ++i) {
+    if (i < dim) r.outer *= s[i];
+    else if (i == dim) r.n = s[i];
+    else r.inner *= s[i];
+  }
+  return r;
+}
+
+// Applies f(row_ptr_in, row_ptr_out, n, stride) to every row along `dim`.
+template <class F>
+void for_each_row(const Split& sp, F&& f) {
+  for (int64_t o = 0; o < sp.outer; ++o)
+    for (int64_t i = 0; i < sp.inner; ++i) f(o * sp.n * sp.inner + i, sp.n, sp.inner);
+}
+
+}  // namespace
+
+Kernel prepare_sum_to(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs&) {
+  return [shape = in[0].shape, so = broadcast_strides(out.shape, in[0].shape), nout = out.numel()](
+             const void* const* inp, void* o) {
+    const float* x = static_cast<const float*>(inp[0]);
+    float* z = static_cast<float*>(o);
+    std::fill(z, z + nout, 0.0f);
+    const int64_t n = numel(shape);
+    const size_t nd = shape.size();
+    std::vector<int64_t> idx(nd, 0);
+    for (int64_t k = 0; k < n; ++k) {
+      int64_t off = 0;
+      for (size_t d = 0; d < nd; ++d) off += idx[d] * so[d];
+      z[off] += x[k];
+      for (size_t d = nd; d-- > 0;) {
+        if (++idx[d] < shape[d]) break;
+        idx[d] = 0;
+      }
+    }
+  };
+}
+
+// attrs: ints {dim (kAllDims = all), keepdim, is_mean}
+Kernel prepare_reduce(const std::vector<TensorMeta>& in, const TensorMeta&, const Attrs& a) {
+  const int64_t dim = a.i(0);
+  const bool mean = a.i(2);
+  const Split sp = dim == ops::kAllDims ? Split{1, in[0].numel(), 1} : split(in[0].shape, dim);
+  return [sp, mean](const void* const* inp, void* o) {
+    const float* x = static_cast<const float*>(inp[0]);
+    float* z = static_cast<float*>(o);
+    for (int64_t ou = 0; ou < sp.outer; ++ou)
+      for (int64_t i = 0; i < sp.inner; ++i) {
+        double acc = 0;
+        const float* row = x + ou * sp.n * sp.inner + i;
+        for (int64_t j = 0; j < sp.n; ++j) acc += row[j * sp.inner];
+        z[ou * sp.inner + i] = static_cast<float>(mean ? (sp.n ? acc / sp.n : NAN) : acc);
+      }
+  };
+}
+
+Kernel prepare_argmax(const std::vector<TensorMeta>& in, const TensorMeta&, const Attrs& a) {
+  const Split sp = split(in[0].shape, a.i(0));
+  return [sp](const void* const* inp, void* o) {
+    const float* x = static_cast<const float*>(inp[0]);
+    int64_t* z = static_cast<int64_t*>(o);
+    for (int64_t ou = 0; ou < sp.outer; ++ou)
+      for (int64_t i = 0; i < sp.inner; ++i) {
+        const float* row = x + ou * sp.n * sp.inner + i;
+        int64_t best = 0;
+        for (int64_t j = 1; j < sp.n; ++j)
+          if (row[j * sp.inner] > row[best * sp.inner]) best = j;
+        z[ou * sp.inner + i] = best;
+      }
+  };
+}
+
+namespace {
+// Writes softmax (or log-softmax) of one strided row.
+inline void softmax_row(const float* x, float* y, int64_t n, int64_t st, bool log) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, x[j * st]);
+  double s = 0;
+  for (int64_t j = 0; j < n; ++j) s += std::exp(static_cast<double>(x[j * st] - mx));
+  if (log) {
+    const float lse = mx + static_cast<float>(std::log(s));
+    for (int64_t j = 0; j < n; ++j) y[j * st] = x[j * st] - lse;
+  } else {
+    for (int64_t j = 0; j < n; ++j) y[j * st] = static_cast<float>(std::exp(static_cast<double>(x[j * st] - mx)) / s);
+  }
+}
+}  // namespace
+
+// attrs: ints {dim, log}
+Kernel prepare_softmax(const std::vector<TensorMeta>& in, const TensorMeta&, const Attrs& a) {
+  const Split sp = split(in[0].shape, a.i(0));
+  return [sp, log = a.i(1) == 1](const void* const* inp, void* o) {
+    const float* x = static_cast<const float*>(inp[0]);
+    float* y = static_cast<float*>(o);
+    for_each_row(sp, [&](int64_t off, int64_t n, int64_t st) { softmax_row(x + off, y + off, n, st, log); });
+  };
+}
+
+// inputs: grad, x (the forward input); attrs as softmax.
+Kernel prepare_softmax_backward(const std::vector<TensorMeta>& in, const TensorMeta&, const Attrs& a) {
+  const Split sp = split(in[0].shape, a.i(0));
+  return [sp, log = a.i(1) == 1](const void* const* inp, void* o) {
+    const float* g = static_cast<const float*>(inp[0]);
+    const float* x = static_cast<const float*>(inp[1]);
+    float* dx = static_cast<float*>(o);
+    for_each_row(sp, [&](int64_t off, int64_t n, int64_t st) {
+      softmax_row(x + off, dx + off, n, st, log);  // dx holds y for now
+      double dot = 0;
+      for (int64_t j = 0; j < n; ++j) dot += log ? g[off + j * st] : g[off + j * st] * dx[off + j * st];
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t k = off + j * st;
+        dx[k] = log ? g[k] - std::exp(dx[k]) * static_cast<float>(dot) : dx[k] * (g[k] - static_cast<float>(dot));
+      }
+    });
+  };
+}
+
+// inputs: logits [N, C], target I64 [N]; output: scalar mean loss. An out-of-range target
+// makes the loss NaN (kernels cannot throw; callers validate labels up front).
+Kernel prepare_cross_entropy(const std::vector<TensorMeta>& in, const TensorMeta&, const Attrs&) {
+  return [n = in[0].shape[0], c = in[0].shape[1]](const void* const* inp, void* o) {
+    const float* x = static_cast<const float*>(inp[0]);
+    const int64_t* t = static_cast<const int64_t*>(inp[1]);
+    std::vector<float> row(c);
+    double acc = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (t[i] < 0 || t[i] >= c) {
+        acc = NAN;
+        break;
+      }
+      softmax_row(x + i * c, row.data(), c, 1, true);
+      acc -= row[t[i]];
+    }
+    *static_cast<float*>(o) = static_cast<float>(n ? acc / n : NAN);
+  };
+}
+
+// inputs: logits, target, grad (scalar); output: d loss / d logits.
+Kernel prepare_cross_entropy_backward(const std::vector<TensorMeta>& in, const TensorMeta&, const Attrs&) {
+  return [n = in[0].shape[0], c = in[0].shape[1]](const void* const* inp, void* o) {
+    const float* x = static_cast<const float*>(inp[0]);
+    const int64_t* t = static_cast<const int64_t*>(inp[1]);
+    const float g = *static_cast<const float*>(inp[2]) / static_cast<float>(n);
+    float* dx = static_cast<float*>(o);
+    for (int64_t i = 0; i < n; ++i) {
+      softmax_row(x + i * c, dx + i * c, c, 1, false);
+      for (int64_t j = 0; j < c; ++j) dx[i * c + j] = (dx[i * c + j] - (j == t[i] ? 1.0f : 0.0f)) * g;
+    }
+  };
+}
+
+}  // namespace hg::kernels

@@ -1,0 +1,62 @@
+// The op registry: every op is a schema with shape inference, a kernel factory and an
+// optional backward. Eager mode, lazy tracing and compiled graphs all run the same kernels.
+//
+//   const hg::OpSchema& op = hg::op_schema("relu");
+//   hg::TensorMeta out = op.infer(op, {x.meta()}, {});             // throws ShapeError
+//   hg::Kernel k = op.prepare({x.meta()}, out, {});                // e.g. builds a oneDNN primitive
+//   k(inputs, output);                                             // raw pointers, contiguous data
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace hg {
+
+// Op attributes: integers and reals, compared and hashed structurally.
+struct Attrs {
+  std::vector<int64_t> ints;
+  std::vector<double> floats;
+  bool operator==(const Attrs&) const = default;
+  int64_t i(size_t k, int64_t dflt = 0) const { return k < ints.size() ? ints[k] : dflt; }
+  double f(size_t k, double dflt = 0) const { return k < floats.size() ? floats[k] : dflt; }
+};
+
+// A prepared kernel: reads contiguous inputs, writes one contiguous output. Never throws.
+using Kernel = std::function<void(const void* const* inputs, void* output)>;
+
+struct OpSchema;
+using InferFn = TensorMeta (*)(const OpSchema& op, const std::vector<TensorMeta>& in, const Attrs& a);
+using PrepareFn = Kernel (*)(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+// Gradients of the inputs given the gradient of the output (undefined Tensor = no gradient).
+using BackwardFn = std::vector<Tensor> (*)(const std::vector<Tensor>& in, const Tensor& grad,
+                                           const Attrs& a);
+
+struct OpSchema {
+  std::string name;
+  int num_inputs;
+  InferFn infer;
+  PrepareFn prepare;
+  BackwardFn backward = nullptr;  // null: not differentiable
+};
+
+void register_op(const OpSchema& op);
+const OpSchema& op_schema(std::string_view name);  // throws NotFoundError
+
+// Runs `op` on `inputs`: checks devices, infers the output, then records it (lazy mode)
+// or runs the kernel now (eager; enqueued on an HPU), and records autograd history.
+Tensor dispatch(const OpSchema& op, std::vector<Tensor> inputs, const Attrs& attrs = {});
+Tensor dispatch(std::string_view op, std::vector<Tensor> inputs, const Attrs& attrs = {});
+
+// Eager-mode kernel cache: one prepared kernel per (op, input metas, attrs).
+Kernel cached_kernel(const OpSchema& op, const std::vector<TensorMeta>& in, const TensorMeta& out,
+                     const Attrs& attrs);
+size_t kernel_cache_size();
+
+// Formats "op 'name': inputs F32[2, 3], F32[4]" for error messages.
+std::string op_context(const OpSchema& op, const std::vector<TensorMeta>& in);
+
+}  // namespace hg

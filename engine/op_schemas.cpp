@@ -1,0 +1,205 @@
+// The built-in ops: shape inference, kernel factory and backward formula of each.
+#include "engine/error.h"
+#include "engine/kernels.h"
+#include "engine/ops.h"
+
+namespace hg {
+
+namespace {
+
+using Metas = std::vector<TensorMeta>;
+using kernels::BinaryOp;
+
+[[noreturn]] void fail(const OpSchema& op, const Metas& in, const std::string& why) {
+  throw ShapeError(op_context(op, in) + ": " + why);
+}
+
+void expect_dtype(const OpSchema& op, const Metas& in, size_t i, DType t) {
+  if (in[i].dtype != t)
+    throw DTypeError(op_context(op, in) + ": input " + std::to_string(i) + " must be " + dtype_name(t));
+}
+
+void expect_rank(const OpSchema& op, const Metas& in, size_t i, size_t r) {
+  if (in[i].shape.size() != r)
+    fail(op, in, "input " + std::to_string(i) + " must have rank " + std::to_string(r));
+}
+
+int64_t norm_dim(const OpSchema& op, const Metas& in, int64_t dim) {
+  const int64_t n = static_cast<int64_t>(in[0].shape.size());
+  if (dim < -n || dim >= n || n == 0) fail(op, in, "dim " + std::to_string(dim) + " out of range");
+  return dim < 0 ? dim + n : dim;
+}
+
+Shape broadcast_shape(const OpSchema& op, const Metas& in) {
+  const Shape& a = in[0].shape;
+  const Shape& b = in[1].shape;
+  Shape out(std::max(a.size(), b.size()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int64_t da = i < out.size() - a.size() ? 1 : a[i - (out.size() - a.size())];
+    const int64_t db = i < out.size() - b.size() ? 1 : b[i - (out.size() - b.size())];
+    if (da != db && da != 1 && db != 1) fail(op, in, "shapes cannot be broadcast together");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+// ---- inference ----
+
+TensorMeta infer_matmul(const OpSchema& op, const Metas& in, const Attrs& a) {
+  expect_dtype(op, in, 0, DType::F32), expect_dtype(op, in, 1, DType::F32);
+  expect_rank(op, in, 0, 2), expect_rank(op, in, 1, 2);
+  const bool ta = a.i(0), tb = a.i(1);
+  const int64_t m = in[0].shape[ta], k = in[0].shape[!ta], k2 = in[1].shape[tb], n = in[1].shape[!tb];
+  if (k != k2) fail(op, in, "inner dimensions differ (" + std::to_string(k) + " vs " + std::to_string(k2) + ")");
+  return {{m, n}, DType::F32};
+}
+
+TensorMeta infer_linear(const OpSchema& op, const Metas& in, const Attrs&) {
+  for (size_t i = 0; i < 3; ++i) expect_dtype(op, in, i, DType::F32);
+  expect_rank(op, in, 0, 2), expect_rank(op, in, 1, 2), expect_rank(op, in, 2, 1);
+  if (in[0].shape[1] != in[1].shape[1])
+    fail(op, in, "x has " + std::to_string(in[0].shape[1]) + " features but weight expects " +
+                     std::to_string(in[1].shape[1]));
+  if (in[2].shape[0] != in[1].shape[0]) fail(op, in, "bias length differs from weight rows");
+  return {{in[0].shape[0], in[1].shape[0]}, DType::F32};
+}
+
+TensorMeta infer_binary(const OpSchema& op, const Metas& in, const Attrs&) {
+  expect_dtype(op, in, 0, DType::F32), expect_dtype(op, in, 1, DType::F32);
+  return {broadcast_shape(op, in), DType::F32};
+}
+
+TensorMeta infer_same(const OpSchema& op, const Metas& in, const Attrs&) {
+  expect_dtype(op, in, 0, DType::F32);
+  for (size_t i = 1; i < in.size(); ++i)
+    if (in[i].shape != in[0].shape) fail(op, in, "inputs must have the same shape");
+  return in[0];
+}
+
+TensorMeta infer_softmax(const OpSchema& op, const Metas& in, const Attrs& a) {
+  expect_dtype(op, in, 0, DType::F32);
+  norm_dim(op, in, a.i(0));
+  return in.back();
+}
+
+TensorMeta infer_reshape(const OpSchema& op, const Metas& in, const Attrs& a) {
+  if (numel(a.ints) != in[0].numel()) fail(op, in, "cannot reshape to " + shape_str(a.ints));
+  return {a.ints, in[0].dtype};
+}
+
+TensorMeta infer_reduce(const OpSchema& op, const Metas& in, const Attrs& a) {
+  expect_dtype(op, in, 0, DType::F32);
+  if (a.i(0) == ops::kAllDims) return {a.i(1) ? Shape(in[0].shape.size(), 1) : Shape{}, DType::F32};
+  Shape s = in[0].shape;
+  const int64_t d = norm_dim(op, in, a.i(0));
+  if (a.i(1)) s[d] = 1;
+  else s.erase(s.begin() + d);
+  return {s, DType::F32};
+}
+
+TensorMeta infer_argmax(const OpSchema& op, const Metas& in, const Attrs& a) {
+  Shape s = in[0].shape;
+  const int64_t d = norm_dim(op, in, a.i(0));
+  if (s[d] == 0) fail(op, in, "argmax over an empty dimension");
+  s.erase(s.begin() + d);
+  return {s, DType::I64};
+}
+
+TensorMeta infer_expand(const OpSchema& op, const Metas& in, const Attrs& a) {
+  Metas both{in[0], {a.ints, DType::F32}};
+  if (broadcast_shape(op, both) != a.ints) fail(op, in, "cannot expand to " + shape_str(a.ints));
+  return {a.ints, DType::F32};
+}
+
+TensorMeta infer_sum_to(const OpSchema& op, const Metas& in, const Attrs& a) {
+  Metas both{{a.ints, DType::F32}, in[0]};
+  if (broadcast_shape(op, both) != in[0].shape) fail(op, in, "cannot sum to " + shape_str(a.ints));
+  return {a.ints, DType::F32};
+}
+
+TensorMeta infer_cross_entropy(const OpSchema& op, const Metas& in, const Attrs&) {
+  expect_dtype(op, in, 0, DType::F32), expect_dtype(op, in, 1, DType::I64);
+  expect_rank(op, in, 0, 2), expect_rank(op, in, 1, 1);
+  if (in[1].shape[0] != in[0].shape[0]) fail(op, in, "target length differs from the batch size");
+  if (in[0].shape[1] == 0) fail(op, in, "no classes");
+  if (in.size() == 3 && in[2].numel() != 1) fail(op, in, "grad must have one element");
+  return in.size() == 3 ? in[0] : TensorMeta{{}, DType::F32};
+}
+
+// ---- backward ----
+
+using Ts = std::vector<Tensor>;
+Tensor mm(const Tensor& a, const Tensor& b, bool ta, bool tb) { return ops::matmul(a, b, ta, tb); }
+
+Ts bw_matmul(const Ts& in, const Tensor& g, const Attrs& a) {
+  const Tensor &A = in[0], &B = in[1];
+  const bool ta = a.i(0), tb = a.i(1);
+  if (!ta && !tb) return {mm(g, B, false, true), mm(A, g, true, false)};
+  if (!ta && tb) return {mm(g, B, false, false), mm(g, A, true, false)};
+  if (ta && !tb) return {mm(B, g, false, true), mm(A, g, false, false)};
+  return {mm(B, g, true, true), mm(g, A, true, true)};
+}
+
+Ts bw_linear(const Ts& in, const Tensor& g, const Attrs& a) {
+  if (a.i(0) != 0) throw InternalError("linear with a fused activation has no backward");
+  return {mm(g, in[1], false, false), mm(g, in[0], true, false), ops::sum(g, 0)};
+}
+
+Ts bw_binary(const Ts& in, const Tensor& g, const Attrs& a) {
+  switch (static_cast<BinaryOp>(a.i(0))) {
+    case BinaryOp::Add: return {ops::sum_to(g, in[0].shape()), ops::sum_to(g, in[1].shape())};
+    case BinaryOp::Sub: return {ops::sum_to(g, in[0].shape()), ops::sum_to(ops::scale(g, -1), in[1].shape())};
+    case BinaryOp::Mul:
+      return {ops::sum_to(ops::mul(g, in[1]), in[0].shape()), ops::sum_to(ops::mul(g, in[0]), in[1].shape())};
+  }
+  return {};
+}
+
+Ts bw_scale(const Ts&, const Tensor& g, const Attrs& a) { return {ops::scale(g, a.f(0))}; }
+Ts bw_relu(const Ts& in, const Tensor& g, const Attrs&) { return {dispatch("relu_backward", {g, in[0]})}; }
+Ts bw_softmax(const Ts& in, const Tensor& g, const Attrs& a) { return {dispatch("softmax_backward", {g, in[0]}, a)}; }
+Ts bw_reshape(const Ts& in, const Tensor& g, const Attrs&) { return {g.reshape(in[0].shape())}; }
+Ts bw_expand(const Ts& in, const Tensor& g, const Attrs&) { return {ops::sum_to(g, in[0].shape())}; }
+Ts bw_sum_to(const Ts& in, const Tensor& g, const Attrs&) { return {ops::expand(g, in[0].shape())}; }
+
+Ts bw_reduce(const Ts& in, const Tensor& g, const Attrs& a) {
+  const Shape& xs = in[0].shape();
+  Shape keep = xs;
+  int64_t count = in[0].numel();
+  if (a.i(0) == ops::kAllDims) {
+    std::fill(keep.begin(), keep.end(), 1);
+  } else {
+    const int64_t d = a.i(0);
+    count = xs[d];
+    keep[d] = 1;
+  }
+  Tensor e = ops::expand(g.reshape(keep), xs);
+  return {a.i(2) ? ops::scale(e, count ? 1.0 / static_cast<double>(count) : 0.0) : e};
+}
+
+Ts bw_cross_entropy(const Ts& in, const Tensor& g, const Attrs&) {
+  return {dispatch("cross_entropy_backward", {in[0], in[1], g}), Tensor()};
+}
+
+}  // namespace
+
+void register_builtin_ops() {
+  namespace k = kernels;
+  register_op({"matmul", 2, infer_matmul, k::prepare_matmul, bw_matmul});
+  register_op({"linear", 3, infer_linear, k::prepare_linear, bw_linear});
+  register_op({"binary", 2, infer_binary, k::prepare_binary, bw_binary});
+  register_op({"scale", 1, infer_same, k::prepare_scale, bw_scale});
+  register_op({"relu", 1, infer_same, k::prepare_relu, bw_relu});
+  register_op({"relu_backward", 2, infer_same, k::prepare_relu_backward});
+  register_op({"softmax", 1, infer_softmax, k::prepare_softmax, bw_softmax});
+  register_op({"softmax_backward", 2, infer_softmax, k::prepare_softmax_backward});
+  register_op({"reshape", 1, infer_reshape, k::prepare_copy, bw_reshape});
+  register_op({"reduce", 1, infer_reduce, k::prepare_reduce, bw_reduce});
+  register_op({"argmax", 1, infer_argmax, k::prepare_argmax});
+  register_op({"expand", 1, infer_expand, k::prepare_expand, bw_expand});
+  register_op({"sum_to", 1, infer_sum_to, k::prepare_sum_to, bw_sum_to});
+  register_op({"cross_entropy", 2, infer_cross_entropy, k::prepare_cross_entropy, bw_cross_entropy});
+  register_op({"cross_entropy_backward", 3, infer_cross_entropy, k::prepare_cross_entropy_backward});
+}
+
+}  // namespace hg

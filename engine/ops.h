@@ -1,0 +1,30 @@
+// The op functions users call. Each goes through hg::dispatch (engine/op.h).
+//
+//   using namespace hg::ops;
+//   auto h = relu(linear(x, w1, b1));                  // x [N,K], w1 [M,K] (PyTorch layout), b1 [M]
+//   auto loss = cross_entropy(linear(h, w2, b2), y);   // y: I64 class indices [N]
+//   auto p = softmax(logits, -1);
+#pragma once
+#include "engine/tensor.h"
+
+namespace hg::ops {
+
+inline constexpr int64_t kAllDims = INT64_MIN;
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);  // x @ weight^T + bias
+Tensor add(const Tensor& a, const Tensor& b);  // NumPy broadcasting
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor scale(const Tensor& a, double s);
+Tensor relu(const Tensor& x);
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+Tensor cross_entropy(const Tensor& logits, const Tensor& target);  // mean over the batch
+Tensor sum(const Tensor& x, int64_t dim = kAllDims, bool keepdim = false);
+Tensor mean(const Tensor& x, int64_t dim = kAllDims, bool keepdim = false);
+Tensor expand(const Tensor& x, const Shape& shape);   // broadcast to `shape` (copies)
+Tensor sum_to(const Tensor& x, const Shape& shape);   // the reverse: sum broadcast dims away
+Tensor argmax(const Tensor& x, int64_t dim);          // I64
+
+}  // namespace hg::ops

@@ -1,0 +1,75 @@
+#include "graphs/ir.h"
+
+#include "engine/error.h"
+
+namespace hg::graphs {
+
+int Graph::add_input(const TensorMeta& meta) {
+  Node n;
+  n.kind = Node::Kind::Input;
+  n.meta = meta;
+  n.input_index = num_inputs++;
+  nodes.push_back(std::move(n));
+  return static_cast<int>(nodes.size()) - 1;
+}
+
+int Graph::add_op(const OpSchema& op, std::vector<int> inputs, const Attrs& attrs) {
+  std::vector<TensorMeta> metas;
+  for (int i : inputs) metas.push_back(nodes.at(i).meta);
+  return add_op(op, std::move(inputs), attrs, op.infer(op, metas, attrs));
+}
+
+int Graph::add_op(const OpSchema& op, std::vector<int> inputs, const Attrs& attrs, const TensorMeta& meta) {
+  for (int i : inputs)
+    if (i < 0 || i >= static_cast<int>(nodes.size()))
+      throw InternalError("graph: op '" + op.name + "' refers to node " + std::to_string(i) + " that does not exist yet");
+  nodes.push_back(Node{Node::Kind::Op, &op, std::move(inputs), attrs, meta, -1});
+  return static_cast<int>(nodes.size()) - 1;
+}
+
+std::vector<int> Graph::use_counts() const {
+  std::vector<int> uses(nodes.size(), 0);
+  for (const auto& n : nodes)
+    for (int i : n.inputs) uses[i]++;
+  for (int o : outputs) uses[o]++;
+  return uses;
+}
+
+std::string Graph::signature() const {
+  std::string s;
+  s.reserve(nodes.size() * 32);
+  for (const auto& n : nodes) {
+    s += n.kind == Node::Kind::Input ? "in" : n.op->name;
+    s += ':' + meta_str(n.meta) + '(';
+    for (int i : n.inputs) s += std::to_string(i) + ',';
+    s += ')';
+    for (int64_t v : n.attrs.ints) s += std::to_string(v) + ',';
+    s += '/';
+    for (double v : n.attrs.floats) s += std::to_string(v) + ',';
+    s += ';';
+  }
+  s += "->";
+  for (int o : outputs) s += std::to_string(o) + ',';
+  return s;
+}
+
+std::string Graph::dump() const {
+  std::string s;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    s += "%" + std::to_string(i) + " = ";
+    if (n.kind == Node::Kind::Input) {
+      s += "input #" + std::to_string(n.input_index);
+    } else {
+      s += n.op->name + "(";
+      for (size_t k = 0; k < n.inputs.size(); ++k) s += (k ? ", %" : "%") + std::to_string(n.inputs[k]);
+      s += ")";
+    }
+    s += " : " + meta_str(n.meta) + "\n";
+  }
+  s += "outputs:";
+  for (int o : outputs) s += " %" + std::to_string(o);
+  return s + "\n";
+}
+
+}  // namespace hg::graphs

@@ -1,0 +1,40 @@
+// The graph IR: a list of nodes in topological order. Inputs are nodes of kind Input
+// (numbered in order of appearance); every Op node has exactly one output value.
+//
+//   hg::graphs::Graph g;
+//   int x = g.add_input({{8, 64}, hg::DType::F32});
+//   int w = g.add_input(...), b = g.add_input(...);
+//   int y = g.add_op(hg::op_schema("linear"), {x, w, b}, hg::Attrs{{0}, {}});
+//   g.outputs = {g.add_op(hg::op_schema("relu"), {y}, {})};
+//   std::string key = g.signature();   // structure + attributes + input signature
+#pragma once
+#include <string>
+#include <vector>
+
+#include "engine/op.h"
+
+namespace hg::graphs {
+
+struct Node {
+  enum class Kind { Input, Op } kind = Kind::Op;
+  const OpSchema* op = nullptr;
+  std::vector<int> inputs;
+  Attrs attrs;
+  TensorMeta meta;
+  int input_index = -1;  // for Input nodes
+};
+
+struct Graph {
+  std::vector<Node> nodes;
+  std::vector<int> outputs;
+  int num_inputs = 0;
+
+  int add_input(const TensorMeta& meta);
+  int add_op(const OpSchema& op, std::vector<int> inputs, const Attrs& attrs);  // infers meta
+  int add_op(const OpSchema& op, std::vector<int> inputs, const Attrs& attrs, const TensorMeta& meta);
+  std::vector<int> use_counts() const;  // consumers per node (outputs count as uses)
+  std::string signature() const;        // canonical text: the cache key
+  std::string dump() const;             // readable listing
+};
+
+}  // namespace hg::graphs

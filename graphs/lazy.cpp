@@ -1,0 +1,161 @@
+#include "graphs/lazy.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "engine/error.h"
+#include "engine/lazy.h"
+#include "graphs/graph_cache.h"
+#include "graphs/trace.h"
+
+namespace hg::graphs {
+
+namespace {
+
+std::atomic<bool> g_lazy_on{false};
+std::atomic<uint64_t> g_steps{0}, g_hits{0}, g_misses{0};
+
+GraphCache& step_cache() {
+  static GraphCache c(256);
+  return c;
+}
+
+const void* data_ptr(const Tensor& t) {
+  const TensorImpl* i = t.impl();
+  return static_cast<const char*>(i->storage->data) + i->offset * static_cast<int64_t>(dtype_size(t.dtype()));
+}
+
+class Tracer final : public LazyBackend {
+ public:
+  bool traces(Device d) const override {
+    if (!d.is_hpu()) return false;
+    return g_lazy_on.load(std::memory_order_relaxed) || trace_for(d).capturing;
+  }
+
+  Tensor record(const OpSchema& op, const std::vector<Tensor>& inputs, const Attrs& attrs, const TensorMeta& out,
+                Device d) override {
+    Trace& t = trace_for(d);
+    std::lock_guard lk(t.mu);
+    std::vector<int> ids;
+    for (const Tensor& in : inputs) {
+      auto* tv = dynamic_cast<TracedValue*>(in.impl()->lazy.get());
+      if (tv && tv->generation == t.generation) {
+        ids.push_back(tv->node);
+        continue;
+      }
+      if (tv) throw InternalError("lazy value from an older trace was never materialized");
+      auto [it, fresh] = t.external_node.try_emplace(in.impl(), -1);
+      if (fresh) {
+        it->second = t.graph.add_input(in.meta());
+        t.externals.push_back(in);
+        t.values.emplace_back();
+      }
+      ids.push_back(it->second);
+    }
+    const int node = t.graph.add_op(op, std::move(ids), attrs, out);
+    auto impl = std::make_shared<TensorImpl>();
+    impl->meta = out;
+    impl->strides = contiguous_strides(out.shape);
+    impl->device = d;
+    impl->lazy = std::make_shared<TracedValue>(d, t.generation, node);
+    t.values.push_back(impl);
+    return Tensor(impl);
+  }
+
+  void materialize(TensorImpl& impl) override {
+    auto* tv = dynamic_cast<TracedValue*>(impl.lazy.get());
+    if (!tv) throw InternalError("materialize: not a traced value");
+    if (trace_for(tv->device).capturing)
+      throw InvalidArgument("reading a tensor's value on the host is not supported during HPU graph capture (" +
+                            tv->device.str() + ")");
+    mark_step(tv->device);
+    if (impl.lazy) throw InternalError("materialize: value still lazy after mark_step");
+  }
+};
+
+Tracer& tracer() {
+  static Tracer t;
+  return t;
+}
+
+}  // namespace
+
+Trace& trace_for(Device d) {
+  static std::mutex mu;
+  static std::map<int, std::unique_ptr<Trace>> traces;
+  device_backend(d);  // validates
+  std::lock_guard lk(mu);
+  auto& t = traces[d.index];
+  if (!t) t = std::make_unique<Trace>();
+  return *t;
+}
+
+ClosedTrace close_trace(Trace& t) {
+  ClosedTrace c;
+  c.graph = std::move(t.graph);
+  for (size_t i = 0; i < t.values.size(); ++i)
+    if (auto v = t.values[i].lock()) {
+      c.graph.outputs.push_back(static_cast<int>(i));
+      c.outputs.push_back(std::move(v));
+    }
+  c.inputs = std::move(t.externals);
+  t.graph = Graph();
+  t.externals.clear();
+  t.external_node.clear();
+  t.values.clear();
+  t.generation++;
+  return c;
+}
+
+void bind_outputs(const ClosedTrace& c, Device d) {
+  for (const auto& o : c.outputs) {
+    o->storage = std::make_shared<Storage>(d, std::max<size_t>(o->meta.bytes(), 1));
+    o->lazy.reset();
+  }
+}
+
+void enable_lazy_mode(bool on) {
+  set_lazy_backend(&tracer());
+  g_lazy_on = on;
+}
+
+bool lazy_mode_enabled() { return g_lazy_on; }
+
+void init_lazy_mode_from_env() {
+  const char* v = std::getenv("HG_LAZY_MODE");
+  enable_lazy_mode(!(v && std::strcmp(v, "0") == 0));
+}
+
+void mark_step(Device d) {
+  if (!d.is_hpu()) return;
+  Trace& t = trace_for(d);
+  ClosedTrace c;
+  {
+    std::lock_guard lk(t.mu);
+    if (t.capturing) throw InvalidArgument("mark_step() inside an HPU graph capture on " + d.str());
+    c = close_trace(t);
+  }
+  if (c.outputs.empty()) return;
+  bool hit = false;
+  auto exe = step_cache().get_or_compile(c.graph, &hit);
+  ++g_steps;
+  ++(hit ? g_hits : g_misses);
+  bind_outputs(c, d);
+  auto arena = std::make_shared<Storage>(d, std::max<size_t>(exe->arena_bytes(), 1));
+  std::vector<const void*> in;
+  std::vector<void*> out;
+  for (const auto& x : c.inputs) in.push_back(data_ptr(x));
+  std::vector<std::shared_ptr<Storage>> keep;
+  for (const auto& o : c.outputs) {
+    out.push_back(o->storage->data);
+    keep.push_back(o->storage);
+  }
+  device_backend(d).enqueue([exe, arena, in = std::move(in), out = std::move(out), inputs = std::move(c.inputs),
+                             keep = std::move(keep)] { exe->run(arena->data, in.data(), out.data()); });
+}
+
+LazyStats lazy_stats() { return {g_steps.load(), g_hits.load(), g_misses.load()}; }
+
+}  // namespace hg::graphs

@@ -1,0 +1,32 @@
+// Lazy mode on HPUs: op calls on an `hpu` device record IR nodes instead of running; the
+// graph runs at mark_step() (or when a value is read on the host), compiled once per
+// structure + input signature and then served from the graph cache.
+//
+//   hg::graphs::enable_lazy_mode();              // default for hpu unless HG_LAZY_MODE=0
+//   auto y = hg::ops::relu(hg::ops::linear(x, w, b));   // x, w, b on hpu:0: recorded only
+//   hg::graphs::mark_step(hg::Device::hpu(0));   // compile (first time) and launch
+//   y.to_vector();                               // waits for hpu:0
+//   hg::graphs::lazy_stats();                    // graphs run, cache hits and misses
+#pragma once
+#include <cstdint>
+
+#include "engine/device.h"
+#include "engine/tensor.h"
+
+namespace hg::graphs {
+
+// Installs the tracer; `on` = lazy tracing of every HPU op. With `on` false the tracer stays
+// installed (HPU graph capture needs it) but ops run eagerly outside captures.
+void enable_lazy_mode(bool on = true);
+bool lazy_mode_enabled();
+// Reads HG_LAZY_MODE (default 1) and calls enable_lazy_mode with it.
+void init_lazy_mode_from_env();
+
+void mark_step(Device d = Device::hpu(0));
+
+struct LazyStats {
+  uint64_t steps = 0, cache_hits = 0, cache_misses = 0;
+};
+LazyStats lazy_stats();
+
+}  // namespace hg::graphs

@@ -1,0 +1,45 @@
+// Internal: the per-device trace that lazy mode and HPU graph capture record into.
+//
+//   Trace& t = trace_for(dev);
+//   std::lock_guard lk(t.mu);
+//   ClosedTrace c = close_trace(t);   // graph with the still-referenced values as outputs
+#pragma once
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "graphs/ir.h"
+
+namespace hg::graphs {
+
+struct TracedValue : LazyValue {
+  TracedValue(Device d, uint64_t g, int n) : device(d), generation(g), node(n) {}
+  Device device;
+  uint64_t generation;
+  int node;
+};
+
+struct Trace {
+  std::mutex mu;
+  Graph graph;
+  std::vector<Tensor> externals;                      // inputs, kept alive until the graph runs
+  std::unordered_map<TensorImpl*, int> external_node;
+  std::vector<std::weak_ptr<TensorImpl>> values;      // per node; empty for inputs
+  uint64_t generation = 1;
+  bool capturing = false;
+};
+
+struct ClosedTrace {
+  Graph graph;
+  std::vector<Tensor> inputs;
+  std::vector<std::shared_ptr<TensorImpl>> outputs;  // same order as graph.outputs
+};
+
+Trace& trace_for(Device d);
+// Takes the recorded graph (caller holds t.mu), with every value still referenced as an
+// output, and starts a new generation.
+ClosedTrace close_trace(Trace& t);
+// Gives each output its own storage on `d` and clears its lazy mark.
+void bind_outputs(const ClosedTrace& c, Device d);
+
+}  // namespace hg::graphs

@@ -1,0 +1,54 @@
+// Model package v1: a directory with `model.json` and `weights.safetensors`.
+//
+//   hg::models::ModelPackage p = hg::models::load_package("models/repository/digits_mlp/1");
+//   p.inputs[0].name;       // "input"; p.inputs[0].shape == {-1, 64} (-1 = batch)
+//   auto net = hg::models::build_module(p);      // a Sequential with the weights loaded
+//   hg::models::save_package(dir, *net, spec);   // atomic writes
+//
+// model.json: {"format": "hgraph-model", "format_version": 1, "name": str, "platform": "hgraph_v1",
+//   "inputs": [{"name", "datatype": "FP32", "shape": [-1, 64]}], "outputs": [...],
+//   "graph": {"type": "sequential", "layers": [{"op": "linear", "name": "0", "in_features": 64,
+//             "out_features": 32}, {"op": "relu", "name": "1"}, ...]},
+//   "metadata": {...free-form object...}}
+// Weights use PyTorch state_dict names ("0.weight", "0.bias", ...), F32.
+#pragma once
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/dtype.h"
+
+namespace hg::models {
+
+class Module;
+
+inline constexpr int kPackageFormatVersion = 1;
+
+struct IOSpec {
+  std::string name;
+  std::string datatype;  // KServe spelling: "FP32"
+  Shape shape;           // -1 marks the batch dimension
+};
+
+struct PackageSpec {
+  std::string name;
+  std::vector<IOSpec> inputs, outputs;
+  nlohmann::json graph;     // {"type": "sequential", "layers": [...]}
+  nlohmann::json metadata = nlohmann::json::object();
+};
+
+struct ModelPackage {
+  std::filesystem::path dir;
+  int format_version = kPackageFormatVersion;
+  PackageSpec spec;
+};
+
+// Reads and validates model.json and weights.safetensors; errors name the file and field.
+ModelPackage load_package(const std::filesystem::path& dir);
+// Builds the module the graph describes and loads its weights (validated against it).
+std::unique_ptr<Module> build_module(const ModelPackage& p);
+void save_package(const std::filesystem::path& dir, const Module& m, const PackageSpec& spec);
+
+}  // namespace hg::models

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs every Debian package hgraph's build, tests and golden-data scripts need.
+# Safe to run again: packages already present are skipped.
+set -euo pipefail
+build_pkgs=(cmake g++ make pkg-config libdnnl-dev libtbb-dev libcpprest-dev libssl-dev
+            nlohmann-json3-dev libboost-dev libboost-program-options-dev libspdlog-dev
+            libgtest-dev libgmock-dev libbenchmark-dev curl)
+tool_pkgs=(python3 python3-numpy python3-torch python3-sklearn)
+want=("${build_pkgs[@]}")
+[[ "${HGRAPH_SETUP_PYTHON:-1}" == 1 ]] && want+=("${tool_pkgs[@]}")
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all packages present"
+fi
