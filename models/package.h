@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/dtype.h"
+#include "models/safetensors.h"
 
 namespace hg::models {
 
@@ -43,6 +44,7 @@ struct ModelPackage {
   std::filesystem::path dir;
   int format_version = kPackageFormatVersion;
   PackageSpec spec;
+  safetensors::File weights;  // validated on load
 };
 
 // Reads and validates model.json and weights.safetensors; errors name the file and field.

@@ -1,9 +1,5 @@
 #include "models/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -14,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/atomic_file.h"
 #include "engine/error.h"
 
 namespace hg::safetensors {
@@ -267,17 +264,6 @@ void append_u64_le(std::vector<uint8_t>& out, uint64_t v) {
   throw IoError("safetensors: " + what + " " + p.string() + ": " + std::strerror(err));
 }
 
-void write_all(int fd, const void* data, size_t size, const std::filesystem::path& p) {
-  const auto* bytes = static_cast<const uint8_t*>(data);
-  while (size > 0) {
-    ssize_t n = ::write(fd, bytes, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) io_fail("cannot write", p, errno);
-    bytes += n;
-    size -= static_cast<size_t>(n);
-  }
-}
-
 }  // namespace
 
 const Entry* File::find(const std::string& name) const {
@@ -348,34 +334,11 @@ std::vector<uint8_t> serialize(const File& file) {
 
 void write(const std::filesystem::path& path, const File& file) {
   const std::string text = header_text(file);  // validates before touching the disk
-  std::filesystem::path dir = path.parent_path();
-  if (dir.empty()) dir = ".";
-  std::string tmp = (dir / ("." + path.filename().string() + ".tmp-XXXXXX")).string();
-  int fd = ::mkstemp(tmp.data());
-  if (fd < 0) io_fail("cannot create a temporary file for", path, errno);
-  try {
-    std::vector<uint8_t> prefix;
-    append_u64_le(prefix, text.size());
-    write_all(fd, prefix.data(), prefix.size(), tmp);
-    write_all(fd, text.data(), text.size(), tmp);
-    for (const Entry& e : file.entries) write_all(fd, e.data.data(), e.data.size(), tmp);
-    if (::fchmod(fd, 0644) != 0) io_fail("cannot chmod", tmp, errno);
-    if (::fsync(fd) != 0) io_fail("cannot fsync", tmp, errno);
-    int rc = ::close(fd);
-    fd = -1;
-    if (rc != 0) io_fail("cannot close", tmp, errno);
-    if (::rename(tmp.c_str(), path.c_str()) != 0) io_fail("cannot rename " + tmp + " to", path, errno);
-  } catch (...) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  // Make the rename itself durable.
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  std::vector<uint8_t> prefix;
+  append_u64_le(prefix, text.size());
+  std::vector<ByteSpan> parts{prefix, as_bytes(text)};
+  for (const Entry& e : file.entries) parts.emplace_back(e.data);
+  write_file_atomic(path, parts);
 }
 
 }  // namespace hg::safetensors

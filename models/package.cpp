@@ -1,0 +1,167 @@
+#include "models/package.h"
+
+#include <cstring>
+
+#include "engine/atomic_file.h"
+#include "engine/error.h"
+#include "models/module.h"
+
+namespace hg::models {
+
+namespace {
+
+using Json = nlohmann::json;
+
+[[noreturn]] void bad(const std::filesystem::path& file, const std::string& field, const std::string& why) {
+  throw FormatError(file.string() + ": field '" + field + "' " + why);
+}
+
+const Json& need(const Json& obj, const char* key, Json::value_t type, const std::filesystem::path& file,
+                 const std::string& where) {
+  const std::string field = where.empty() ? key : where + "." + key;
+  auto it = obj.find(key);
+  if (it == obj.end()) bad(file, field, "is missing");
+  const bool ok = type == Json::value_t::number_integer ? it->is_number_integer() : it->type() == type;
+  if (!ok) bad(file, field, std::string("has type ") + it->type_name());
+  return *it;
+}
+
+std::vector<IOSpec> parse_io(const Json& j, const char* key, const std::filesystem::path& file) {
+  const Json& arr = need(j, key, Json::value_t::array, file, "");
+  if (arr.empty()) bad(file, key, "is empty");
+  std::vector<IOSpec> r;
+  for (size_t i = 0; i < arr.size(); ++i) {
+    const std::string where = std::string(key) + "[" + std::to_string(i) + "]";
+    if (!arr[i].is_object()) bad(file, where, "is not an object");
+    IOSpec s;
+    s.name = need(arr[i], "name", Json::value_t::string, file, where).get<std::string>();
+    if (s.name.empty()) bad(file, where + ".name", "is empty");
+    s.datatype = need(arr[i], "datatype", Json::value_t::string, file, where).get<std::string>();
+    if (s.datatype != "FP32") bad(file, where + ".datatype", "is '" + s.datatype + "' (this version serves FP32)");
+    const Json& shape = need(arr[i], "shape", Json::value_t::array, file, where);
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (!shape[d].is_number_integer() || shape[d].get<int64_t>() < -1 || shape[d].get<int64_t>() == 0)
+        bad(file, where + ".shape[" + std::to_string(d) + "]", "must be a positive integer or -1");
+      s.shape.push_back(shape[d].get<int64_t>());
+    }
+    if (shape.empty() || s.shape[0] != -1) bad(file, where + ".shape", "must start with the batch dimension -1");
+    for (size_t d = 1; d < s.shape.size(); ++d)
+      if (s.shape[d] == -1) bad(file, where + ".shape", "may have -1 only as the batch dimension");
+    for (const auto& o : r)
+      if (o.name == s.name) bad(file, where + ".name", "repeats '" + s.name + "'");
+    r.push_back(std::move(s));
+  }
+  return r;
+}
+
+int64_t json_int(const Json& l, const char* key, const std::filesystem::path& file, const std::string& where) {
+  const int64_t v = need(l, key, Json::value_t::number_integer, file, where).get<int64_t>();
+  if (v <= 0 || v > (int64_t{1} << 24)) bad(file, where + "." + key, "must be a positive integer below 2^24");
+  return v;
+}
+
+}  // namespace
+
+ModelPackage load_package(const std::filesystem::path& dir) {
+  const auto file = dir / "model.json";
+  if (!std::filesystem::is_regular_file(file)) throw IoError(file.string() + ": no such file");
+  const std::vector<uint8_t> bytes = read_file(file);
+  Json j;
+  try {
+    j = Json::parse(bytes.begin(), bytes.end());
+  } catch (const Json::parse_error& e) {
+    throw FormatError(file.string() + ": invalid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+  }
+  if (!j.is_object()) throw FormatError(file.string() + ": the top level is not a JSON object");
+  ModelPackage p;
+  p.dir = dir;
+  if (need(j, "format", Json::value_t::string, file, "").get<std::string>() != "hgraph-model")
+    bad(file, "format", "is not \"hgraph-model\"");
+  p.format_version = static_cast<int>(need(j, "format_version", Json::value_t::number_integer, file, "").get<int64_t>());
+  if (p.format_version != kPackageFormatVersion)
+    bad(file, "format_version", "is " + std::to_string(p.format_version) + "; this build reads version " +
+                                    std::to_string(kPackageFormatVersion));
+  p.spec.name = need(j, "name", Json::value_t::string, file, "").get<std::string>();
+  if (p.spec.name.empty()) bad(file, "name", "is empty");
+  p.spec.inputs = parse_io(j, "inputs", file);
+  p.spec.outputs = parse_io(j, "outputs", file);
+  p.spec.graph = need(j, "graph", Json::value_t::object, file, "");
+  if (j.contains("metadata")) p.spec.metadata = need(j, "metadata", Json::value_t::object, file, "");
+  p.weights = safetensors::read(dir / "weights.safetensors");
+  build_module(p);  // validates the graph against the weights and the I/O shapes
+  return p;
+}
+
+std::unique_ptr<Module> build_module(const ModelPackage& p) {
+  const auto file = p.dir / "model.json";
+  const Json& g = p.spec.graph;
+  if (need(g, "type", Json::value_t::string, file, "graph").get<std::string>() != "sequential")
+    bad(file, "graph.type", "is not \"sequential\"");
+  const Json& layers = need(g, "layers", Json::value_t::array, file, "graph");
+  if (p.spec.inputs.size() != 1 || p.spec.outputs.size() != 1)
+    bad(file, "inputs", "a sequential graph has exactly one input and one output");
+  auto net = std::make_unique<Sequential>();
+  int64_t width = numel(Shape(p.spec.inputs[0].shape.begin() + 1, p.spec.inputs[0].shape.end()));
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::string where = "graph.layers[" + std::to_string(i) + "]";
+    const Json& l = layers[i];
+    if (!l.is_object()) bad(file, where, "is not an object");
+    const std::string op = need(l, "op", Json::value_t::string, file, where).get<std::string>();
+    if (l.contains("name") && l["name"] != std::to_string(i)) bad(file, where + ".name", "must be \"" + std::to_string(i) + "\"");
+    if (op == "linear") {
+      const int64_t in = json_int(l, "in_features", file, where), out = json_int(l, "out_features", file, where);
+      if (in != width)
+        bad(file, where + ".in_features", "is " + std::to_string(in) + " but the layer receives " + std::to_string(width));
+      net->add(std::make_shared<Linear>(in, out));
+      width = out;
+    } else if (op == "relu") {
+      net->add(std::make_shared<ReLU>());
+    } else {
+      bad(file, where + ".op", "names an unknown op '" + op + "'");
+    }
+  }
+  const int64_t out_width = numel(Shape(p.spec.outputs[0].shape.begin() + 1, p.spec.outputs[0].shape.end()));
+  if (out_width != width)
+    bad(file, "outputs[0].shape", "has " + std::to_string(out_width) + " elements per sample but the graph produces " +
+                                      std::to_string(width));
+  // Weights: every parameter present with its dtype and shape, nothing else.
+  const auto wfile = (p.dir / "weights.safetensors").string();
+  auto params = net->named_parameters();
+  for (auto& [name, t] : params) {
+    const safetensors::Entry* e = p.weights.find(name);
+    if (!e) throw FormatError(wfile + ": tensor '" + name + "' is missing");
+    if (e->dtype != "F32") throw FormatError(wfile + ": tensor '" + name + "' has dtype " + e->dtype + ", expected F32");
+    if (e->shape != t->shape())
+      throw FormatError(wfile + ": tensor '" + name + "' has shape " + shape_str(e->shape) + ", expected " +
+                        shape_str(t->shape()));
+    std::memcpy(t->data<float>(), e->data.data(), e->data.size());
+  }
+  for (const auto& e : p.weights.entries) {
+    bool used = false;
+    for (auto& [name, t] : params) used |= name == e.name;
+    if (!used) throw FormatError(wfile + ": tensor '" + e.name + "' is not a parameter of the model");
+  }
+  return net;
+}
+
+void save_package(const std::filesystem::path& dir, const Module& m, const PackageSpec& spec) {
+  std::filesystem::create_directories(dir);
+  safetensors::File w;
+  w.metadata["format"] = "pt";
+  for (const auto& [name, t] : m.named_parameters()) {
+    Tensor c = t->contiguous();
+    const auto* p = reinterpret_cast<const uint8_t*>(c.data<float>());
+    w.entries.push_back({name, "F32", c.shape(), std::vector<uint8_t>(p, p + c.meta().bytes())});
+  }
+  safetensors::write(dir / "weights.safetensors", w);
+  Json io_in = Json::array(), io_out = Json::array();
+  for (const auto& s : spec.inputs) io_in.push_back({{"name", s.name}, {"datatype", s.datatype}, {"shape", s.shape}});
+  for (const auto& s : spec.outputs) io_out.push_back({{"name", s.name}, {"datatype", s.datatype}, {"shape", s.shape}});
+  Json j = {{"format", "hgraph-model"},    {"format_version", kPackageFormatVersion},
+            {"name", spec.name},           {"platform", "hgraph_v1"},
+            {"inputs", io_in},             {"outputs", io_out},
+            {"graph", m.spec()},           {"metadata", spec.metadata}};
+  write_file_atomic(dir / "model.json", {as_bytes(j.dump(2) + "\n")});
+}
+
+}  // namespace hg::models

@@ -1,0 +1,474 @@
+// End-to-end tests of hgraph-serve: start the real server process on an ephemeral loopback
+// port with the bundled repository, talk KServe v2 to it through hg::server::Client, check
+// every answer (health, metadata, inference, each kind of bad request), then SIGTERM it and
+// require a clean exit on its own.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "server/client.h"
+
+#ifndef HG_SOURCE_DIR
+#error "HG_SOURCE_DIR must be defined as the repository root"
+#endif
+#ifndef HG_SERVE_BIN
+#error "HG_SERVE_BIN must be defined as the path of hgraph-serve"
+#endif
+
+namespace {
+
+using hg::server::Client;
+using hg::server::RawResponse;
+using hg::server::Tensor;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+const std::string kModel = "digits_mlp";
+const std::string kRepository = HG_SOURCE_DIR "/models/repository";
+constexpr size_t kMaxBody = 64 * 1024;
+
+// A running hgraph-serve child process.
+class ServerProcess {
+ public:
+  explicit ServerProcess(const std::vector<std::string>& extra_args) {
+    std::vector<std::string> args = {HG_SERVE_BIN, "--host", "127.0.0.1", "--port", "0"};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {  // child: only async-signal-safe calls until exec
+      dup2(fds[1], STDOUT_FILENO);
+      close(fds[0]);
+      close(fds[1]);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    out_fd_ = fds[0];
+    read_port(120s);  // loading + capturing every bucket happens before listening
+  }
+
+  ~ServerProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (out_fd_ >= 0) close(out_fd_);
+  }
+
+  const std::string& url() const { return url_; }
+  pid_t pid() const { return pid_; }
+
+  // SIGTERM, then wait up to `timeout` for the process to exit by itself. Returns its exit
+  // status, or -1 if it had to be killed.
+  int terminate(std::chrono::milliseconds timeout) {
+    if (pid_ <= 0) return -1;
+    kill(pid_, SIGTERM);
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    int status = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+    return -1;
+  }
+
+ private:
+  void read_port(std::chrono::milliseconds timeout) {
+    const std::string marker = "listening on http://";
+    std::string out;
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (true) {
+      size_t at = out.find(marker);
+      size_t eol = at == std::string::npos ? std::string::npos : out.find('\n', at);
+      if (eol != std::string::npos) {
+        url_ = "http://" + out.substr(at + marker.size(), eol - at - marker.size());
+        return;
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) throw std::runtime_error("hgraph-serve did not print its port in time; stdout: " + out);
+      pollfd p{out_fd_, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char buf[512];
+      ssize_t n = read(out_fd_, buf, sizeof(buf));
+      if (n <= 0) throw std::runtime_error("hgraph-serve exited before listening; stdout: " + out);
+      out.append(buf, static_cast<size_t>(n));
+    }
+  }
+
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  std::string url_;
+};
+
+// A digits-like sample (8x8 pixels in [0, 16]), different per seed.
+std::vector<float> sample(int seed) {
+  std::vector<float> v(64);
+  for (int i = 0; i < 64; ++i) v[i] = static_cast<float>((i * 7 + seed * 13 + (i / 8) * seed) % 17);
+  return v;
+}
+
+std::vector<float> batch_of(const std::vector<int>& seeds) {
+  std::vector<float> v;
+  for (int s : seeds) {
+    auto x = sample(s);
+    v.insert(v.end(), x.begin(), x.end());
+  }
+  return v;
+}
+
+int argmax(const float* p, int n) { return static_cast<int>(std::max_element(p, p + n) - p); }
+
+std::string infer_body(const std::string& input_json) { return R"({"inputs":[)" + input_json + "]}"; }
+
+std::string input_json(const std::string& name, const std::string& datatype, const std::string& shape,
+                       size_t count) {
+  std::string data;
+  for (size_t i = 0; i < count; ++i) data += (i ? "," : "") + std::to_string(i % 17);
+  return R"({"name":")" + name + R"(","datatype":")" + datatype + R"(","shape":)" + shape + R"(,"data":[)" + data +
+         "]}";
+}
+
+// The error message of an error response; fails the test if the body is not {"error": str}.
+std::string error_of(const RawResponse& r) {
+  json j = json::parse(r.body, nullptr, false);
+  EXPECT_TRUE(j.is_object() && j.contains("error") && j["error"].is_string()) << "body: " << r.body;
+  return j.is_object() && j.contains("error") && j["error"].is_string() ? j["error"].get<std::string>() : "";
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = std::make_unique<ServerProcess>(std::vector<std::string>{
+        "--model-repository", kRepository, "--max-body-bytes", std::to_string(kMaxBody), "--http-threads", "2"});
+  }
+  static void TearDownTestSuite() {
+    if (!server_) return;
+    int status = server_->terminate(20s);
+    EXPECT_EQ(status, 0) << "hgraph-serve must exit 0 by itself after SIGTERM";
+    server_.reset();
+  }
+  void SetUp() override {
+    ASSERT_TRUE(server_) << "server did not start";
+    client_ = std::make_unique<Client>(server_->url(), 30s);
+  }
+  RawResponse post(const std::string& path, const std::string& body) { return client_->request("POST", path, body); }
+  std::string infer_path() const { return "/v2/models/" + kModel + "/infer"; }
+
+  static std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<Client> client_;
+};
+std::unique_ptr<ServerProcess> ServerTest::server_;
+
+// ---- health and metadata ----------------------------------------------------------------
+
+TEST_F(ServerTest, LiveAndReady) {
+  EXPECT_TRUE(client_->live());
+  EXPECT_TRUE(client_->ready());
+  RawResponse live = client_->request("GET", "/v2/health/live");
+  EXPECT_EQ(live.status, 200);
+  EXPECT_EQ(json::parse(live.body), json({{"live", true}}));
+  EXPECT_NE(live.header("Content-Type").find("application/json"), std::string::npos);
+  RawResponse ready = client_->request("GET", "/v2/health/ready");
+  EXPECT_EQ(ready.status, 200);
+  EXPECT_EQ(json::parse(ready.body), json({{"ready", true}}));
+}
+
+TEST_F(ServerTest, ServerMetadata) {
+  json m = client_->server_metadata();
+  EXPECT_EQ(m["name"], "hgraph");
+  EXPECT_EQ(m["version"], "0.1.0");
+  EXPECT_EQ(m["extensions"], json::array());
+}
+
+TEST_F(ServerTest, ModelMetadata) {
+  json m = client_->model_metadata(kModel);
+  EXPECT_EQ(m["name"], kModel);
+  ASSERT_TRUE(m["versions"].is_array());
+  ASSERT_EQ(m["versions"].size(), 1u);
+  EXPECT_TRUE(m["platform"].is_string());
+  EXPECT_EQ(m["inputs"], json::parse(R"([{"name":"input","datatype":"FP32","shape":[-1,64]}])"));
+  EXPECT_EQ(m["outputs"], json::parse(R"([{"name":"logits","datatype":"FP32","shape":[-1,10]}])"));
+  // The same through the version that is loaded.
+  const std::string version = m["versions"][0].get<std::string>();
+  EXPECT_EQ(client_->model_metadata(kModel, version), m);
+}
+
+TEST_F(ServerTest, ModelReady) {
+  EXPECT_TRUE(client_->model_ready(kModel));
+  RawResponse r = client_->request("GET", "/v2/models/" + kModel + "/ready");
+  EXPECT_EQ(r.status, 200);
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["name"], kModel);
+  EXPECT_EQ(j["ready"], true);
+  const std::string version = client_->model_metadata(kModel)["versions"][0].get<std::string>();
+  EXPECT_TRUE(client_->model_ready(kModel, version));
+}
+
+// ---- inference --------------------------------------------------------------------------
+
+TEST_F(ServerTest, InferBatch1) {
+  hg::server::InferOptions opt;
+  opt.id = "req-7";
+  json r = client_->infer_json(kModel, {{"input", {1, 64}, sample(1)}}, opt);
+  EXPECT_EQ(r["model_name"], kModel);
+  EXPECT_TRUE(r["model_version"].is_string());
+  EXPECT_EQ(r["id"], "req-7");
+  ASSERT_EQ(r["outputs"].size(), 1u);
+  const json& o = r["outputs"][0];
+  EXPECT_EQ(o["name"], "logits");
+  EXPECT_EQ(o["datatype"], "FP32");
+  EXPECT_EQ(o["shape"], json::array({1, 10}));
+  std::vector<float> logits = hg::server::tensor_data(o["data"]);
+  ASSERT_EQ(logits.size(), 10u);
+  for (float x : logits) EXPECT_TRUE(std::isfinite(x));
+  int cls = argmax(logits.data(), 10);
+  EXPECT_GE(cls, 0);
+  EXPECT_LT(cls, 10);
+}
+
+TEST_F(ServerTest, InferBatch3MatchesBatch1) {
+  auto out3 = client_->infer(kModel, {{"input", {3, 64}, batch_of({1, 2, 3})}});
+  ASSERT_EQ(out3.size(), 1u);
+  EXPECT_EQ(out3[0].name, "logits");
+  EXPECT_EQ(out3[0].shape, (std::vector<int64_t>{3, 10}));
+  ASSERT_EQ(out3[0].data.size(), 30u);
+  for (int row = 0; row < 3; ++row) {
+    int cls = argmax(out3[0].data.data() + row * 10, 10);
+    EXPECT_GE(cls, 0);
+    EXPECT_LT(cls, 10);
+    // Each row equals the same sample run alone (batch 1 and batch 3 run in different buckets).
+    auto out1 = client_->infer(kModel, {{"input", {1, 64}, sample(row + 1)}});
+    ASSERT_EQ(out1[0].data.size(), 10u);
+    for (int k = 0; k < 10; ++k)
+      EXPECT_NEAR(out3[0].data[row * 10 + k], out1[0].data[k], 1e-4f * (1 + std::fabs(out1[0].data[k])))
+          << "row " << row << " logit " << k;
+  }
+}
+
+TEST_F(ServerTest, InferNestedDataOutputSelectionAndVersionPath) {
+  std::vector<float> x = sample(5);
+  std::string nested = "[[";
+  for (size_t i = 0; i < x.size(); ++i) nested += (i ? "," : "") + std::to_string(static_cast<int>(x[i]));
+  nested += "]]";
+  const std::string version = client_->model_metadata(kModel)["versions"][0].get<std::string>();
+  RawResponse r = post("/v2/models/" + kModel + "/versions/" + version + "/infer",
+                       R"({"id":"n","inputs":[{"name":"input","datatype":"FP32","shape":[1,64],"data":)" + nested +
+                           R"(}],"outputs":[{"name":"logits"}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["model_version"], version);
+  auto flat = client_->infer(kModel, {{"input", {1, 64}, x}});
+  std::vector<float> got = hg::server::tensor_data(j["outputs"][0]["data"]);
+  ASSERT_EQ(got.size(), 10u);
+  for (int k = 0; k < 10; ++k) EXPECT_FLOAT_EQ(got[k], flat[0].data[k]);
+}
+
+// ---- bad requests -----------------------------------------------------------------------
+
+TEST_F(ServerTest, MalformedJsonIs400) {
+  RawResponse r = post(infer_path(), R"({"inputs":[{"name":"input",)");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(error_of(r).find("malformed JSON"), std::string::npos);
+}
+
+TEST_F(ServerTest, MissingInputsFieldIs400) {
+  RawResponse r = post(infer_path(), R"({"id":"x"})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(error_of(r).find("'inputs'"), std::string::npos);
+}
+
+TEST_F(ServerTest, MissingInputIs400) {
+  RawResponse r = post(infer_path(), R"({"inputs":[]})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(error_of(r).find("missing input 'input'"), std::string::npos) << r.body;
+}
+
+TEST_F(ServerTest, UnknownInputIs400) {
+  RawResponse r = post(infer_path(), infer_body(input_json("pixels", "FP32", "[1,64]", 64)));
+  EXPECT_EQ(r.status, 400);
+  std::string e = error_of(r);
+  EXPECT_NE(e.find("unknown input 'pixels'"), std::string::npos) << e;
+  EXPECT_NE(e.find("'input'"), std::string::npos) << e;  // names what the model expects
+}
+
+TEST_F(ServerTest, WrongDatatypeIs400) {
+  RawResponse r = post(infer_path(), infer_body(input_json("input", "INT32", "[1,64]", 64)));
+  EXPECT_EQ(r.status, 400);
+  std::string e = error_of(r);
+  EXPECT_NE(e.find("FP32"), std::string::npos) << e;
+  EXPECT_NE(e.find("INT32"), std::string::npos) << e;
+}
+
+TEST_F(ServerTest, ElementCountMismatchIs400) {
+  RawResponse r = post(infer_path(), infer_body(input_json("input", "FP32", "[2,64]", 127)));
+  EXPECT_EQ(r.status, 400);
+  std::string e = error_of(r);
+  EXPECT_NE(e.find("128"), std::string::npos) << e;
+  EXPECT_NE(e.find("127"), std::string::npos) << e;
+}
+
+TEST_F(ServerTest, WrongNonBatchShapeIs400) {
+  RawResponse r = post(infer_path(), infer_body(input_json("input", "FP32", "[1,63]", 63)));
+  EXPECT_EQ(r.status, 400);
+  std::string e = error_of(r);
+  EXPECT_NE(e.find("[-1,64]"), std::string::npos) << e;
+  EXPECT_NE(e.find("[1,63]"), std::string::npos) << e;
+  RawResponse rank = post(infer_path(), infer_body(input_json("input", "FP32", "[64]", 64)));
+  EXPECT_EQ(rank.status, 400);
+}
+
+TEST_F(ServerTest, NonNumericDataIs400) {
+  RawResponse r = post(infer_path(),
+                       R"({"inputs":[{"name":"input","datatype":"FP32","shape":[1,2],"data":[1,"x"]}]})");
+  EXPECT_EQ(r.status, 400);
+  error_of(r);
+}
+
+TEST_F(ServerTest, UnknownOutputIs400) {
+  RawResponse r = post(infer_path(), R"({"inputs":[)" + input_json("input", "FP32", "[1,64]", 64) +
+                                         R"(],"outputs":[{"name":"probs"}]})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(error_of(r).find("unknown output 'probs'"), std::string::npos);
+}
+
+TEST_F(ServerTest, UnknownModelIs404) {
+  RawResponse r = post("/v2/models/no_such_model/infer", infer_body(input_json("input", "FP32", "[1,64]", 64)));
+  EXPECT_EQ(r.status, 404);
+  EXPECT_NE(error_of(r).find("no_such_model"), std::string::npos);
+  EXPECT_EQ(client_->request("GET", "/v2/models/no_such_model").status, 404);
+  EXPECT_EQ(client_->request("GET", "/v2/models/no_such_model/ready").status, 404);
+}
+
+TEST_F(ServerTest, UnknownVersionIs404) {
+  RawResponse r = post("/v2/models/" + kModel + "/versions/999/infer",
+                       infer_body(input_json("input", "FP32", "[1,64]", 64)));
+  EXPECT_EQ(r.status, 404);
+  EXPECT_NE(error_of(r).find("999"), std::string::npos);
+  EXPECT_EQ(client_->request("GET", "/v2/models/" + kModel + "/versions/999").status, 404);
+  EXPECT_EQ(client_->request("GET", "/v2/models/" + kModel + "/versions/abc/ready").status, 404);
+}
+
+TEST_F(ServerTest, WrongMethodIs405WithAllow) {
+  RawResponse r = client_->request("GET", infer_path());
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.header("Allow"), "POST");
+  error_of(r);
+  RawResponse p = post("/v2/health/live", "");
+  EXPECT_EQ(p.status, 405);
+  EXPECT_EQ(p.header("Allow"), "GET");
+  error_of(p);
+}
+
+TEST_F(ServerTest, UnknownPathIs404) {
+  RawResponse r = client_->request("GET", "/v2/nothing/here");
+  EXPECT_EQ(r.status, 404);
+  error_of(r);
+  EXPECT_EQ(client_->request("GET", "/").status, 404);
+}
+
+TEST_F(ServerTest, BodyOverLimitIs413) {
+  // A well-formed request whose body is larger than --max-body-bytes.
+  const size_t n = kMaxBody / 2;  // about 2-3 bytes per element
+  RawResponse r = post(infer_path(), infer_body(input_json("input", "FP32", "[" + std::to_string(n / 64) + ",64]", n)));
+  EXPECT_EQ(r.status, 413);
+  EXPECT_NE(error_of(r).find("limit"), std::string::npos);
+}
+
+// Runs after the bad requests above (tests run in the order they are defined).
+TEST_F(ServerTest, StillAnswersAfterBadRequests) {
+  EXPECT_TRUE(client_->live());
+  EXPECT_TRUE(client_->ready());
+  auto out = client_->infer(kModel, {{"input", {2, 64}, batch_of({4, 5})}});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].shape, (std::vector<int64_t>{2, 10}));
+  // A fresh connection too (the 413 closed its connection).
+  Client fresh(server_->url(), 10s);
+  EXPECT_TRUE(fresh.live());
+}
+
+TEST_F(ServerTest, ConcurrentClients) {
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      Client c(server_->url(), 30s);
+      for (int i = 0; i < 10; ++i) {
+        auto out = c.infer(kModel, {{"input", {1 + (i % 3), 64}, batch_of(std::vector<int>(1 + (i % 3), t))}});
+        if (out.size() == 1 && out[0].shape[0] == 1 + (i % 3)) ++ok;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(ok.load(), 40);
+}
+
+// ---- a repository with a model that fails to load ---------------------------------------
+
+TEST(ServerUnavailableModelTest, BrokenModelMakesServerNotReady) {
+  namespace fs = std::filesystem;
+  fs::path repo = fs::temp_directory_path() / ("hg_server_test_repo_" + std::to_string(getpid()));
+  fs::remove_all(repo);
+  fs::create_directories(repo / "broken" / "1");
+  std::ofstream(repo / "broken" / "1" / "model.json") << "{ this is not json";
+  fs::create_directory_symlink(fs::path(kRepository) / kModel, repo / kModel);
+  {
+    ServerProcess server({"--model-repository", repo.string()});
+    Client c(server.url(), 30s);
+    EXPECT_TRUE(c.live());
+    RawResponse ready = c.request("GET", "/v2/health/ready");
+    EXPECT_EQ(ready.status, 503);
+    EXPECT_NE(error_of(ready).find("broken"), std::string::npos);
+    RawResponse mr = c.request("GET", "/v2/models/broken/ready");
+    EXPECT_EQ(mr.status, 503);
+    error_of(mr);
+    EXPECT_EQ(c.request("GET", "/v2/models/broken/versions/2/ready").status, 404);
+    EXPECT_TRUE(c.model_ready(kModel));
+    auto out = c.infer(kModel, {{"input", {1, 64}, sample(9)}});
+    EXPECT_EQ(out[0].shape, (std::vector<int64_t>{1, 10}));
+    EXPECT_EQ(server.terminate(20s), 0);
+  }
+  fs::remove_all(repo);
+}
+
+// ---- shutdown ---------------------------------------------------------------------------
+
+TEST(ServerShutdownTest, SigtermWithIdleKeepAliveConnectionExitsPromptly) {
+  ServerProcess server({"--model-repository", kRepository});
+  Client c(server.url(), 30s);
+  EXPECT_TRUE(c.live());  // leaves a kept-alive connection open
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(server.terminate(20s), 0);
+  // Idle connections are closed at once; nothing waits for the 30 s drain timeout.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+  EXPECT_THROW(c.live(), hg::server::ClientError);
+}
+
+}  // namespace
