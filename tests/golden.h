@@ -1,0 +1,42 @@
+// Test helpers: PyTorch golden values (tests/golden/*.json, made by scripts/gen_golden.py)
+// and tolerant comparisons.
+//
+//   auto cases = hg::test::load_json("ops.json");
+//   hg::Tensor t = hg::test::tensor_from(cases[0]["inputs"][0], hg::Device::cpu());
+//   hg::test::expect_close(t.to_vector(), expected, 1e-5, "matmul output");
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace hg::test {
+
+inline nlohmann::json load_json(const std::string& name) {
+  std::ifstream in(std::string(HG_SOURCE_DIR) + "/tests/golden/" + name);
+  EXPECT_TRUE(in.good()) << "missing golden file " << name;
+  return nlohmann::json::parse(in);
+}
+
+inline Tensor tensor_from(const nlohmann::json& j, Device d) {
+  const Shape shape = j["shape"].get<Shape>();
+  if (j.value("dtype", std::string("F32")) == "I64")
+    return Tensor::from_indices(j["data"].get<std::vector<int64_t>>(), shape, d);
+  return Tensor::from_vector(j["data"].get<std::vector<float>>(), shape, d);
+}
+
+// |a - b| <= atol + rtol * |b| element-wise.
+inline void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rtol,
+                         const std::string& what, double atol = 1e-6) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_LE(std::fabs(double(got[i]) - want[i]), atol + rtol * std::fabs(double(want[i])))
+        << what << " element " << i << ": got " << got[i] << " want " << want[i];
+}
+
+}  // namespace hg::test
