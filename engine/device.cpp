@@ -118,15 +118,36 @@ void ExecQueue::synchronize() {
   }
 }
 
+bool ExecQueue::try_begin_inline() {
+  if (on_worker_thread()) return true;  // already in queue order
+  std::lock_guard lk(mu_);
+  if (busy_ || !tasks_.empty()) return false;
+  busy_ = true;
+  ++enqueued_;
+  return true;
+}
+
+void ExecQueue::end_inline() {
+  if (on_worker_thread()) return;
+  {
+    std::lock_guard lk(mu_);
+    busy_ = false;
+    ++completed_;
+  }
+  done_cv_.notify_all();
+  cv_.notify_one();  // the worker may have work queued behind the inline task
+}
+
 void ExecQueue::run() {
   for (;;) {
     std::function<void()> task;
     {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !tasks_.empty(); });
+      cv_.wait(lk, [&] { return stop_ || (!tasks_.empty() && !busy_); });
       if (tasks_.empty()) return;
       task = std::move(tasks_.front());
       tasks_.pop_front();
+      busy_ = true;
     }
     std::string err;
     try {
@@ -136,6 +157,7 @@ void ExecQueue::run() {
     }
     {
       std::lock_guard lk(mu_);
+      busy_ = false;
       ++completed_;
       if (!err.empty() && error_.empty()) error_ = err;
     }
@@ -166,6 +188,7 @@ class CpuBackend final : public DeviceBackend {
   void release(void* p, size_t bytes) override { pool_.release(p, bytes); }
   MemoryStats stats() const override { return pool_.stats(); }
   void enqueue(std::function<void()> task) override { task(); }
+  void run_sync(const std::function<void()>& task) override { task(); }
   void synchronize() override {}
   ExecQueue* queue() override { return nullptr; }
   MemoryPool pool_{"cpu", INT64_MAX};
@@ -180,6 +203,7 @@ class HostHpuBackend final : public DeviceBackend {
   void release(void* p, size_t bytes) override { pool_.release(p, bytes); }
   MemoryStats stats() const override { return pool_.stats(); }
   void enqueue(std::function<void()> task) override { queue_.enqueue(std::move(task)); }
+  void run_sync(const std::function<void()>& task) override { queue_.run_sync(task); }
   void synchronize() override { queue_.synchronize(); }
   ExecQueue* queue() override { return &queue_; }
   MemoryPool& pool() { return pool_; }

@@ -63,6 +63,10 @@ class ExecQueue {
   explicit ExecQueue(std::string name);
   ~ExecQueue();
   void enqueue(std::function<void()> task);
+  // Runs `task` in queue order and returns when it has run: on the calling thread when the
+  // queue is idle (no hand-off to the worker), else queued behind the pending work.
+  template <class F>
+  void run_sync(F&& task);
   uint64_t record();               // an event: the count of tasks enqueued so far
   void wait(uint64_t event);       // blocks until that task has run
   bool done(uint64_t event) const;
@@ -71,6 +75,8 @@ class ExecQueue {
 
  private:
   void run();
+  bool try_begin_inline();
+  void end_inline();
   std::string name_;
   mutable std::mutex mu_;
   std::condition_variable cv_, done_cv_;
@@ -78,8 +84,25 @@ class ExecQueue {
   uint64_t enqueued_ = 0, completed_ = 0;
   std::string error_;
   bool stop_ = false;
+  bool busy_ = false;  // a task is running (on the worker or inline)
   std::thread worker_;
 };
+
+template <class F>
+void ExecQueue::run_sync(F&& task) {
+  if (try_begin_inline()) {
+    try {
+      task();
+    } catch (...) {
+      end_inline();
+      throw;
+    }
+    end_inline();
+    return;
+  }
+  enqueue(std::forward<F>(task));
+  synchronize();
+}
 
 // The interface a device implementation provides; the host backend is the only one here.
 class DeviceBackend {
@@ -91,6 +114,8 @@ class DeviceBackend {
   virtual MemoryStats stats() const = 0;
   // Runs `task` in device order: inline for cpu, on the queue for hpu.
   virtual void enqueue(std::function<void()> task) = 0;
+  // Runs `task` in device order and waits for it (inline when the device is idle).
+  virtual void run_sync(const std::function<void()>& task) = 0;
   virtual void synchronize() = 0;
   virtual ExecQueue* queue() = 0;  // nullptr for cpu
 };

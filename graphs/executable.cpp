@@ -45,6 +45,9 @@ std::shared_ptr<const Executable> Executable::compile(Graph g, const PassOptions
   for (int i = 0; i < n; ++i) {
     const Node& node = g.nodes[i];
     if (node.kind != Node::Kind::Op) continue;
+    if (node.inputs.size() > kMaxOpInputs)
+      throw InternalError("graph node %" + std::to_string(i) + " (" + node.op->name + ") has more than " +
+                          std::to_string(kMaxOpInputs) + " inputs");
     Step s;
     std::vector<TensorMeta> metas;
     for (int in : node.inputs) {
@@ -75,9 +78,9 @@ void Executable::run(void* arena, const void* const* inputs, void* const* output
     }
     return nullptr;
   };
-  const void* ptrs[16];
+  const void* ptrs[kMaxOpInputs];
   for (const Step& s : steps_) {
-    for (size_t k = 0; k < s.ins.size() && k < 16; ++k) ptrs[k] = resolve(s.ins[k]);
+    for (size_t k = 0; k < s.ins.size(); ++k) ptrs[k] = resolve(s.ins[k]);
     if (s.kernel) s.kernel(ptrs, resolve(s.out));
     else if (s.bytes) std::memcpy(resolve(s.out), ptrs[0], s.bytes);
   }

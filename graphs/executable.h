@@ -29,6 +29,7 @@ class Executable {
   void run(void* arena, const void* const* inputs, void* const* outputs) const noexcept;
 
  private:
+  static constexpr size_t kMaxOpInputs = 16;
   enum class Where : uint8_t { Arena, Input, Output };
   struct Loc {
     Where where;

@@ -60,8 +60,9 @@ void HPUGraph::capture_end() {
 
 void HPUGraph::replay(bool asynchronous) {
   if (!exe_) throw InvalidArgument("HPUGraph::replay before a capture");
-  device_backend(device_).enqueue([this] { exe_->run(arena_->data, in_ptrs_.data(), out_ptrs_.data()); });
-  if (!asynchronous) synchronize(device_);
+  auto run = [this] { exe_->run(arena_->data, in_ptrs_.data(), out_ptrs_.data()); };
+  if (asynchronous) device_backend(device_).enqueue(run);
+  else device_backend(device_).run_sync(run);
 }
 
 void HPUGraph::reset() {

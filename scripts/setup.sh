@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every Debian package hgraph's build, tests and golden-data scripts need.
+# Installs every Debian package hgraph's build and tests need; with --with-python also the
+# ones for the golden-data and peer-benchmark scripts (python3-torch, python3-sklearn).
 # Safe to run again: packages already present are skipped.
 set -euo pipefail
 build_pkgs=(cmake g++ make pkg-config libdnnl-dev libtbb-dev libcpprest-dev libssl-dev
@@ -7,7 +8,7 @@ build_pkgs=(cmake g++ make pkg-config libdnnl-dev libtbb-dev libcpprest-dev libs
             libgtest-dev libgmock-dev libbenchmark-dev curl)
 tool_pkgs=(python3 python3-numpy python3-torch python3-sklearn)
 want=("${build_pkgs[@]}")
-[[ "${HGRAPH_SETUP_PYTHON:-1}" == 1 ]] && want+=("${tool_pkgs[@]}")
+[[ "${1:-}" == --with-python ]] && want+=("${tool_pkgs[@]}")
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -199,6 +199,23 @@ TEST(Device, QueueRunsTasksInOrderUnderConcurrentSubmitters) {
   }
 }
 
+TEST(Device, RunSyncWaitsForQueuedWorkAndRunsInlineWhenIdle) {
+  ExecQueue q("sync");
+  std::vector<int> order;
+  q.enqueue([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    order.push_back(1);
+  });
+  q.run_sync([&] { order.push_back(2); });  // must not overtake the queued task
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  std::thread::id ran_on;
+  q.run_sync([&] { ran_on = std::this_thread::get_id(); });  // idle queue: runs here
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  q.enqueue([&] { order.push_back(3); });
+  q.synchronize();
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+}
+
 TEST(Device, QueueReportsAFailedTask) {
   ExecQueue q("failing");
   q.enqueue([] { throw std::runtime_error("boom"); });

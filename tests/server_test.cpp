@@ -1,10 +1,13 @@
 // End-to-end tests of hgraph-serve: start the real server process on an ephemeral loopback
 // port with the bundled repository, talk KServe v2 to it through hg::server::Client, check
 // every answer (health, metadata, inference, each kind of bad request), then SIGTERM it and
-// require a clean exit on its own.
+// require a clean exit on its own. A repository with a broken model checks readiness. In
+// process, without sockets: the KServe handler over a hand-built repository (multi-input
+// models, routing edge cases) and the FP32 printing.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,9 +15,13 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +30,8 @@
 #include <nlohmann/json.hpp>
 
 #include "server/client.h"
+#include "server/kserve.h"
+#include "server/model_repository.h"
 
 #ifndef HG_SOURCE_DIR
 #error "HG_SOURCE_DIR must be defined as the repository root"
@@ -57,6 +66,7 @@ class ServerProcess {
     pid_ = fork();
     if (pid_ < 0) throw std::runtime_error("fork failed");
     if (pid_ == 0) {  // child: only async-signal-safe calls until exec
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive a crashed test
       dup2(fds[1], STDOUT_FILENO);
       close(fds[0]);
       close(fds[1]);
@@ -402,14 +412,21 @@ TEST_F(ServerTest, BodyOverLimitIs413) {
   EXPECT_NE(error_of(r).find("limit"), std::string::npos);
 }
 
-// Runs after the bad requests above (tests run in the order they are defined).
+// Also runs the bad requests itself, so that it holds when each test runs in its own process.
 TEST_F(ServerTest, StillAnswersAfterBadRequests) {
+  const std::string big(kMaxBody + 1, ' ');
+  EXPECT_EQ(post(infer_path(), "{not json").status, 400);
+  EXPECT_EQ(post(infer_path(), R"({"inputs":[]})").status, 400);
+  EXPECT_EQ(post(infer_path(), big).status, 413);
+  EXPECT_EQ(client_->request("GET", infer_path()).status, 405);
+  EXPECT_EQ(client_->request("DELETE", "/v2/health/ready").status, 405);
+  EXPECT_EQ(client_->request("GET", "/v2/models/none").status, 404);
   EXPECT_TRUE(client_->live());
   EXPECT_TRUE(client_->ready());
   auto out = client_->infer(kModel, {{"input", {2, 64}, batch_of({4, 5})}});
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].shape, (std::vector<int64_t>{2, 10}));
-  // A fresh connection too (the 413 closed its connection).
+  // A fresh connection too (a 413 closes its connection).
   Client fresh(server_->url(), 10s);
   EXPECT_TRUE(fresh.live());
 }
@@ -469,6 +486,129 @@ TEST(ServerShutdownTest, SigtermWithIdleKeepAliveConnectionExitsPromptly) {
   // Idle connections are closed at once; nothing waits for the 30 s drain timeout.
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
   EXPECT_THROW(c.live(), hg::server::ClientError);
+}
+
+// ---- in process: the handler over a hand-built repository, no sockets ------------------
+
+// Two inputs "a" [-1,2] and "b" [-1,3]; outputs "sum" [-1,1] (all of a and b) and "a2" [-1,2].
+class TwoInputModel : public hg::server::ServedModel {
+ public:
+  TwoInputModel() {
+    spec_.name = "two";
+    spec_.inputs = {{"a", "FP32", {-1, 2}}, {"b", "FP32", {-1, 3}}};
+    spec_.outputs = {{"sum", "FP32", {-1, 1}}, {"a2", "FP32", {-1, 2}}};
+  }
+  const hg::models::PackageSpec& spec() const override { return spec_; }
+  int64_t input_size(size_t i) const override { return i == 0 ? 2 : 3; }
+  int64_t output_size(size_t j) const override { return j == 0 ? 1 : 2; }
+  void run(const std::vector<const float*>& in, int64_t batch, const std::vector<float*>& out) override {
+    for (int64_t r = 0; r < batch; ++r) {
+      out[0][r] = in[0][r * 2] + in[0][r * 2 + 1] + in[1][r * 3] + in[1][r * 3 + 1] + in[1][r * 3 + 2];
+      out[1][r * 2] = 2 * in[0][r * 2];
+      out[1][r * 2 + 1] = 2 * in[0][r * 2 + 1];
+    }
+  }
+
+ private:
+  hg::models::PackageSpec spec_;
+};
+
+class KServeHandlerTest : public ::testing::Test {
+ protected:
+  KServeHandlerTest() {
+    hg::server::ModelEntry two;
+    two.name = "two";
+    two.version = 3;
+    two.state = hg::server::ModelState::Ready;
+    two.model = std::make_shared<TwoInputModel>();
+    repo_.add(two);
+  }
+  hg::server::HttpResponse call(const std::string& method, const std::string& path, const std::string& body = "") {
+    hg::server::KServeHandler h(repo_, {});
+    return h.handle({method, path, body, {}});
+  }
+  hg::server::ModelRepository repo_;
+};
+
+TEST_F(KServeHandlerTest, MultiInputInferWithOutputSelection) {
+  auto r = call("POST", "/v2/models/two/versions/3/infer",
+                R"({"inputs":[{"name":"b","datatype":"FP32","shape":[2,3],"data":[[1,2,3],[4,5,6]]},)"
+                R"({"name":"a","datatype":"FP32","shape":[2,2],"data":[0.5,0.25,1,2]}],)"
+                R"("outputs":[{"name":"a2"},{"name":"sum"}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["model_name"], "two");
+  EXPECT_EQ(j["model_version"], "3");
+  EXPECT_FALSE(j.contains("id"));
+  ASSERT_EQ(j["outputs"].size(), 2u);
+  EXPECT_EQ(j["outputs"][0]["name"], "a2");
+  EXPECT_EQ(j["outputs"][0]["shape"], json::array({2, 2}));
+  EXPECT_EQ(j["outputs"][0]["data"], json::parse("[1,0.5,2,4]"));
+  EXPECT_EQ(j["outputs"][1]["name"], "sum");
+  EXPECT_EQ(j["outputs"][1]["data"], json::parse("[6.75,18]"));
+}
+
+TEST_F(KServeHandlerTest, InputsDisagreeingOnBatchIs400) {
+  auto r = call("POST", "/v2/models/two/infer",
+                R"({"inputs":[{"name":"a","datatype":"FP32","shape":[1,2],"data":[1,2]},)"
+                R"({"name":"b","datatype":"FP32","shape":[2,3],"data":[1,2,3,4,5,6]}]})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("batch"), std::string::npos) << r.body;
+  auto dup = call("POST", "/v2/models/two/infer",
+                  R"({"inputs":[{"name":"a","datatype":"FP32","shape":[1,2],"data":[1,2]},)"
+                  R"({"name":"a","datatype":"FP32","shape":[1,2],"data":[1,2]}]})");
+  EXPECT_EQ(dup.status, 400);
+}
+
+TEST_F(KServeHandlerTest, UnavailableModelIs503AndServerNotReady) {
+  hg::server::ModelEntry bad;
+  bad.name = "bad";
+  bad.version = 2;
+  bad.reason = "weights.safetensors: truncated";
+  repo_.add(bad);
+  EXPECT_EQ(call("GET", "/v2/health/live").status, 200);
+  auto ready = call("GET", "/v2/health/ready");
+  EXPECT_EQ(ready.status, 503);
+  EXPECT_NE(ready.body.find("truncated"), std::string::npos);
+  EXPECT_EQ(call("GET", "/v2/models/bad/ready").status, 503);
+  EXPECT_EQ(call("GET", "/v2/models/bad/versions/2/ready").status, 503);
+  EXPECT_EQ(call("GET", "/v2/models/bad/versions/1/ready").status, 404);
+  EXPECT_EQ(call("POST", "/v2/models/bad/infer", "{}").status, 503);
+  EXPECT_EQ(call("GET", "/v2/models/two/ready").status, 200);
+}
+
+TEST_F(KServeHandlerTest, RoutingEdgeCases) {
+  EXPECT_EQ(call("GET", "/v2?x=1").status, 200);                 // query ignored
+  EXPECT_EQ(call("GET", "/v2/models/t%77o").status, 200);        // percent-decoded name
+  EXPECT_EQ(call("GET", "/v2/models/two/versions").status, 404);
+  EXPECT_EQ(call("GET", "/v2/models/two/versions/3/extra").status, 404);
+  EXPECT_EQ(call("GET", "/v3").status, 404);
+  auto r = call("PUT", "/v2");
+  EXPECT_EQ(r.status, 405);
+  ASSERT_EQ(r.headers.size(), 1u);
+  EXPECT_EQ(r.headers[0], (std::pair<std::string, std::string>{"Allow", "GET"}));
+}
+
+TEST(AppendFloatTest, RoundTripsAndStaysJson) {
+  std::mt19937 rng(7);
+  std::vector<float> values = {0.0f, -0.0f, 1.0f, 0.1f, -3.5e-7f, 1e30f, std::numeric_limits<float>::max(),
+                               std::numeric_limits<float>::min(), std::numeric_limits<float>::denorm_min()};
+  for (int i = 0; i < 10000; ++i) {
+    uint32_t bits = rng();
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    if (std::isfinite(f)) values.push_back(f);
+  }
+  for (float f : values) {
+    std::string s;
+    hg::server::append_float(s, f);
+    float back = std::strtof(s.c_str(), nullptr);
+    EXPECT_EQ(std::memcmp(&back, &f, sizeof f), 0) << s;
+    EXPECT_TRUE(json::parse(s).is_number()) << s;
+  }
+  std::string nan;
+  hg::server::append_float(nan, std::numeric_limits<float>::quiet_NaN());
+  EXPECT_EQ(nan, "null");
 }
 
 }  // namespace

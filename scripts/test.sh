@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Installs, builds and runs every test: `bash scripts/test.sh` (Release) or
+# `bash scripts/test.sh --sanitize` (ASan + UBSan build in build-asan/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/build.sh "$@"
+dir=build
+[[ "${1:-}" == --sanitize ]] && dir=build-asan
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+ctest --test-dir "$dir" --output-on-failure -j2

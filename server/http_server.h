@@ -1,0 +1,93 @@
+// An asynchronous HTTP/1.1 server (Boost.Beast): keep-alive, a fixed pool of I/O threads
+// running one io_context, a body limit, graceful shutdown on SIGINT/SIGTERM.
+//
+//   hg::server::HttpServerOptions opt;
+//   opt.port = 0;                                        // ephemeral
+//   hg::server::HttpServer srv(opt, [](hg::server::HttpRequest&& req, hg::server::Reply reply) {
+//     reply({200, R"({"ok":true})"});                    // now, or later from any thread
+//   });
+//   uint16_t port = srv.listen();                        // bound, accepting after start()
+//   srv.start();                                         // spawns opt.threads I/O threads
+//   srv.wait();                                          // returns after stop() or a signal
+//
+// Shutdown (stop() or a signal): stop accepting, close idle keep-alive connections, let
+// requests in flight finish and answer them with `Connection: close`, then return from
+// wait(); after opt.drain_timeout the remaining connections are cut.
+// Errors the HTTP layer answers itself, all with {"error": "..."}: 413 body over the limit,
+// 431 header over the limit, 400 unparsable HTTP, 500 a handler that threw or dropped its
+// reply.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace hg::server {
+
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // path and query as sent: "/v2/models/m/infer"
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+  // Case-insensitive lookup; empty when absent.
+  std::string_view header(std::string_view name) const;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;  // extra ones, e.g. {"Allow", "GET"}
+};
+
+// Sends the response for one request. Call it once, from any thread; later calls are
+// ignored. Dropping every copy without calling it answers 500.
+using Reply = std::function<void(HttpResponse)>;
+using HttpHandler = std::function<void(HttpRequest&&, Reply)>;
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;  // 0 picks an ephemeral port
+  int threads = 2;
+  size_t max_body_bytes = size_t{64} << 20;
+  size_t max_header_bytes = size_t{16} << 10;
+  std::chrono::milliseconds idle_timeout{std::chrono::seconds(60)};     // keep-alive idle
+  std::chrono::milliseconds request_timeout{std::chrono::seconds(60)};  // read a request / write a response
+  std::chrono::milliseconds drain_timeout{std::chrono::seconds(30)};    // graceful shutdown cap
+  bool handle_signals = true;  // SIGINT/SIGTERM call stop()
+  std::ostream* log = nullptr;  // shutdown messages
+};
+
+// {"error": message} as a JSON body.
+HttpResponse json_error(int status, std::string_view message);
+
+class HttpServer {
+ public:
+  HttpServer(HttpServerOptions opt, HttpHandler handler);
+  ~HttpServer();  // stop() + wait()
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds and listens; returns the bound port. Throws hg::IoError.
+  uint16_t listen();
+  // Starts accepting on opt.threads I/O threads (listen() first if not done).
+  void start();
+  // Blocks until shutdown has finished and the I/O threads have exited.
+  void wait();
+  // Thread-safe and idempotent: begins the graceful shutdown.
+  void stop();
+  bool stopping() const;
+  uint16_t port() const;
+
+  struct Impl;  // opaque
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace hg::server
