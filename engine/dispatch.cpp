@@ -7,10 +7,9 @@
 #include "engine/error.h"
 #include "engine/lazy.h"
 #include "engine/op.h"
+#include "engine/op_families.h"
 
 namespace hg {
-
-void register_builtin_ops();  // engine/op_schemas.cpp
 
 namespace {
 

@@ -3,7 +3,9 @@
 //   hg::Shape s{2, 3};
 //   size_t bytes = hg::numel(s) * hg::dtype_size(hg::DType::F32);   // 24
 //   std::string text = hg::shape_str(s);                              // "[2, 3]"
+//   hg::bf16 h = hg::bf16::from_float(1.5f);  float f = h.to_float();   // round to nearest even
 #pragma once
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -11,10 +13,31 @@
 
 namespace hg {
 
-enum class DType : uint8_t { F32, I64, U8 };
+enum class DType : uint8_t { F32, I64, U8, F64, F16, BF16, I32, BOOL };
+inline constexpr DType kAllDTypes[] = {DType::F32, DType::I64, DType::U8,  DType::F64,
+                                       DType::F16, DType::BF16, DType::I32, DType::BOOL};
 
 size_t dtype_size(DType t);
-const char* dtype_name(DType t);  // "F32", "I64", "U8" (the KServe/safetensors spellings)
+const char* dtype_name(DType t);  // "F32", "BF16", "I64", "BOOL", ... (the safetensors spellings)
+DType dtype_from_name(const std::string& name);  // throws DTypeError
+bool is_floating(DType t);
+
+// 16-bit floats as storage types; arithmetic happens in float.
+struct bf16 {
+  uint16_t bits;
+  static bf16 from_float(float f) {
+    uint32_t u = std::bit_cast<uint32_t>(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x40)};  // quiet NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return {static_cast<uint16_t>(u >> 16)};
+  }
+  float to_float() const { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+};
+struct f16 {
+  uint16_t bits;
+  static f16 from_float(float f);
+  float to_float() const;
+};
 
 using Shape = std::vector<int64_t>;
 

@@ -1,7 +1,10 @@
-// The built-in ops: shape inference, kernel factory and backward formula of each.
+// The core ops (the MLP path): shape inference, kernel factory and backward formula of each.
+// register_builtin_ops() at the end registers every op family (engine/op_families.h).
 #include "engine/error.h"
 #include "engine/kernels.h"
+#include "engine/op_families.h"
 #include "engine/ops.h"
+#include "engine/schema_util.h"
 
 namespace hg {
 
@@ -9,39 +12,7 @@ namespace {
 
 using Metas = std::vector<TensorMeta>;
 using kernels::BinaryOp;
-
-[[noreturn]] void fail(const OpSchema& op, const Metas& in, const std::string& why) {
-  throw ShapeError(op_context(op, in) + ": " + why);
-}
-
-void expect_dtype(const OpSchema& op, const Metas& in, size_t i, DType t) {
-  if (in[i].dtype != t)
-    throw DTypeError(op_context(op, in) + ": input " + std::to_string(i) + " must be " + dtype_name(t));
-}
-
-void expect_rank(const OpSchema& op, const Metas& in, size_t i, size_t r) {
-  if (in[i].shape.size() != r)
-    fail(op, in, "input " + std::to_string(i) + " must have rank " + std::to_string(r));
-}
-
-int64_t norm_dim(const OpSchema& op, const Metas& in, int64_t dim) {
-  const int64_t n = static_cast<int64_t>(in[0].shape.size());
-  if (dim < -n || dim >= n || n == 0) fail(op, in, "dim " + std::to_string(dim) + " out of range");
-  return dim < 0 ? dim + n : dim;
-}
-
-Shape broadcast_shape(const OpSchema& op, const Metas& in) {
-  const Shape& a = in[0].shape;
-  const Shape& b = in[1].shape;
-  Shape out(std::max(a.size(), b.size()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    const int64_t da = i < out.size() - a.size() ? 1 : a[i - (out.size() - a.size())];
-    const int64_t db = i < out.size() - b.size() ? 1 : b[i - (out.size() - b.size())];
-    if (da != db && da != 1 && db != 1) fail(op, in, "shapes cannot be broadcast together");
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
-}
+using namespace schema;
 
 // ---- inference ----
 
@@ -66,7 +37,7 @@ TensorMeta infer_linear(const OpSchema& op, const Metas& in, const Attrs&) {
 
 TensorMeta infer_binary(const OpSchema& op, const Metas& in, const Attrs&) {
   expect_dtype(op, in, 0, DType::F32), expect_dtype(op, in, 1, DType::F32);
-  return {broadcast_shape(op, in), DType::F32};
+  return {broadcast_shape(op, in, in[0].shape, in[1].shape), DType::F32};
 }
 
 TensorMeta infer_same(const OpSchema& op, const Metas& in, const Attrs&) {
@@ -107,13 +78,13 @@ TensorMeta infer_argmax(const OpSchema& op, const Metas& in, const Attrs& a) {
 
 TensorMeta infer_expand(const OpSchema& op, const Metas& in, const Attrs& a) {
   Metas both{in[0], {a.ints, DType::F32}};
-  if (broadcast_shape(op, both) != a.ints) fail(op, in, "cannot expand to " + shape_str(a.ints));
+  if (broadcast_shape(op, both, both[0].shape, both[1].shape) != a.ints) fail(op, in, "cannot expand to " + shape_str(a.ints));
   return {a.ints, DType::F32};
 }
 
 TensorMeta infer_sum_to(const OpSchema& op, const Metas& in, const Attrs& a) {
   Metas both{{a.ints, DType::F32}, in[0]};
-  if (broadcast_shape(op, both) != in[0].shape) fail(op, in, "cannot sum to " + shape_str(a.ints));
+  if (broadcast_shape(op, both, both[0].shape, both[1].shape) != in[0].shape) fail(op, in, "cannot sum to " + shape_str(a.ints));
   return {a.ints, DType::F32};
 }
 
@@ -184,6 +155,10 @@ Ts bw_cross_entropy(const Ts& in, const Tensor& g, const Attrs&) {
 }  // namespace
 
 void register_builtin_ops() {
+  register_core_ops();
+}
+
+void register_core_ops() {
   namespace k = kernels;
   register_op({"matmul", 2, infer_matmul, k::prepare_matmul, bw_matmul});
   register_op({"linear", 3, infer_linear, k::prepare_linear, bw_linear});

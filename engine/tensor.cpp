@@ -173,8 +173,15 @@ void* Tensor::raw_data() const {
 
 template <class T>
 T* Tensor::data() const {
-  constexpr DType want = std::is_same_v<T, float> ? DType::F32 : std::is_same_v<T, int64_t> ? DType::I64 : DType::U8;
-  if (dtype() != want)
+  constexpr DType want = std::is_same_v<T, float>     ? DType::F32
+                         : std::is_same_v<T, double>  ? DType::F64
+                         : std::is_same_v<T, int64_t> ? DType::I64
+                         : std::is_same_v<T, int32_t> ? DType::I32
+                         : std::is_same_v<T, bf16>    ? DType::BF16
+                         : std::is_same_v<T, f16>     ? DType::F16
+                                                      : DType::U8;
+  const bool ok = dtype() == want || (want == DType::U8 && dtype() == DType::BOOL);
+  if (!ok)
     throw DTypeError(std::string("data<") + dtype_name(want) + ">() on a " + dtype_name(dtype()) + " tensor");
   if (!is_contiguous()) throw InvalidArgument("data() on a non-contiguous tensor; call contiguous() first");
   return static_cast<T*>(raw_data());
@@ -182,6 +189,10 @@ T* Tensor::data() const {
 template float* Tensor::data<float>() const;
 template int64_t* Tensor::data<int64_t>() const;
 template uint8_t* Tensor::data<uint8_t>() const;
+template double* Tensor::data<double>() const;
+template int32_t* Tensor::data<int32_t>() const;
+template bf16* Tensor::data<bf16>() const;
+template f16* Tensor::data<f16>() const;
 
 std::vector<float> Tensor::to_vector() const {
   Tensor c = contiguous();
