@@ -3,6 +3,7 @@
 #include <shared_mutex>
 #include <unordered_map>
 
+#include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/lazy.h"
@@ -100,12 +101,12 @@ Tensor dispatch(const OpSchema& op, std::vector<Tensor> inputs, const Attrs& att
   if (static_cast<int>(inputs.size()) != op.num_inputs)
     throw InvalidArgument("op '" + op.name + "' takes " + std::to_string(op.num_inputs) + " inputs, got " +
                           std::to_string(inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!inputs[i].defined()) throw InvalidArgument("op '" + op.name + "': input " + std::to_string(i) + " is undefined");
+  apply_autocast(op, inputs);
   std::vector<TensorMeta> metas;
   metas.reserve(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].defined()) throw InvalidArgument("op '" + op.name + "': input " + std::to_string(i) + " is undefined");
-    metas.push_back(inputs[i].meta());
-  }
+  for (const auto& t : inputs) metas.push_back(t.meta());
   const Device dev = inputs[0].device();
   for (size_t i = 1; i < inputs.size(); ++i)
     if (inputs[i].device() != dev)

@@ -40,6 +40,27 @@ DType dtype_from_name(const std::string& name) {
 
 bool is_floating(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16; }
 
+DType promote_types(DType a, DType b) {
+  if (a == b) return a;
+  const bool fa = is_floating(a), fb = is_floating(b);
+  if (fa != fb) return fa ? a : b;
+  auto rank = [](DType t) {
+    switch (t) {
+      case DType::BOOL: return 0;
+      case DType::U8: return 1;
+      case DType::I32: return 2;
+      case DType::I64: return 3;
+      case DType::BF16:
+      case DType::F16: return 4;
+      case DType::F32: return 5;
+      case DType::F64: return 6;
+    }
+    return 0;
+  };
+  if (rank(a) == 4 && rank(b) == 4) return DType::F32;  // BF16 with F16
+  return rank(a) >= rank(b) ? a : b;
+}
+
 // IEEE half precision, round to nearest even; subnormals, infinities and NaN kept.
 f16 f16::from_float(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);

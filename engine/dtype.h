@@ -21,6 +21,9 @@ size_t dtype_size(DType t);
 const char* dtype_name(DType t);  // "F32", "BF16", "I64", "BOOL", ... (the safetensors spellings)
 DType dtype_from_name(const std::string& name);  // throws DTypeError
 bool is_floating(DType t);
+// PyTorch's promotion for two operands: floats win over integers, the wider float wins,
+// BF16 with F16 gives F32; among integers BOOL < U8 < I32 < I64.
+DType promote_types(DType a, DType b);
 
 // 16-bit floats as storage types; arithmetic happens in float.
 struct bf16 {

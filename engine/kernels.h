@@ -18,6 +18,7 @@ Kernel prepare_relu(const std::vector<TensorMeta>& in, const TensorMeta& out, co
 Kernel prepare_relu_backward(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
 Kernel prepare_copy(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
 Kernel prepare_expand(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+Kernel prepare_cast(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // any -> any
 
 // reductions, softmax, losses (kernels_reduce.cpp)
 Kernel prepare_sum_to(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);

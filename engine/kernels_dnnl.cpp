@@ -20,9 +20,11 @@ dnnl::stream& thread_stream() {
 
 using dt = dnnl::memory::data_type;
 
+dt dnnl_type(DType t) { return t == DType::BF16 ? dt::bf16 : dt::f32; }
+
 // A row-major [r, c] matrix, optionally stored transposed ([c, r] in memory).
-dnnl::memory::desc matrix_md(int64_t r, int64_t c, bool transposed) {
-  return dnnl::memory::desc({r, c}, dt::f32, transposed ? dnnl::memory::dims{1, r} : dnnl::memory::dims{c, 1});
+dnnl::memory::desc matrix_md(int64_t r, int64_t c, bool transposed, dt type) {
+  return dnnl::memory::desc({r, c}, type, transposed ? dnnl::memory::dims{1, r} : dnnl::memory::dims{c, 1});
 }
 
 struct MatmulKernel {
@@ -42,13 +44,30 @@ struct MatmulKernel {
   }
 };
 
-Kernel make_matmul(int64_t m, int64_t k, int64_t n, bool ta, bool tb, bool bias, bool relu) {
+// C = op(A) op(B) (+ bias, ReLU) for F64: a plain loop, used for gradient checks.
+Kernel make_matmul_f64(int64_t m, int64_t k, int64_t n, bool ta, bool tb, bool bias, bool relu) {
+  return [=](const void* const* in, void* out) {
+    const double* a = static_cast<const double*>(in[0]);
+    const double* b = static_cast<const double*>(in[1]);
+    double* c = static_cast<double*>(out);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = bias ? static_cast<const double*>(in[2])[j] : 0.0;
+        for (int64_t p = 0; p < k; ++p) acc += a[ta ? p * m + i : i * k + p] * b[tb ? j * k + p : p * n + j];
+        c[i * n + j] = relu && acc < 0 ? 0.0 : acc;
+      }
+  };
+}
+
+Kernel make_matmul(DType type, int64_t m, int64_t k, int64_t n, bool ta, bool tb, bool bias, bool relu) {
+  if (type == DType::F64) return make_matmul_f64(m, k, n, ta, tb, bias, relu);
+  const dt t = dnnl_type(type);
   MatmulKernel mk;
-  mk.a_md = matrix_md(m, k, ta);
-  mk.b_md = matrix_md(k, n, tb);
-  mk.c_md = matrix_md(m, n, false);
+  mk.a_md = matrix_md(m, k, ta, t);
+  mk.b_md = matrix_md(k, n, tb, t);
+  mk.c_md = matrix_md(m, n, false, t);
   mk.has_bias = bias;
-  if (bias) mk.bias_md = dnnl::memory::desc({1, n}, dt::f32, dnnl::memory::dims{n, 1});
+  if (bias) mk.bias_md = dnnl::memory::desc({1, n}, t, dnnl::memory::dims{n, 1});
   dnnl::primitive_attr attr;
   if (relu) {
     dnnl::post_ops po;
@@ -70,13 +89,13 @@ Kernel prepare_matmul(const std::vector<TensorMeta>& in, const TensorMeta& out, 
   if (m == 0 || n == 0) return [](const void* const*, void*) {};
   if (k == 0)
     return [bytes = out.bytes()](const void* const*, void* o) { std::memset(o, 0, bytes); };
-  return make_matmul(m, k, n, ta, tb, false, false);
+  return make_matmul(out.dtype, m, k, n, ta, tb, false, false);
 }
 
 Kernel prepare_linear(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
   const int64_t m = out.shape[0], n = out.shape[1], k = in[0].shape[1];
   if (m == 0 || n == 0) return [](const void* const*, void*) {};
-  return make_matmul(m, k, n, false, true, true, a.i(0) == 1);
+  return make_matmul(out.dtype, m, k, n, false, true, true, a.i(0) == 1);
 }
 
 }  // namespace hg::kernels

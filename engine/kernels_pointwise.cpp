@@ -1,7 +1,10 @@
-// Element-wise kernels: broadcasting binary ops, scale, relu, copies and expand.
+// Element-wise kernels: broadcasting binary ops, scale, relu, copies, expand and casts,
+// templated over the dtypes (bf16/f16 are computed in float).
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
+#include "engine/dtype_dispatch.h"
 #include "engine/kernels.h"
 
 namespace hg::kernels {
@@ -16,8 +19,8 @@ Shape broadcast_strides(const Shape& s, const Shape& out) {
 
 namespace {
 
-// Calls f(out_index, a_offset, b_offset, inner, a_step, b_step) for each contiguous run of the
-// innermost output dimension.
+// Calls f(out_offset, a_offset, b_offset, inner, a_step, b_step) for each contiguous run of
+// the innermost output dimension.
 template <class F>
 void for_each_run(const Shape& out, const Shape& sa, const Shape& sb, F&& f) {
   const int64_t n = numel(out);
@@ -40,62 +43,74 @@ void for_each_run(const Shape& out, const Shape& sa, const Shape& sb, F&& f) {
   }
 }
 
-template <class Op>
+template <class T, class Op>
 Kernel binary_kernel(const TensorMeta& a, const TensorMeta& b, const TensorMeta& out, Op op) {
   if (a.shape == b.shape) {
     return [n = out.numel(), op](const void* const* in, void* o) {
-      const float* x = static_cast<const float*>(in[0]);
-      const float* y = static_cast<const float*>(in[1]);
-      float* z = static_cast<float*>(o);
-      for (int64_t i = 0; i < n; ++i) z[i] = op(x[i], y[i]);
+      const T* x = static_cast<const T*>(in[0]);
+      const T* y = static_cast<const T*>(in[1]);
+      T* z = static_cast<T*>(o);
+      for (int64_t i = 0; i < n; ++i) z[i] = store<T>(op(load(x[i]), load(y[i])));
     };
   }
   return [shape = out.shape, sa = broadcast_strides(a.shape, out.shape), sb = broadcast_strides(b.shape, out.shape),
           op](const void* const* in, void* o) {
-    const float* x = static_cast<const float*>(in[0]);
-    const float* y = static_cast<const float*>(in[1]);
-    float* z = static_cast<float*>(o);
+    const T* x = static_cast<const T*>(in[0]);
+    const T* y = static_cast<const T*>(in[1]);
+    T* z = static_cast<T*>(o);
     for_each_run(shape, sa, sb, [&](int64_t base, int64_t oa, int64_t ob, int64_t inner, int64_t da, int64_t db) {
-      for (int64_t i = 0; i < inner; ++i) z[base + i] = op(x[oa + i * da], y[ob + i * db]);
+      for (int64_t i = 0; i < inner; ++i) z[base + i] = store<T>(op(load(x[oa + i * da]), load(y[ob + i * db])));
     });
+  };
+}
+
+template <class T, class Op>
+Kernel unary_kernel(int64_t n, Op op) {
+  return [n, op](const void* const* in, void* o) {
+    const T* x = static_cast<const T*>(in[0]);
+    T* z = static_cast<T*>(o);
+    for (int64_t i = 0; i < n; ++i) z[i] = store<T>(op(load(x[i])));
   };
 }
 
 }  // namespace
 
 Kernel prepare_binary(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
-  switch (static_cast<BinaryOp>(a.i(0))) {
-    case BinaryOp::Add: return binary_kernel(in[0], in[1], out, [](float x, float y) { return x + y; });
-    case BinaryOp::Sub: return binary_kernel(in[0], in[1], out, [](float x, float y) { return x - y; });
-    case BinaryOp::Mul: return binary_kernel(in[0], in[1], out, [](float x, float y) { return x * y; });
-  }
-  return nullptr;
+  return visit_dtype(out.dtype, [&]<class T>(Type<T>) -> Kernel {
+    using C = compute_t<T>;
+    switch (static_cast<BinaryOp>(a.i(0))) {
+      case BinaryOp::Add: return binary_kernel<T>(in[0], in[1], out, [](C x, C y) { return C(x + y); });
+      case BinaryOp::Sub: return binary_kernel<T>(in[0], in[1], out, [](C x, C y) { return C(x - y); });
+      case BinaryOp::Mul: return binary_kernel<T>(in[0], in[1], out, [](C x, C y) { return C(x * y); });
+    }
+    return nullptr;
+  });
 }
 
 Kernel prepare_scale(const std::vector<TensorMeta>&, const TensorMeta& out, const Attrs& a) {
-  return [n = out.numel(), s = static_cast<float>(a.f(0))](const void* const* in, void* o) {
-    const float* x = static_cast<const float*>(in[0]);
-    float* z = static_cast<float*>(o);
-    for (int64_t i = 0; i < n; ++i) z[i] = x[i] * s;
-  };
+  return visit_dtype(out.dtype, [&]<class T>(Type<T>) -> Kernel {
+    using C = compute_t<T>;
+    return unary_kernel<T>(out.numel(), [s = static_cast<C>(a.f(0))](C x) { return C(x * s); });
+  });
 }
 
 Kernel prepare_relu(const std::vector<TensorMeta>&, const TensorMeta& out, const Attrs&) {
-  return [n = out.numel()](const void* const* in, void* o) {
-    const float* x = static_cast<const float*>(in[0]);
-    float* z = static_cast<float*>(o);
-    for (int64_t i = 0; i < n; ++i) z[i] = std::max(x[i], 0.0f);
-  };
+  return visit_dtype(out.dtype, [&]<class T>(Type<T>) -> Kernel {
+    using C = compute_t<T>;
+    return unary_kernel<T>(out.numel(), [](C x) { return std::max(x, C(0)); });
+  });
 }
 
 // inputs: grad, x
 Kernel prepare_relu_backward(const std::vector<TensorMeta>&, const TensorMeta& out, const Attrs&) {
-  return [n = out.numel()](const void* const* in, void* o) {
-    const float* g = static_cast<const float*>(in[0]);
-    const float* x = static_cast<const float*>(in[1]);
-    float* z = static_cast<float*>(o);
-    for (int64_t i = 0; i < n; ++i) z[i] = x[i] > 0.0f ? g[i] : 0.0f;
-  };
+  return visit_dtype(out.dtype, [&]<class T>(Type<T>) -> Kernel {
+    return [n = out.numel()](const void* const* in, void* o) {
+      const T* g = static_cast<const T*>(in[0]);
+      const T* x = static_cast<const T*>(in[1]);
+      T* z = static_cast<T*>(o);
+      for (int64_t i = 0; i < n; ++i) z[i] = load(x[i]) > 0 ? g[i] : store<T>(0);
+    };
+  });
 }
 
 Kernel prepare_copy(const std::vector<TensorMeta>&, const TensorMeta& out, const Attrs&) {
@@ -105,13 +120,44 @@ Kernel prepare_copy(const std::vector<TensorMeta>&, const TensorMeta& out, const
 }
 
 Kernel prepare_expand(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs&) {
-  return [shape = out.shape, sa = broadcast_strides(in[0].shape, out.shape)](const void* const* in, void* o) {
-    const float* x = static_cast<const float*>(in[0]);
-    float* z = static_cast<float*>(o);
+  return [shape = out.shape, sa = broadcast_strides(in[0].shape, out.shape),
+          elem = static_cast<int64_t>(dtype_size(out.dtype))](const void* const* in, void* o) {
+    const char* x = static_cast<const char*>(in[0]);
+    char* z = static_cast<char*>(o);
     for_each_run(shape, sa, sa, [&](int64_t base, int64_t oa, int64_t, int64_t inner, int64_t da, int64_t) {
-      for (int64_t i = 0; i < inner; ++i) z[base + i] = x[oa + i * da];
+      if (da == 1) std::memcpy(z + base * elem, x + oa * elem, inner * elem);
+      else
+        for (int64_t i = 0; i < inner; ++i) std::memcpy(z + (base + i) * elem, x + (oa + i * da) * elem, elem);
     });
   };
+}
+
+// Casts between any two dtypes: integers through int64, floats through double.
+Kernel prepare_cast(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs&) {
+  if (in[0].dtype == out.dtype) return prepare_copy(in, out, {});
+  return visit_dtype(in[0].dtype, [&]<class S>(Type<S>) -> Kernel {
+    return visit_dtype(out.dtype, [&]<class D>(Type<D>) -> Kernel {
+      return [n = out.numel()](const void* const* inp, void* o) {
+        const S* x = static_cast<const S*>(inp[0]);
+        D* z = static_cast<D*>(o);
+        using Via = std::conditional_t<std::is_floating_point_v<compute_t<S>> || std::is_floating_point_v<compute_t<D>>,
+                                       double, int64_t>;
+        for (int64_t i = 0; i < n; ++i) {
+          Via v = static_cast<Via>(load(x[i]));
+          if constexpr (std::is_same_v<Via, double> && !std::is_floating_point_v<compute_t<D>> &&
+                        !std::is_same_v<D, boolean>) {  // saturate: NaN -> 0, out of range -> the limit
+            using L = std::numeric_limits<D>;
+            v = v != v ? 0.0 : std::clamp(v, static_cast<double>(L::lowest()), static_cast<double>(L::max()));
+            if (v >= static_cast<double>(L::max())) {
+              z[i] = L::max();
+              continue;
+            }
+          }
+          z[i] = store<D>(v);
+        }
+      };
+    });
+  });
 }
 
 }  // namespace hg::kernels

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <limits>
 
+#include "engine/dtype_dispatch.h"
 #include "engine/kernels.h"
 #include "engine/ops.h"
 
@@ -34,24 +35,27 @@ void for_each_row(const Split& sp, F&& f) {
 }  // namespace
 
 Kernel prepare_sum_to(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs&) {
-  return [shape = in[0].shape, so = broadcast_strides(out.shape, in[0].shape), nout = out.numel()](
-             const void* const* inp, void* o) {
-    const float* x = static_cast<const float*>(inp[0]);
-    float* z = static_cast<float*>(o);
-    std::fill(z, z + nout, 0.0f);
-    const int64_t n = numel(shape);
-    const size_t nd = shape.size();
-    std::vector<int64_t> idx(nd, 0);
-    for (int64_t k = 0; k < n; ++k) {
-      int64_t off = 0;
-      for (size_t d = 0; d < nd; ++d) off += idx[d] * so[d];
-      z[off] += x[k];
-      for (size_t d = nd; d-- > 0;) {
-        if (++idx[d] < shape[d]) break;
-        idx[d] = 0;
+  return visit_dtype(out.dtype, [&]<class T>(Type<T>) -> Kernel {
+    return [shape = in[0].shape, so = broadcast_strides(out.shape, in[0].shape), nout = out.numel()](
+               const void* const* inp, void* o) {
+      const T* x = static_cast<const T*>(inp[0]);
+      T* z = static_cast<T*>(o);
+      std::vector<double> acc(static_cast<size_t>(nout), 0.0);
+      const int64_t n = numel(shape);
+      const size_t nd = shape.size();
+      std::vector<int64_t> idx(nd, 0);
+      for (int64_t k = 0; k < n; ++k) {
+        int64_t off = 0;
+        for (size_t d = 0; d < nd; ++d) off += idx[d] * so[d];
+        acc[off] += static_cast<double>(load(x[k]));
+        for (size_t d = nd; d-- > 0;) {
+          if (++idx[d] < shape[d]) break;
+          idx[d] = 0;
+        }
       }
-    }
-  };
+      for (int64_t i = 0; i < nout; ++i) z[i] = store<T>(acc[i]);
+    };
+  });
 }
 
 // attrs: ints {dim (kAllDims = all), keepdim, is_mean}

@@ -16,35 +16,53 @@ using namespace schema;
 
 // ---- inference ----
 
+// matmul/linear run in F32 and BF16 (oneDNN) and F64 (a plain loop, for gradient checks).
+void expect_matmul_dtypes(const OpSchema& op, const Metas& in) {
+  for (size_t i = 1; i < in.size(); ++i) expect_same_dtype(op, in, 0, i);
+  const DType t = in[0].dtype;
+  if (t != DType::F32 && t != DType::BF16 && t != DType::F64)
+    throw DTypeError(op_context(op, in) + ": supports F32, BF16 and F64");
+}
+
 TensorMeta infer_matmul(const OpSchema& op, const Metas& in, const Attrs& a) {
-  expect_dtype(op, in, 0, DType::F32), expect_dtype(op, in, 1, DType::F32);
+  expect_matmul_dtypes(op, in);
   expect_rank(op, in, 0, 2), expect_rank(op, in, 1, 2);
   const bool ta = a.i(0), tb = a.i(1);
   const int64_t m = in[0].shape[ta], k = in[0].shape[!ta], k2 = in[1].shape[tb], n = in[1].shape[!tb];
   if (k != k2) fail(op, in, "inner dimensions differ (" + std::to_string(k) + " vs " + std::to_string(k2) + ")");
-  return {{m, n}, DType::F32};
+  return {{m, n}, in[0].dtype};
 }
 
 TensorMeta infer_linear(const OpSchema& op, const Metas& in, const Attrs&) {
-  for (size_t i = 0; i < 3; ++i) expect_dtype(op, in, i, DType::F32);
+  expect_matmul_dtypes(op, in);
   expect_rank(op, in, 0, 2), expect_rank(op, in, 1, 2), expect_rank(op, in, 2, 1);
   if (in[0].shape[1] != in[1].shape[1])
     fail(op, in, "x has " + std::to_string(in[0].shape[1]) + " features but weight expects " +
                      std::to_string(in[1].shape[1]));
   if (in[2].shape[0] != in[1].shape[0]) fail(op, in, "bias length differs from weight rows");
-  return {{in[0].shape[0], in[1].shape[0]}, DType::F32};
+  return {{in[0].shape[0], in[1].shape[0]}, in[0].dtype};
 }
 
 TensorMeta infer_binary(const OpSchema& op, const Metas& in, const Attrs&) {
-  expect_dtype(op, in, 0, DType::F32), expect_dtype(op, in, 1, DType::F32);
-  return {broadcast_shape(op, in, in[0].shape, in[1].shape), DType::F32};
+  expect_same_dtype(op, in, 0, 1);
+  if (in[0].dtype == DType::BOOL || in[0].dtype == DType::U8)
+    throw DTypeError(op_context(op, in) + ": arithmetic on " + dtype_name(in[0].dtype) + " is not supported");
+  return {broadcast_shape(op, in, in[0].shape, in[1].shape), in[0].dtype};
 }
 
 TensorMeta infer_same(const OpSchema& op, const Metas& in, const Attrs&) {
-  expect_dtype(op, in, 0, DType::F32);
-  for (size_t i = 1; i < in.size(); ++i)
+  expect_float(op, in, 0);
+  for (size_t i = 1; i < in.size(); ++i) {
+    expect_same_dtype(op, in, 0, i);
     if (in[i].shape != in[0].shape) fail(op, in, "inputs must have the same shape");
+  }
   return in[0];
+}
+
+TensorMeta infer_cast(const OpSchema& op, const Metas& in, const Attrs& a) {
+  const int64_t t = a.i(0);
+  if (t < 0 || t > static_cast<int64_t>(DType::BOOL)) fail(op, in, "bad target dtype " + std::to_string(t));
+  return {in[0].shape, static_cast<DType>(t)};
 }
 
 TensorMeta infer_softmax(const OpSchema& op, const Metas& in, const Attrs& a) {
@@ -77,15 +95,14 @@ TensorMeta infer_argmax(const OpSchema& op, const Metas& in, const Attrs& a) {
 }
 
 TensorMeta infer_expand(const OpSchema& op, const Metas& in, const Attrs& a) {
-  Metas both{in[0], {a.ints, DType::F32}};
-  if (broadcast_shape(op, both, both[0].shape, both[1].shape) != a.ints) fail(op, in, "cannot expand to " + shape_str(a.ints));
-  return {a.ints, DType::F32};
+  if (broadcast_shape(op, in, in[0].shape, a.ints) != a.ints) fail(op, in, "cannot expand to " + shape_str(a.ints));
+  return {a.ints, in[0].dtype};
 }
 
 TensorMeta infer_sum_to(const OpSchema& op, const Metas& in, const Attrs& a) {
-  Metas both{{a.ints, DType::F32}, in[0]};
-  if (broadcast_shape(op, both, both[0].shape, both[1].shape) != in[0].shape) fail(op, in, "cannot sum to " + shape_str(a.ints));
-  return {a.ints, DType::F32};
+  expect_float(op, in, 0);
+  if (broadcast_shape(op, in, a.ints, in[0].shape) != in[0].shape) fail(op, in, "cannot sum to " + shape_str(a.ints));
+  return {a.ints, in[0].dtype};
 }
 
 TensorMeta infer_cross_entropy(const OpSchema& op, const Metas& in, const Attrs&) {
@@ -126,6 +143,10 @@ Ts bw_binary(const Ts& in, const Tensor& g, const Attrs& a) {
   return {};
 }
 
+Ts bw_cast(const Ts& in, const Tensor& g, const Attrs&) {
+  return {is_floating(in[0].dtype()) ? g.to(in[0].dtype()) : Tensor()};
+}
+
 Ts bw_scale(const Ts&, const Tensor& g, const Attrs& a) { return {ops::scale(g, a.f(0))}; }
 Ts bw_relu(const Ts& in, const Tensor& g, const Attrs&) { return {dispatch("relu_backward", {g, in[0]})}; }
 Ts bw_softmax(const Ts& in, const Tensor& g, const Attrs& a) { return {dispatch("softmax_backward", {g, in[0]}, a)}; }
@@ -160,6 +181,7 @@ void register_builtin_ops() {
 
 void register_core_ops() {
   namespace k = kernels;
+  register_op({"cast", 1, infer_cast, k::prepare_cast, bw_cast});
   register_op({"matmul", 2, infer_matmul, k::prepare_matmul, bw_matmul});
   register_op({"linear", 3, infer_linear, k::prepare_linear, bw_linear});
   register_op({"binary", 2, infer_binary, k::prepare_binary, bw_binary});

@@ -7,7 +7,8 @@ namespace hg::ops {
 
 namespace {
 Tensor binary(const Tensor& a, const Tensor& b, kernels::BinaryOp op) {
-  return dispatch("binary", {a, b}, Attrs{{static_cast<int64_t>(op)}, {}});
+  const DType t = promote_types(a.dtype(), b.dtype());
+  return dispatch("binary", {a.to(t), b.to(t)}, Attrs{{static_cast<int64_t>(op)}, {}});
 }
 int64_t norm(const Tensor& x, int64_t dim) { return dim < 0 && dim != kAllDims ? dim + x.ndim() : dim; }
 }  // namespace

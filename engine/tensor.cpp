@@ -149,6 +149,11 @@ Tensor Tensor::to(Device d) const {
   return out;
 }
 
+Tensor Tensor::to(DType t) const {
+  if (t == dtype()) return *this;
+  return dispatch("cast", {*this}, Attrs{{static_cast<int64_t>(t)}, {}});
+}
+
 Tensor Tensor::clone() const {
   Tensor src = contiguous();
   materialize(src);
@@ -224,7 +229,7 @@ void Tensor::copy_from(const Tensor& src) {
 }
 
 Tensor& Tensor::set_requires_grad(bool r) {
-  if (r && dtype() != DType::F32) throw DTypeError("requires_grad needs an F32 tensor");
+  if (r && !is_floating(dtype())) throw DTypeError(std::string("requires_grad needs a floating-point tensor, not ") + dtype_name(dtype()));
   impl_->requires_grad = r;
   return *this;
 }

@@ -73,6 +73,7 @@ class Tensor {
   Tensor transpose(int d0, int d1) const;
   Tensor contiguous() const;
   Tensor to(Device d) const;
+  Tensor to(DType t) const;  // a cast (differentiable between float types)
   Tensor clone() const;
   Tensor detach() const;  // same storage, no autograd history
 
