@@ -54,4 +54,3 @@ BENCHMARK(BM_MlpEagerCpu)->Arg(1)->Arg(8)->Arg(32)->Unit(benchmark::kMicrosecond
 BENCHMARK(BM_MlpEagerHpu)->Arg(1)->Arg(8)->Arg(32)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MlpLazyHpu)->Arg(1)->Arg(8)->Arg(32)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MlpGraphReplay)->Arg(1)->Arg(8)->Arg(32)->Unit(benchmark::kMicrosecond);
-BENCHMARK_MAIN();

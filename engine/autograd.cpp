@@ -51,7 +51,7 @@ void run_backward(const Tensor& root) {
         if (in.requires_grad() && !seen.count(in.impl())) stack.push_back({in.impl_ptr(), false});
   }
   std::reverse(order.begin(), order.end());
-  grads[root.impl()] = Tensor::full(root.shape(), 1.0f, root.device());
+  grads[root.impl()] = Tensor::full(root.shape(), 1.0f, root.device()).to(root.dtype());  // seed in the root's dtype
   for (const Impl& t : order) {
     auto it = grads.find(t.get());
     if (it == grads.end()) continue;

@@ -27,8 +27,19 @@ std::string Device::str() const { return kind == DeviceKind::CPU ? "cpu" : "hpu:
 
 // ---- MemoryPool --------------------------------------------------------------------------
 
+size_t MemoryPool::block_size(size_t bytes) {
+  if (bytes < (size_t{64} << 10)) return (bytes + 63) / 64 * 64 + 64;
+  size_t r = size_t{64} << 10;  // large blocks: the next size of the form 2^k or 1.5 * 2^k
+  while (r < bytes) r = (r & (r - 1)) ? (r / 3) * 4 : r + r / 2;
+  return r;
+}
+
+MemoryPool::~MemoryPool() { empty_cache(); }
+
 void* MemoryPool::allocate(size_t bytes) {
   const int64_t b = static_cast<int64_t>(bytes);
+  const size_t block = block_size(bytes);
+  void* p = nullptr;
   {
     std::lock_guard lk(mu_);
     if (s_.in_use + b > capacity_)
@@ -39,21 +50,45 @@ void* MemoryPool::allocate(size_t bytes) {
     s_.num_allocs++;
     s_.active_allocs++;
     s_.max_alloc_size = std::max(s_.max_alloc_size, b);
+    auto it = cache_.find(block);
+    if (it != cache_.end()) {
+      p = it->second;
+      cached_bytes_ -= block;
+      cache_.erase(it);
+    }
   }
-  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+  if (!p) p = std::aligned_alloc(64, block);
   if (!p) {
-    release(nullptr, bytes);
+    std::lock_guard lk(mu_);
+    s_.in_use -= b;
+    s_.num_allocs--;
+    s_.active_allocs--;
     throw OutOfMemoryError(name_ + ": host allocation of " + std::to_string(bytes) + " bytes failed");
   }
   return p;
 }
 
 void MemoryPool::release(void* p, size_t bytes) {
+  const size_t block = block_size(bytes);
+  {
+    std::lock_guard lk(mu_);
+    s_.in_use -= static_cast<int64_t>(bytes);
+    s_.num_frees++;
+    s_.active_allocs--;
+    if (block >= (size_t{64} << 10) && cached_bytes_ + block <= cache_limit_) {
+      cache_.emplace(block, p);
+      cached_bytes_ += block;
+      return;
+    }
+  }
   std::free(p);
+}
+
+void MemoryPool::empty_cache() {
   std::lock_guard lk(mu_);
-  s_.in_use -= static_cast<int64_t>(bytes);
-  s_.num_frees++;
-  s_.active_allocs--;
+  for (auto& [size, p] : cache_) std::free(p);
+  cache_.clear();
+  cached_bytes_ = 0;
 }
 
 MemoryStats MemoryPool::stats() const {

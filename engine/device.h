@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -40,19 +41,28 @@ struct MemoryStats {
           max_alloc_size = 0;
 };
 
-// A counted pool over host memory with a hard capacity.
+// A counted pool over host memory with a hard capacity. Freed blocks of 64 KiB and more are
+// kept (up to `cache_limit` bytes) and reused for requests of the same rounded size, so
+// eager ops do not pay fresh page faults for every large output; small blocks go straight
+// back to malloc, which caches them itself.
 class MemoryPool {
  public:
-  MemoryPool(std::string name, int64_t capacity) : name_(std::move(name)), capacity_(capacity) {}
+  MemoryPool(std::string name, int64_t capacity, size_t cache_limit = size_t{256} << 20)
+      : name_(std::move(name)), capacity_(capacity), cache_limit_(cache_limit) {}
+  ~MemoryPool();
   void* allocate(size_t bytes);  // 64-byte aligned; throws OutOfMemoryError past the capacity
   void release(void* p, size_t bytes);
   MemoryStats stats() const;
   void reset_peak();
+  void empty_cache();  // returns every cached block to the system
 
  private:
+  static size_t block_size(size_t bytes);
   std::string name_;
   mutable std::mutex mu_;
   int64_t capacity_;
+  size_t cache_limit_, cached_bytes_ = 0;
+  std::multimap<size_t, void*> cache_;  // block size -> free block
   MemoryStats s_;
 };
 

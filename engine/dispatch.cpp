@@ -98,9 +98,10 @@ Tensor dispatch(std::string_view op, std::vector<Tensor> inputs, const Attrs& at
 }
 
 Tensor dispatch(const OpSchema& op, std::vector<Tensor> inputs, const Attrs& attrs) {
-  if (static_cast<int>(inputs.size()) != op.num_inputs)
-    throw InvalidArgument("op '" + op.name + "' takes " + std::to_string(op.num_inputs) + " inputs, got " +
-                          std::to_string(inputs.size()));
+  if (op.num_inputs >= 0 ? static_cast<int>(inputs.size()) != op.num_inputs : inputs.empty())
+    throw InvalidArgument("op '" + op.name + "' takes " +
+                          (op.num_inputs >= 0 ? std::to_string(op.num_inputs) : std::string("one or more")) +
+                          " inputs, got " + std::to_string(inputs.size()));
   for (size_t i = 0; i < inputs.size(); ++i)
     if (!inputs[i].defined()) throw InvalidArgument("op '" + op.name + "': input " + std::to_string(i) + " is undefined");
   apply_autocast(op, inputs);

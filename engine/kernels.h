@@ -20,14 +20,13 @@ Kernel prepare_copy(const std::vector<TensorMeta>& in, const TensorMeta& out, co
 Kernel prepare_expand(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
 Kernel prepare_cast(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // any -> any
 
-// reductions, softmax, losses (kernels_reduce.cpp)
+// reductions, softmax (kernels_reduce.cpp)
 Kernel prepare_sum_to(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
-Kernel prepare_reduce(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // sum/mean
+// sum/mean/amax over axes and argmax: kernels_reduce_axes.cpp (attrs: kernels_shape.h)
+Kernel prepare_reduce(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
 Kernel prepare_argmax(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
 Kernel prepare_softmax(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // ints[1]: log
 Kernel prepare_softmax_backward(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
-Kernel prepare_cross_entropy(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
-Kernel prepare_cross_entropy_backward(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
 
 enum class BinaryOp : int64_t { Add = 0, Sub = 1, Mul = 2 };
 

@@ -1,4 +1,4 @@
-// Reductions, softmax and the cross-entropy loss.
+// Reductions and softmax (the losses are in kernels_loss.cpp).
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -58,39 +58,7 @@ Kernel prepare_sum_to(const std::vector<TensorMeta>& in, const TensorMeta& out, 
   });
 }
 
-// attrs: ints {dim (kAllDims = all), keepdim, is_mean}
-Kernel prepare_reduce(const std::vector<TensorMeta>& in, const TensorMeta&, const Attrs& a) {
-  const int64_t dim = a.i(0);
-  const bool mean = a.i(2);
-  const Split sp = dim == ops::kAllDims ? Split{1, in[0].numel(), 1} : split(in[0].shape, dim);
-  return [sp, mean](const void* const* inp, void* o) {
-    const float* x = static_cast<const float*>(inp[0]);
-    float* z = static_cast<float*>(o);
-    for (int64_t ou = 0; ou < sp.outer; ++ou)
-      for (int64_t i = 0; i < sp.inner; ++i) {
-        double acc = 0;
-        const float* row = x + ou * sp.n * sp.inner + i;
-        for (int64_t j = 0; j < sp.n; ++j) acc += row[j * sp.inner];
-        z[ou * sp.inner + i] = static_cast<float>(mean ? (sp.n ? acc / sp.n : NAN) : acc);
-      }
-  };
-}
-
-Kernel prepare_argmax(const std::vector<TensorMeta>& in, const TensorMeta&, const Attrs& a) {
-  const Split sp = split(in[0].shape, a.i(0));
-  return [sp](const void* const* inp, void* o) {
-    const float* x = static_cast<const float*>(inp[0]);
-    int64_t* z = static_cast<int64_t*>(o);
-    for (int64_t ou = 0; ou < sp.outer; ++ou)
-      for (int64_t i = 0; i < sp.inner; ++i) {
-        const float* row = x + ou * sp.n * sp.inner + i;
-        int64_t best = 0;
-        for (int64_t j = 1; j < sp.n; ++j)
-          if (row[j * sp.inner] > row[best * sp.inner]) best = j;
-        z[ou * sp.inner + i] = best;
-      }
-  };
-}
+// prepare_reduce and prepare_argmax (axis reductions) are in kernels_reduce_axes.cpp.
 
 namespace {
 // Writes softmax (or log-softmax) of one strided row.
@@ -134,40 +102,6 @@ Kernel prepare_softmax_backward(const std::vector<TensorMeta>& in, const TensorM
         dx[k] = log ? g[k] - std::exp(dx[k]) * static_cast<float>(dot) : dx[k] * (g[k] - static_cast<float>(dot));
       }
     });
-  };
-}
-
-// inputs: logits [N, C], target I64 [N]; output: scalar mean loss. An out-of-range target
-// makes the loss NaN (kernels cannot throw; callers validate labels up front).
-Kernel prepare_cross_entropy(const std::vector<TensorMeta>& in, const TensorMeta&, const Attrs&) {
-  return [n = in[0].shape[0], c = in[0].shape[1]](const void* const* inp, void* o) {
-    const float* x = static_cast<const float*>(inp[0]);
-    const int64_t* t = static_cast<const int64_t*>(inp[1]);
-    std::vector<float> row(c);
-    double acc = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      if (t[i] < 0 || t[i] >= c) {
-        acc = NAN;
-        break;
-      }
-      softmax_row(x + i * c, row.data(), c, 1, true);
-      acc -= row[t[i]];
-    }
-    *static_cast<float*>(o) = static_cast<float>(n ? acc / n : NAN);
-  };
-}
-
-// inputs: logits, target, grad (scalar); output: d loss / d logits.
-Kernel prepare_cross_entropy_backward(const std::vector<TensorMeta>& in, const TensorMeta&, const Attrs&) {
-  return [n = in[0].shape[0], c = in[0].shape[1]](const void* const* inp, void* o) {
-    const float* x = static_cast<const float*>(inp[0]);
-    const int64_t* t = static_cast<const int64_t*>(inp[1]);
-    const float g = *static_cast<const float*>(inp[2]) / static_cast<float>(n);
-    float* dx = static_cast<float*>(o);
-    for (int64_t i = 0; i < n; ++i) {
-      softmax_row(x + i * c, dx + i * c, c, 1, false);
-      for (int64_t j = 0; j < c; ++j) dx[i * c + j] = (dx[i * c + j] - (j == t[i] ? 1.0f : 0.0f)) * g;
-    }
   };
 }
 

@@ -37,7 +37,7 @@ using BackwardFn = std::vector<Tensor> (*)(const std::vector<Tensor>& in, const 
 
 struct OpSchema {
   std::string name;
-  int num_inputs;
+  int num_inputs;  // -1: variadic (one or more inputs)
   InferFn infer;
   PrepareFn prepare;
   BackwardFn backward = nullptr;  // null: not differentiable

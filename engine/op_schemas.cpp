@@ -76,24 +76,6 @@ TensorMeta infer_reshape(const OpSchema& op, const Metas& in, const Attrs& a) {
   return {a.ints, in[0].dtype};
 }
 
-TensorMeta infer_reduce(const OpSchema& op, const Metas& in, const Attrs& a) {
-  expect_dtype(op, in, 0, DType::F32);
-  if (a.i(0) == ops::kAllDims) return {a.i(1) ? Shape(in[0].shape.size(), 1) : Shape{}, DType::F32};
-  Shape s = in[0].shape;
-  const int64_t d = norm_dim(op, in, a.i(0));
-  if (a.i(1)) s[d] = 1;
-  else s.erase(s.begin() + d);
-  return {s, DType::F32};
-}
-
-TensorMeta infer_argmax(const OpSchema& op, const Metas& in, const Attrs& a) {
-  Shape s = in[0].shape;
-  const int64_t d = norm_dim(op, in, a.i(0));
-  if (s[d] == 0) fail(op, in, "argmax over an empty dimension");
-  s.erase(s.begin() + d);
-  return {s, DType::I64};
-}
-
 TensorMeta infer_expand(const OpSchema& op, const Metas& in, const Attrs& a) {
   if (broadcast_shape(op, in, in[0].shape, a.ints) != a.ints) fail(op, in, "cannot expand to " + shape_str(a.ints));
   return {a.ints, in[0].dtype};
@@ -103,15 +85,6 @@ TensorMeta infer_sum_to(const OpSchema& op, const Metas& in, const Attrs& a) {
   expect_float(op, in, 0);
   if (broadcast_shape(op, in, a.ints, in[0].shape) != in[0].shape) fail(op, in, "cannot sum to " + shape_str(a.ints));
   return {a.ints, in[0].dtype};
-}
-
-TensorMeta infer_cross_entropy(const OpSchema& op, const Metas& in, const Attrs&) {
-  expect_dtype(op, in, 0, DType::F32), expect_dtype(op, in, 1, DType::I64);
-  expect_rank(op, in, 0, 2), expect_rank(op, in, 1, 1);
-  if (in[1].shape[0] != in[0].shape[0]) fail(op, in, "target length differs from the batch size");
-  if (in[0].shape[1] == 0) fail(op, in, "no classes");
-  if (in.size() == 3 && in[2].numel() != 1) fail(op, in, "grad must have one element");
-  return in.size() == 3 ? in[0] : TensorMeta{{}, DType::F32};
 }
 
 // ---- backward ----
@@ -154,29 +127,13 @@ Ts bw_reshape(const Ts& in, const Tensor& g, const Attrs&) { return {g.reshape(i
 Ts bw_expand(const Ts& in, const Tensor& g, const Attrs&) { return {ops::sum_to(g, in[0].shape())}; }
 Ts bw_sum_to(const Ts& in, const Tensor& g, const Attrs&) { return {ops::expand(g, in[0].shape())}; }
 
-Ts bw_reduce(const Ts& in, const Tensor& g, const Attrs& a) {
-  const Shape& xs = in[0].shape();
-  Shape keep = xs;
-  int64_t count = in[0].numel();
-  if (a.i(0) == ops::kAllDims) {
-    std::fill(keep.begin(), keep.end(), 1);
-  } else {
-    const int64_t d = a.i(0);
-    count = xs[d];
-    keep[d] = 1;
-  }
-  Tensor e = ops::expand(g.reshape(keep), xs);
-  return {a.i(2) ? ops::scale(e, count ? 1.0 / static_cast<double>(count) : 0.0) : e};
-}
-
-Ts bw_cross_entropy(const Ts& in, const Tensor& g, const Attrs&) {
-  return {dispatch("cross_entropy_backward", {in[0], in[1], g}), Tensor()};
-}
-
 }  // namespace
 
 void register_builtin_ops() {
   register_core_ops();
+  register_act_ops();
+  register_nn_ops();
+  register_shape_ops();
 }
 
 void register_core_ops() {
@@ -191,12 +148,8 @@ void register_core_ops() {
   register_op({"softmax", 1, infer_softmax, k::prepare_softmax, bw_softmax});
   register_op({"softmax_backward", 2, infer_softmax, k::prepare_softmax_backward});
   register_op({"reshape", 1, infer_reshape, k::prepare_copy, bw_reshape});
-  register_op({"reduce", 1, infer_reduce, k::prepare_reduce, bw_reduce});
-  register_op({"argmax", 1, infer_argmax, k::prepare_argmax});
   register_op({"expand", 1, infer_expand, k::prepare_expand, bw_expand});
   register_op({"sum_to", 1, infer_sum_to, k::prepare_sum_to, bw_sum_to});
-  register_op({"cross_entropy", 2, infer_cross_entropy, k::prepare_cross_entropy, bw_cross_entropy});
-  register_op({"cross_entropy_backward", 3, infer_cross_entropy, k::prepare_cross_entropy_backward});
 }
 
 }  // namespace hg

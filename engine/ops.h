@@ -6,6 +6,8 @@
 //   auto p = softmax(logits, -1);
 #pragma once
 #include "engine/tensor.h"
+#include "engine/ops_act.h"
+#include "engine/ops_nn.h"
 
 namespace hg::ops {
 
@@ -20,7 +22,6 @@ Tensor scale(const Tensor& a, double s);
 Tensor relu(const Tensor& x);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
-Tensor cross_entropy(const Tensor& logits, const Tensor& target);  // mean over the batch
 Tensor sum(const Tensor& x, int64_t dim = kAllDims, bool keepdim = false);
 Tensor mean(const Tensor& x, int64_t dim = kAllDims, bool keepdim = false);
 Tensor expand(const Tensor& x, const Shape& shape);   // broadcast to `shape` (copies)
@@ -28,3 +29,5 @@ Tensor sum_to(const Tensor& x, const Shape& shape);   // the reverse: sum broadc
 Tensor argmax(const Tensor& x, int64_t dim);          // I64
 
 }  // namespace hg::ops
+
+#include "engine/ops_shape.h"  // permute, slice, concat, axis reductions, bmm, attention (needs kAllDims)

@@ -119,6 +119,12 @@ Tensor Tensor::transpose(int d0, int d1) const {
   if (d1 < 0) d1 += n;
   if (d0 < 0 || d1 < 0 || d0 >= n || d1 >= n)
     throw ShapeError("transpose: dims out of range for shape " + shape_str(shape()));
+  if (requires_grad() && grad_mode_enabled()) {  // a copy through the permute op keeps the history
+    Shape perm(n);
+    for (int i = 0; i < n; ++i) perm[i] = i;
+    std::swap(perm[d0], perm[d1]);
+    return dispatch("permute", {*this}, Attrs{perm, {}});
+  }
   if (is_lazy()) materialize(*this);
   auto v = std::make_shared<TensorImpl>(*impl_);
   std::swap(v->meta.shape[d0], v->meta.shape[d1]);

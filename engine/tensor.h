@@ -70,7 +70,7 @@ class Tensor {
 
   // Views share storage; on a lazy or non-contiguous tensor reshape copies.
   Tensor reshape(const Shape& shape) const;
-  Tensor transpose(int d0, int d1) const;
+  Tensor transpose(int d0, int d1) const;  // on a tensor that requires grad (grad mode on): a copy with history
   Tensor contiguous() const;
   Tensor to(Device d) const;
   Tensor to(DType t) const;  // a cast (differentiable between float types)

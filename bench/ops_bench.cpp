@@ -1,0 +1,141 @@
+// Engine micro-benchmarks: eager dispatch overhead on tiny tensors, and matmul and conv2d
+// GFLOP/s through hgraph against oneDNN called directly (no hgraph around it).
+//
+//   OMP_NUM_THREADS=1 ./build/bench/hg_bench --benchmark_filter='Dispatch|Matmul|Conv'
+//   (bench/run_ops.sh adds PyTorch and prints the ratios)
+#include <benchmark/benchmark.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+#include <random>
+
+#include "engine/autograd.h"
+#include "engine/ops.h"
+#include "engine/ops_nn.h"
+
+namespace {
+
+hg::Tensor rand_tensor(const hg::Shape& s, hg::Device d = hg::Device::cpu()) {
+  std::mt19937 rng(0);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(static_cast<size_t>(hg::numel(s)));
+  for (auto& x : v) x = u(rng);
+  return hg::Tensor::from_vector(v, s, d);
+}
+
+// One small op per iteration, result kept so allocation and free are counted too.
+void BM_DispatchAdd(benchmark::State& st) {
+  hg::NoGradGuard g;
+  hg::Tensor a = rand_tensor({4}), b = rand_tensor({4});
+  for (auto _ : st) benchmark::DoNotOptimize(hg::ops::add(a, b));
+}
+BENCHMARK(BM_DispatchAdd)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+void BM_DispatchRelu(benchmark::State& st) {
+  hg::NoGradGuard g;
+  hg::Tensor a = rand_tensor({4});
+  for (auto _ : st) benchmark::DoNotOptimize(hg::ops::relu(a));
+}
+BENCHMARK(BM_DispatchRelu)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+void set_flops(benchmark::State& st, int64_t n) {
+  st.counters["GFLOPs"] = benchmark::Counter(2.0 * n * n * n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_MatmulHgraph(benchmark::State& st) {
+  const int64_t n = st.range(0);
+  hg::NoGradGuard g;
+  hg::Tensor a = rand_tensor({n, n}), b = rand_tensor({n, n});
+  for (auto _ : st) benchmark::DoNotOptimize(hg::ops::matmul(a, b));
+  set_flops(st, n);
+}
+
+void BM_MatmulOneDnnDirect(benchmark::State& st) {
+  const int64_t n = st.range(0);
+  using namespace dnnl;
+  engine eng(engine::kind::cpu, 0);
+  stream s(eng);
+  memory::desc md({n, n}, memory::data_type::f32, memory::format_tag::ab);
+  matmul prim(matmul::primitive_desc(matmul::desc(md, md, md), eng));
+  hg::Tensor a = rand_tensor({n, n}), b = rand_tensor({n, n}), c = rand_tensor({n, n});
+  memory ma(md, eng, a.raw_data()), mb(md, eng, b.raw_data()), mc(md, eng, c.raw_data());
+  for (auto _ : st) {
+    prim.execute(s, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+    s.wait();
+  }
+  set_flops(st, n);
+}
+
+}  // namespace
+
+BENCHMARK(BM_MatmulHgraph)->RangeMultiplier(2)->Range(64, 2048)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MatmulOneDnnDirect)->RangeMultiplier(2)->Range(64, 2048)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// conv2d on ResNet-18's layer shapes (batch 1, 224x224 input): hgraph eager against oneDNN
+// called directly with NCHW activations and weights reordered once to oneDNN's preferred
+// layout (the best a direct caller gets with user-facing NCHW tensors).
+namespace {
+
+struct ConvShape {
+  const char* name;
+  int64_t in, out, k, stride, hw;
+};
+constexpr ConvShape kConvShapes[] = {
+    {"conv1", 3, 64, 7, 2, 224},        {"layer1", 64, 64, 3, 1, 56},     {"layer2_down", 64, 128, 3, 2, 56},
+    {"layer2", 128, 128, 3, 1, 28},     {"layer3_down", 128, 256, 3, 2, 28}, {"layer3", 256, 256, 3, 1, 14},
+    {"layer4_down", 256, 512, 3, 2, 14}, {"layer4", 512, 512, 3, 1, 7}};
+
+int64_t conv_out(const ConvShape& c) { return (c.hw + 2 * (c.k / 2) - c.k) / c.stride + 1; }
+
+void set_conv_flops(benchmark::State& st, const ConvShape& c) {
+  const double ho = static_cast<double>(conv_out(c));
+  st.counters["GFLOPs"] = benchmark::Counter(2.0 * c.out * ho * ho * c.in * c.k * c.k / 1e9,
+                                             benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void conv_hgraph(benchmark::State& st, ConvShape c) {
+  hg::NoGradGuard g;
+  hg::Tensor x = rand_tensor({1, c.in, c.hw, c.hw}), w = rand_tensor({c.out, c.in, c.k, c.k});
+  for (auto _ : st) benchmark::DoNotOptimize(hg::ops::conv2d(x, w, {c.stride, c.stride}, {c.k / 2, c.k / 2}));
+  set_conv_flops(st, c);
+}
+
+void conv_onednn(benchmark::State& st, ConvShape c) {
+  using namespace dnnl;
+  using tag = memory::format_tag;
+  engine eng(engine::kind::cpu, 0);
+  stream s(eng);
+  const int64_t ho = conv_out(c), p = c.k / 2;
+  memory::desc src({1, c.in, c.hw, c.hw}, memory::data_type::f32, tag::nchw);
+  memory::desc dst({1, c.out, ho, ho}, memory::data_type::f32, tag::nchw);
+  memory::desc wany({c.out, c.in, c.k, c.k}, memory::data_type::f32, tag::any);
+  convolution_forward::primitive_desc pd(
+      convolution_forward::desc(prop_kind::forward_inference, algorithm::convolution_direct, src, wany, dst,
+                                {c.stride, c.stride}, {p, p}, {p, p}),
+      eng);
+  hg::Tensor x = rand_tensor({1, c.in, c.hw, c.hw}), w = rand_tensor({c.out, c.in, c.k, c.k}),
+             y = rand_tensor({1, c.out, ho, ho});
+  memory user_w({{c.out, c.in, c.k, c.k}, memory::data_type::f32, tag::oihw}, eng, w.raw_data());
+  memory packed_w(pd.weights_desc(), eng);
+  reorder(user_w, packed_w).execute(s, user_w, packed_w);
+  memory mx(src, eng, x.raw_data()), my(dst, eng, y.raw_data());
+  convolution_forward prim(pd);
+  for (auto _ : st) {
+    prim.execute(s, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, packed_w}, {DNNL_ARG_DST, my}});
+    s.wait();
+  }
+  set_conv_flops(st, c);
+}
+
+const bool kConvRegistered = [] {
+  for (const ConvShape& c : kConvShapes) {
+    benchmark::RegisterBenchmark((std::string("BM_ConvHgraph/") + c.name).c_str(), conv_hgraph, c)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark((std::string("BM_ConvOneDnnDirect/") + c.name).c_str(), conv_onednn, c)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+  return true;
+}();
+
+}  // namespace

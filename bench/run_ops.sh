@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Engine benchmark with peers in one run: hgraph eager ops and oneDNN called directly
+# (hg_bench) against PyTorch (bench/torch_ops.py), same shapes, THREADS threads (default 1).
+# Prints microseconds / GFLOP/s and the ratios hgraph/PyTorch and hgraph/oneDNN-direct.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+threads=${1:-1}
+export OMP_NUM_THREADS=$threads
+export LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+./build/bench/hg_bench --benchmark_filter='Dispatch|Matmul|Conv' --benchmark_format=json \
+  --benchmark_min_time=0.3 > /tmp/hg_ops_bench.json
+/usr/bin/python3 bench/torch_ops.py "$threads" conv > /tmp/torch_ops_bench.jsonl
+/usr/bin/python3 - "$threads" <<'PY'
+import json, sys
+hg = {b["name"].replace("BM_", ""): b for b in json.load(open("/tmp/hg_ops_bench.json"))["benchmarks"]}
+pt = {j["name"]: j for j in map(json.loads, open("/tmp/torch_ops_bench.jsonl"))}
+print(f"threads={sys.argv[1]}")
+print("dispatch overhead (us per op; ratio = PyTorch / hgraph, > 1: hgraph cheaper)")
+for op in ("DispatchAdd", "DispatchRelu"):
+    h, p = hg[op]["real_time"], pt[op]["us"]
+    print(f"  {op:14s} hgraph {h:7.2f}  pytorch {p:7.2f}  ratio {p / h:.2f}")
+for kind in ("Matmul", "Conv"):
+    rows = sorted({k.split("/")[1] for k in hg if k.startswith(kind + "Hgraph/")},
+                  key=lambda s: (len(s), s))
+    if not rows:
+        continue
+    print(f"{kind} GFLOP/s: hgraph, oneDNN direct, PyTorch; hgraph/oneDNN, hgraph/PyTorch")
+    for r in rows:
+        h = hg[f"{kind}Hgraph/{r}"]["GFLOPs"]
+        d = hg[f"{kind}OneDnnDirect/{r}"]["GFLOPs"]
+        p = pt[f"{kind}/{r}"]["gflops"]
+        print(f"  {r:>12s} {h:8.1f} {d:8.1f} {p:8.1f}   {h / d:5.2f} {h / p:5.2f}")
+PY

@@ -1,0 +1,73 @@
+// Batched matmul through one oneDNN matmul primitive: batch dims broadcast (a size-1 batch dim
+// of either operand is reused) and transposed operands are expressed with strides.
+#include <cstring>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "engine/error.h"
+#include "engine/kernels_shape.h"
+
+namespace hg::kernels {
+
+namespace {
+
+dnnl::engine& bmm_engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+dnnl::stream& bmm_stream() {
+  thread_local dnnl::stream s(bmm_engine());
+  return s;
+}
+
+// The logical [batch..., r, c] view of an operand stored as `shape` (rank <= out rank), padded
+// with leading size-1 dims to `rank`; `transposed`: the last two dims are stored swapped.
+dnnl::memory::desc operand_md(const Shape& shape, size_t rank, bool transposed, dnnl::memory::data_type t) {
+  Shape dims(rank - shape.size(), 1);
+  dims.insert(dims.end(), shape.begin(), shape.end());
+  Shape strides = contiguous_strides(dims);
+  if (transposed) {
+    std::swap(dims[rank - 2], dims[rank - 1]);
+    std::swap(strides[rank - 2], strides[rank - 1]);
+  }
+  return dnnl::memory::desc(dims, t, strides);
+}
+
+struct BmmKernel {
+  dnnl::matmul prim;
+  dnnl::memory::desc a_md, b_md, c_md;
+  void operator()(const void* const* in, void* out) const {
+    auto& eng = bmm_engine();
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(a_md, eng, const_cast<void*>(in[0]))},
+                                               {DNNL_ARG_WEIGHTS, dnnl::memory(b_md, eng, const_cast<void*>(in[1]))},
+                                               {DNNL_ARG_DST, dnnl::memory(c_md, eng, out)}};
+    auto& s = bmm_stream();
+    prim.execute(s, args);
+    s.wait();
+  }
+};
+
+}  // namespace
+
+// inputs: a, b (same dtype, F32 or BF16); ints: trans_a, trans_b. Shapes were checked by infer.
+Kernel prepare_bmm(const Metas& in, const TensorMeta& out, const Attrs& a) {
+  const bool ta = a.i(0), tb = a.i(1);
+  const Shape& sa = in[0].shape;
+  const int64_t k = ta ? sa[sa.size() - 2] : sa[sa.size() - 1];
+  if (out.numel() == 0) return [](const void* const*, void*) {};
+  if (k == 0) return [bytes = out.bytes()](const void* const*, void* o) { std::memset(o, 0, bytes); };
+  const auto t = out.dtype == DType::BF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+  const size_t rank = out.shape.size();
+  BmmKernel bk;
+  bk.a_md = operand_md(in[0].shape, rank, ta, t);
+  bk.b_md = operand_md(in[1].shape, rank, tb, t);
+  bk.c_md = dnnl::memory::desc(out.shape, t, contiguous_strides(out.shape));
+  try {
+    bk.prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(bk.a_md, bk.b_md, bk.c_md), bmm_engine()));
+  } catch (const dnnl::error& e) {
+    throw InternalError(std::string("bmm: oneDNN has no matmul for these operands: ") + e.what());
+  }
+  return bk;
+}
+
+}  // namespace hg::kernels

@@ -1,0 +1,258 @@
+// conv2d forward / backward-data / backward-weights through oneDNN, the per-channel sum that
+// gives bias gradients, and the oneDNN toolkit of the nn family (engine, stream, scratch,
+// DnnlStep).
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <unordered_map>
+
+#include "engine/dtype_dispatch.h"
+#include "engine/error.h"
+#include "engine/kernels_nn.h"
+
+namespace hg::kernels::nn {
+
+// ---- toolkit ----
+
+dnnl::engine& dnnl_engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+dnnl::stream& dnnl_stream() {
+  thread_local dnnl::stream s(dnnl_engine());
+  return s;
+}
+
+dnnl::memory::data_type dnnl_dtype(DType t) {
+  return t == DType::BF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+}
+
+dnnl::memory::desc plain_md(const Shape& dims, DType t) {
+  return dnnl::memory::desc(dims, dnnl_dtype(t), contiguous_strides(dims));
+}
+
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+void* scratch(int slot, size_t bytes) {
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  struct Buf {
+    std::unique_ptr<void, Free> p;
+    size_t n = 0;
+  };
+  thread_local Buf bufs[kScratchSlots];
+  Buf& b = bufs[slot];
+  if (b.n < bytes || !b.p) {
+    const size_t n = (std::max<size_t>(bytes, 64) + 63) / 64 * 64;
+    b.p.reset(std::aligned_alloc(64, n));
+    b.n = b.p ? n : 0;
+  }
+  return b.p.get();
+}
+
+void rethrow_dnnl(const char* op, const dnnl::error& e) {
+  throw InternalError(std::string("op '") + op + "': oneDNN could not create a primitive: " + e.what());
+}
+
+namespace {
+constexpr int kReorderScratchpadSlot = kScratchSlots - 2;
+constexpr int kScratchpadSlot = kScratchSlots - 1;
+
+void exec(const dnnl::primitive& p, const dnnl::memory::desc& scratchpad_md, std::unordered_map<int, dnnl::memory> args,
+          int slot) {
+  if (scratchpad_md.get_size() > 0)
+    args.emplace(DNNL_ARG_SCRATCHPAD,
+                 dnnl::memory(scratchpad_md, dnnl_engine(), scratch(slot, scratchpad_md.get_size())));
+  p.execute(dnnl_stream(), args);
+}
+
+dnnl::reorder make_reorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to, dnnl::memory::desc& pad) {
+  auto& eng = dnnl_engine();
+  dnnl::reorder::primitive_desc pd(eng, from, eng, to, user_scratchpad());
+  pad = pd.scratchpad_desc();
+  return dnnl::reorder(pd);
+}
+}  // namespace
+
+DnnlStep::DnnlStep(const dnnl::primitive_desc& pd, dnnl::primitive prim, std::vector<DnnlArg> args)
+    : prim_(std::move(prim)), scratchpad_md_(pd.scratchpad_desc()) {
+  if (kTempSlots + args.size() >= static_cast<size_t>(kReorderScratchpadSlot))
+    throw InternalError("DnnlStep: too many arguments");
+  for (auto& a : args) {
+    Bound b;
+    b.a = a;
+    b.prim_md = pd.query_md(dnnl::query::exec_arg_md, a.arg);
+    if (a.from != ArgFrom::Temp && b.prim_md != a.user_md) {
+      b.reorder = true;
+      if (a.from == ArgFrom::Input) b.to_prim = make_reorder(a.user_md, b.prim_md, b.to_scratch);
+      else b.from_prim = make_reorder(b.prim_md, a.user_md, b.from_scratch);
+    }
+    args_.push_back(std::move(b));
+  }
+}
+
+void DnnlStep::run(const void* const* in, void* out) const {
+  auto& eng = dnnl_engine();
+  auto& s = dnnl_stream();
+  std::unordered_map<int, dnnl::memory> margs;
+  for (size_t k = 0; k < args_.size(); ++k) {
+    const Bound& b = args_[k];
+    if (b.a.from == ArgFrom::Temp) {
+      margs.emplace(b.a.arg, dnnl::memory(b.prim_md, eng, scratch(b.a.index, b.prim_md.get_size())));
+      continue;
+    }
+    void* user = b.a.from == ArgFrom::Input ? const_cast<void*>(in[b.a.index]) : out;
+    dnnl::memory um(b.a.user_md, eng, user);
+    if (!b.reorder) {
+      margs.emplace(b.a.arg, um);
+      continue;
+    }
+    dnnl::memory pm(b.prim_md, eng, scratch(kTempSlots + static_cast<int>(k), b.prim_md.get_size()));
+    if (b.a.from == ArgFrom::Input)
+      exec(b.to_prim, b.to_scratch, {{DNNL_ARG_FROM, um}, {DNNL_ARG_TO, pm}}, kReorderScratchpadSlot);
+    margs.emplace(b.a.arg, pm);
+  }
+  exec(prim_, scratchpad_md_, margs, kScratchpadSlot);
+  for (const Bound& b : args_)
+    if (b.reorder && b.a.from == ArgFrom::Output)
+      exec(b.from_prim, b.from_scratch,
+           {{DNNL_ARG_FROM, margs.at(b.a.arg)}, {DNNL_ARG_TO, dnnl::memory(b.a.user_md, eng, out)}},
+           kReorderScratchpadSlot);
+  s.wait();
+}
+
+// ---- conv2d ----
+
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+
+struct ConvGeom {
+  int64_t n, c, h, w, o, kh, kw, oh, ow, groups;
+  memory::dims strides, dilates, pads;
+  DType dtype;
+};
+
+// x [N, C, H, W], weight [O, C/groups, kh, kw] (PyTorch layout), output [N, O, OH, OW].
+ConvGeom conv_geom(const Shape& x, const Shape& w, const Shape& y, DType t, const Attrs& a) {
+  ConvGeom g{x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], a.i(6, 1), {}, {}, {}, t};
+  g.strides = {a.i(0), a.i(1)};
+  g.pads = {a.i(2), a.i(3)};
+  g.dilates = {a.i(4) - 1, a.i(5) - 1};  // oneDNN counts the gaps
+  return g;
+}
+
+memory::desc src_md(const ConvGeom& g) { return plain_md({g.n, g.c, g.h, g.w}, g.dtype); }
+memory::desc dst_md(const ConvGeom& g) { return plain_md({g.n, g.o, g.oh, g.ow}, g.dtype); }
+memory::desc weight_md(const ConvGeom& g) {  // [G, O/G, C/G, kh, kw] is the same memory as PyTorch's
+  if (g.groups == 1) return plain_md({g.o, g.c, g.kh, g.kw}, g.dtype);
+  return plain_md({g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw}, g.dtype);
+}
+memory::desc any_md(const memory::desc& m) { return memory::desc(m.dims(), m.data_type(), tag::any); }
+
+dnnl::convolution_forward::primitive_desc conv_fwd_pd(const ConvGeom& g, bool bias, dnnl::prop_kind pk) {
+  const memory::desc bias_md = bias ? plain_md({g.o}, g.dtype) : memory::desc();
+  dnnl::convolution_forward::desc d(pk, dnnl::algorithm::convolution_direct, any_md(src_md(g)), any_md(weight_md(g)),
+                                    bias_md, any_md(dst_md(g)), g.strides, g.dilates, g.pads, g.pads);
+  return {d, user_scratchpad(), dnnl_engine()};
+}
+
+Kernel zero_fill(const TensorMeta& out) {
+  return [bytes = out.bytes()](const void* const*, void* o) {
+    if (bytes) std::memset(o, 0, bytes);
+  };
+}
+
+}  // namespace
+
+Kernel prepare_conv2d(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
+  if (out.numel() == 0) return zero_fill(out);
+  const ConvGeom g = conv_geom(in[0].shape, in[1].shape, out.shape, out.dtype, a);
+  const bool bias = in.size() == 3;
+  try {
+    auto pd = conv_fwd_pd(g, bias, dnnl::prop_kind::forward_inference);
+    std::vector<DnnlArg> args{{DNNL_ARG_SRC, ArgFrom::Input, 0, src_md(g)},
+                              {DNNL_ARG_WEIGHTS, ArgFrom::Input, 1, weight_md(g)},
+                              {DNNL_ARG_DST, ArgFrom::Output, 0, dst_md(g)}};
+    if (bias) args.push_back({DNNL_ARG_BIAS, ArgFrom::Input, 2, plain_md({g.o}, g.dtype)});
+    DnnlStep step(pd, dnnl::convolution_forward(pd), std::move(args));
+    return [step = std::move(step)](const void* const* i, void* o) { step.run(i, o); };
+  } catch (const dnnl::error& e) {
+    rethrow_dnnl("conv2d", e);
+  }
+}
+
+// inputs: grad [N, O, OH, OW], weight; output: grad of x [N, C, H, W].
+Kernel prepare_conv2d_backward_input(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
+  if (out.numel() == 0 || in[0].numel() == 0) return zero_fill(out);
+  const ConvGeom g = conv_geom(out.shape, in[1].shape, in[0].shape, out.dtype, a);
+  try {
+    auto hint = conv_fwd_pd(g, false, dnnl::prop_kind::forward_training);
+    dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, any_md(src_md(g)),
+                                            any_md(weight_md(g)), any_md(dst_md(g)), g.strides, g.dilates, g.pads,
+                                            g.pads);
+    dnnl::convolution_backward_data::primitive_desc pd(d, user_scratchpad(), dnnl_engine(), hint);
+    DnnlStep step(pd, dnnl::convolution_backward_data(pd),
+                  {{DNNL_ARG_DIFF_DST, ArgFrom::Input, 0, dst_md(g)},
+                   {DNNL_ARG_WEIGHTS, ArgFrom::Input, 1, weight_md(g)},
+                   {DNNL_ARG_DIFF_SRC, ArgFrom::Output, 0, src_md(g)}});
+    return [step = std::move(step)](const void* const* i, void* o) { step.run(i, o); };
+  } catch (const dnnl::error& e) {
+    rethrow_dnnl("conv2d_backward_input", e);
+  }
+}
+
+// inputs: grad [N, O, OH, OW], x [N, C, H, W]; output: grad of the weight [O, C/groups, kh, kw].
+Kernel prepare_conv2d_backward_weight(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
+  if (out.numel() == 0 || in[0].numel() == 0) return zero_fill(out);
+  const ConvGeom g = conv_geom(in[1].shape, out.shape, in[0].shape, out.dtype, a);
+  try {
+    auto hint = conv_fwd_pd(g, false, dnnl::prop_kind::forward_training);
+    dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, any_md(src_md(g)),
+                                               any_md(weight_md(g)), any_md(dst_md(g)), g.strides, g.dilates,
+                                               g.pads, g.pads);
+    dnnl::convolution_backward_weights::primitive_desc pd(d, user_scratchpad(), dnnl_engine(), hint);
+    DnnlStep step(pd, dnnl::convolution_backward_weights(pd),
+                  {{DNNL_ARG_DIFF_DST, ArgFrom::Input, 0, dst_md(g)},
+                   {DNNL_ARG_SRC, ArgFrom::Input, 1, src_md(g)},
+                   {DNNL_ARG_DIFF_WEIGHTS, ArgFrom::Output, 0, weight_md(g)}});
+    return [step = std::move(step)](const void* const* i, void* o) { step.run(i, o); };
+  } catch (const dnnl::error& e) {
+    rethrow_dnnl("conv2d_backward_weight", e);
+  }
+}
+
+// [N, C, ...] -> [C]: sums every dim but dim 1 (bias gradients). Accumulates in double.
+Kernel prepare_channel_sum(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs&) {
+  const Shape& s = in[0].shape;
+  const int64_t n = s[0], c = s[1], inner = numel(s) / std::max<int64_t>(n * c, 1);
+  return visit_dtype(in[0].dtype, [&]<class T>(Type<T>) -> Kernel {
+    return visit_dtype(out.dtype, [&]<class U>(Type<U>) -> Kernel {
+      if constexpr (!std::is_floating_point_v<compute_t<T>> || !std::is_floating_point_v<compute_t<U>>) {
+        throw InternalError("channel_sum: floating-point dtypes only");
+      } else {
+        return [n, c, inner](const void* const* inp, void* o) {
+          const T* x = static_cast<const T*>(inp[0]);
+          U* y = static_cast<U*>(o);
+          for (int64_t ch = 0; ch < c; ++ch) {
+            double acc = 0;
+            for (int64_t b = 0; b < n; ++b) {
+              const T* p = x + (b * c + ch) * inner;
+              for (int64_t k = 0; k < inner; ++k) acc += static_cast<double>(load(p[k]));
+            }
+            y[ch] = store<U>(acc);
+          }
+        };
+      }
+    });
+  });
+}
+
+}  // namespace hg::kernels::nn

@@ -1,0 +1,103 @@
+// Internal: kernel factories of the nn family (conv, pooling, normalisation) and the small
+// oneDNN toolkit they share.
+//
+//   hg::Kernel k = hg::kernels::nn::prepare_conv2d(in_metas, out_meta, attrs);  // primitive built here
+//   k(inputs, output);                                                            // per call: memory objects only
+//
+//   // A primitive whose chosen layouts differ from the tensors' plain ones gets reorders:
+//   nn::DnnlStep step(pd, prim, {{DNNL_ARG_SRC, nn::ArgFrom::Input, 0, plain_src_md},
+//                                {DNNL_ARG_DST, nn::ArgFrom::Output, 0, plain_dst_md}});
+//   step.run(inputs, output);
+#pragma once
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "engine/op.h"
+
+namespace hg::kernels::nn {
+
+// ---- shared geometry (used by the schemas and the kernels) ----
+
+// PyTorch's output size of a convolution or pooling window along one dimension (floor mode);
+// <= 0 when the window does not fit.
+inline int64_t window_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation = 1) {
+  const int64_t span = dilation * (kernel - 1) + 1;
+  const int64_t room = in + 2 * pad - span;
+  return room < 0 ? 0 : room / stride + 1;
+}
+
+// Adaptive pooling window [start, end) of output cell i (PyTorch's floor/ceil rule).
+inline int64_t adaptive_start(int64_t i, int64_t in, int64_t out) { return (i * in) / out; }
+inline int64_t adaptive_end(int64_t i, int64_t in, int64_t out) { return ((i + 1) * in + out - 1) / out; }
+
+// ---- oneDNN toolkit (kernels_conv.cpp) ----
+
+dnnl::engine& dnnl_engine();
+dnnl::stream& dnnl_stream();  // one per thread
+dnnl::memory::data_type dnnl_dtype(DType t);  // F32, BF16 (callers check dtypes in infer)
+dnnl::memory::desc plain_md(const Shape& dims, DType t);  // row-major (nchw, oihw, ...)
+dnnl::primitive_attr user_scratchpad();  // primitives take their scratchpad from us (thread-safe)
+
+// Thread-local scratch buffer number `slot` (< kScratchSlots) of at least `bytes`, 64-byte
+// aligned; valid until the next request for the same slot on the same thread.
+inline constexpr int kScratchSlots = 32;
+void* scratch(int slot, size_t bytes);
+
+// Turns a oneDNN creation failure into an hg::InternalError naming the op.
+[[noreturn]] void rethrow_dnnl(const char* op, const dnnl::error& e);
+
+enum class ArgFrom { Input, Output, Temp };
+
+struct DnnlArg {
+  int arg;                       // DNNL_ARG_*
+  ArgFrom from;
+  int index;                     // input index, or temp slot (temps persist across steps of one call)
+  dnnl::memory::desc user_md;    // the tensor's layout (ignored for temps)
+};
+
+// One primitive with the reorders between plain tensors and the layouts it chose.
+class DnnlStep {
+ public:
+  DnnlStep(const dnnl::primitive_desc& pd, dnnl::primitive prim, std::vector<DnnlArg> args);
+  void run(const void* const* in, void* out) const;  // never throws for valid pointers
+
+ private:
+  struct Bound {
+    DnnlArg a;
+    dnnl::memory::desc prim_md;
+    bool reorder = false;
+    dnnl::reorder to_prim, from_prim;  // input -> prim layout, prim layout -> output
+    dnnl::memory::desc to_scratch, from_scratch;
+  };
+  dnnl::primitive prim_;
+  dnnl::memory::desc scratchpad_md_;
+  std::vector<Bound> args_;
+};
+
+// Temp slots used by steps; reorder buffers and scratchpads use the slots above these.
+inline constexpr int kTempSlots = 8;
+
+// ---- kernel factories ----
+
+// kernels_conv.cpp. Attrs ints: {stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups, ...}
+Kernel prepare_conv2d(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // x, w[, b]
+Kernel prepare_conv2d_backward_input(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);   // g, w
+Kernel prepare_conv2d_backward_weight(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // g, x
+Kernel prepare_channel_sum(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // [N, C, ...] -> [C]
+
+// kernels_pool.cpp. Attrs ints: {kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, ...}
+Kernel prepare_max_pool2d(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+Kernel prepare_max_pool2d_backward(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // g, x
+Kernel prepare_avg_pool2d(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+Kernel prepare_avg_pool2d_backward(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // g
+Kernel prepare_adaptive_avg_pool2d(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+Kernel prepare_adaptive_avg_pool2d_backward(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+
+// kernels_norm.cpp
+Kernel prepare_batch_norm_train(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // x, w, b
+Kernel prepare_batch_norm_eval(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);   // x, w, b, rm, rv
+Kernel prepare_batch_norm_backward(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // g, x, w[, rm, rv]
+Kernel prepare_batch_norm_update_stats(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+Kernel prepare_layer_norm(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // x, w, b
+Kernel prepare_layer_norm_backward(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // g, x, w
+
+}  // namespace hg::kernels::nn

@@ -1,0 +1,205 @@
+// max_pool2d / avg_pool2d (forward and backward) through oneDNN; adaptive_avg_pool2d in our
+// own loops (its windows overlap and vary in size, which oneDNN pooling cannot express).
+#include <cstring>
+#include <vector>
+
+#include "engine/dtype_dispatch.h"
+#include "engine/error.h"
+#include "engine/kernels_nn.h"
+
+namespace hg::kernels::nn {
+
+namespace {
+
+using dnnl::memory;
+
+// Attrs ints: {kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, count_include_pad}.
+struct PoolGeom {
+  memory::dims kernel, strides, pads;
+  dnnl::algorithm alg;
+  memory::desc src, dst;
+};
+
+PoolGeom pool_geom(const Shape& x, const Shape& y, DType t, const Attrs& a, bool max) {
+  PoolGeom g;
+  g.kernel = {a.i(0), a.i(1)};
+  g.strides = {a.i(2), a.i(3)};
+  g.pads = {a.i(4), a.i(5)};
+  g.alg = max ? dnnl::algorithm::pooling_max
+              : a.i(6, 1) ? dnnl::algorithm::pooling_avg_include_padding : dnnl::algorithm::pooling_avg_exclude_padding;
+  g.src = plain_md(x, t);
+  g.dst = plain_md(y, t);
+  return g;
+}
+
+dnnl::pooling_forward::primitive_desc pool_fwd_pd(const PoolGeom& g, dnnl::prop_kind pk) {
+  dnnl::pooling_forward::desc d(pk, g.alg, g.src, g.dst, g.strides, g.kernel, g.pads, g.pads);
+  return {d, user_scratchpad(), dnnl_engine()};
+}
+
+dnnl::pooling_backward::primitive_desc pool_bwd_pd(const PoolGeom& g,
+                                                   const dnnl::pooling_forward::primitive_desc& hint) {
+  dnnl::pooling_backward::desc d(g.alg, g.src, g.dst, g.strides, g.kernel, g.pads, g.pads);
+  return {d, user_scratchpad(), dnnl_engine(), hint};
+}
+
+Kernel empty_or_zero(const TensorMeta& out) {
+  return [bytes = out.bytes()](const void* const*, void* o) {
+    if (bytes) std::memset(o, 0, bytes);
+  };
+}
+
+Kernel pool_forward(const char* name, const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a,
+                    bool max) {
+  if (out.numel() == 0) return empty_or_zero(out);
+  const PoolGeom g = pool_geom(in[0].shape, out.shape, out.dtype, a, max);
+  try {
+    auto pd = pool_fwd_pd(g, dnnl::prop_kind::forward_inference);
+    DnnlStep step(pd, dnnl::pooling_forward(pd),
+                  {{DNNL_ARG_SRC, ArgFrom::Input, 0, g.src}, {DNNL_ARG_DST, ArgFrom::Output, 0, g.dst}});
+    return [step = std::move(step)](const void* const* i, void* o) { step.run(i, o); };
+  } catch (const dnnl::error& e) {
+    rethrow_dnnl(name, e);
+  }
+}
+
+}  // namespace
+
+Kernel prepare_max_pool2d(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
+  return pool_forward("max_pool2d", in, out, a, true);
+}
+
+Kernel prepare_avg_pool2d(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
+  return pool_forward("avg_pool2d", in, out, a, false);
+}
+
+// inputs: grad [N, C, OH, OW], x [N, C, H, W]. The backward needs the forward's workspace (where
+// each maximum was), so the kernel reruns the forward into scratch first.
+Kernel prepare_max_pool2d_backward(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
+  if (out.numel() == 0 || in[0].numel() == 0) return empty_or_zero(out);
+  const PoolGeom g = pool_geom(out.shape, in[0].shape, out.dtype, a, true);
+  try {
+    auto fwd = pool_fwd_pd(g, dnnl::prop_kind::forward_training);
+    auto bwd = pool_bwd_pd(g, fwd);
+    constexpr int kDst = 0, kWorkspace = 1;
+    DnnlStep forward(fwd, dnnl::pooling_forward(fwd),
+                     {{DNNL_ARG_SRC, ArgFrom::Input, 1, g.src},
+                      {DNNL_ARG_DST, ArgFrom::Temp, kDst, {}},
+                      {DNNL_ARG_WORKSPACE, ArgFrom::Temp, kWorkspace, {}}});
+    DnnlStep backward(bwd, dnnl::pooling_backward(bwd),
+                      {{DNNL_ARG_DIFF_DST, ArgFrom::Input, 0, g.dst},
+                       {DNNL_ARG_WORKSPACE, ArgFrom::Temp, kWorkspace, {}},
+                       {DNNL_ARG_DIFF_SRC, ArgFrom::Output, 0, g.src}});
+    return [forward = std::move(forward), backward = std::move(backward)](const void* const* i, void* o) {
+      forward.run(i, o);  // writes only temps
+      backward.run(i, o);
+    };
+  } catch (const dnnl::error& e) {
+    rethrow_dnnl("max_pool2d_backward", e);
+  }
+}
+
+// input: grad [N, C, OH, OW]; output [N, C, H, W] (H, W from the attrs).
+Kernel prepare_avg_pool2d_backward(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
+  if (out.numel() == 0 || in[0].numel() == 0) return empty_or_zero(out);
+  const PoolGeom g = pool_geom(out.shape, in[0].shape, out.dtype, a, false);
+  try {
+    auto fwd = pool_fwd_pd(g, dnnl::prop_kind::forward_training);
+    auto bwd = pool_bwd_pd(g, fwd);
+    DnnlStep step(bwd, dnnl::pooling_backward(bwd),
+                  {{DNNL_ARG_DIFF_DST, ArgFrom::Input, 0, g.dst}, {DNNL_ARG_DIFF_SRC, ArgFrom::Output, 0, g.src}});
+    return [step = std::move(step)](const void* const* i, void* o) { step.run(i, o); };
+  } catch (const dnnl::error& e) {
+    rethrow_dnnl("avg_pool2d_backward", e);
+  }
+}
+
+// ---- adaptive_avg_pool2d: x [..., H, W] -> [..., OH, OW] ----
+
+namespace {
+
+struct Windows {  // per output index: [start, end); per input index: the output indices covering it
+  std::vector<int64_t> start, end, first, last;
+};
+
+Windows windows(int64_t in, int64_t out) {
+  Windows w;
+  w.first.assign(static_cast<size_t>(in), out);
+  w.last.assign(static_cast<size_t>(in), -1);
+  for (int64_t i = 0; i < out; ++i) {
+    w.start.push_back(adaptive_start(i, in, out));
+    w.end.push_back(adaptive_end(i, in, out));
+    for (int64_t k = w.start.back(); k < w.end.back(); ++k) {
+      w.first[k] = std::min(w.first[k], i);
+      w.last[k] = std::max(w.last[k], i);
+    }
+  }
+  return w;
+}
+
+template <class T>
+using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+}  // namespace
+
+Kernel prepare_adaptive_avg_pool2d(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs&) {
+  const Shape& s = in[0].shape;
+  const size_t r = s.size();
+  const int64_t h = s[r - 2], w = s[r - 1], oh = out.shape[r - 2], ow = out.shape[r - 1];
+  const int64_t planes = h * w != 0 ? in[0].numel() / (h * w) : 0;
+  return visit_dtype(out.dtype, [&]<class T>(Type<T>) -> Kernel {
+    if constexpr (!std::is_floating_point_v<compute_t<T>>) {
+      throw InternalError("adaptive_avg_pool2d: floating-point dtypes only");
+    } else {
+      return [wh = windows(h, oh), ww = windows(w, ow), planes, h, w, oh, ow](const void* const* inp, void* o) {
+        using A = acc_t<T>;
+        for (int64_t p = 0; p < planes; ++p) {
+          const T* x = static_cast<const T*>(inp[0]) + p * h * w;
+          T* y = static_cast<T*>(o) + p * oh * ow;
+          for (int64_t i = 0; i < oh; ++i)
+            for (int64_t j = 0; j < ow; ++j) {
+              A acc = 0;
+              for (int64_t a = wh.start[i]; a < wh.end[i]; ++a)
+                for (int64_t b = ww.start[j]; b < ww.end[j]; ++b) acc += static_cast<A>(load(x[a * w + b]));
+              const A count = static_cast<A>((wh.end[i] - wh.start[i]) * (ww.end[j] - ww.start[j]));
+              y[i * ow + j] = store<T>(acc / count);
+            }
+        }
+      };
+    }
+  });
+}
+
+// input: grad [..., OH, OW]; output [..., H, W]. Each input element gathers the output cells
+// whose windows cover it, so every result is rounded once.
+Kernel prepare_adaptive_avg_pool2d_backward(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs&) {
+  const Shape& s = out.shape;
+  const size_t r = s.size();
+  const int64_t h = s[r - 2], w = s[r - 1], oh = in[0].shape[r - 2], ow = in[0].shape[r - 1];
+  const int64_t planes = h * w != 0 ? out.numel() / (h * w) : 0;
+  return visit_dtype(out.dtype, [&]<class T>(Type<T>) -> Kernel {
+    if constexpr (!std::is_floating_point_v<compute_t<T>>) {
+      throw InternalError("adaptive_avg_pool2d_backward: floating-point dtypes only");
+    } else {
+      return [wh = windows(h, oh), ww = windows(w, ow), planes, h, w, oh, ow](const void* const* inp, void* o) {
+        using A = acc_t<T>;
+        for (int64_t p = 0; p < planes; ++p) {
+          const T* g = static_cast<const T*>(inp[0]) + p * oh * ow;
+          T* dx = static_cast<T*>(o) + p * h * w;
+          for (int64_t a = 0; a < h; ++a)
+            for (int64_t b = 0; b < w; ++b) {
+              A acc = 0;
+              for (int64_t i = wh.first[a]; i <= wh.last[a]; ++i)
+                for (int64_t j = ww.first[b]; j <= ww.last[b]; ++j) {
+                  const A count = static_cast<A>((wh.end[i] - wh.start[i]) * (ww.end[j] - ww.start[j]));
+                  acc += static_cast<A>(load(g[i * ow + j])) / count;
+                }
+              dx[a * w + b] = store<T>(acc);
+            }
+        }
+      };
+    }
+  });
+}
+
+}  // namespace hg::kernels::nn
