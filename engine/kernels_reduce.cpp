@@ -61,17 +61,19 @@ Kernel prepare_sum_to(const std::vector<TensorMeta>& in, const TensorMeta& out, 
 // prepare_reduce and prepare_argmax (axis reductions) are in kernels_reduce_axes.cpp.
 
 namespace {
-// Writes softmax (or log-softmax) of one strided row.
-inline void softmax_row(const float* x, float* y, int64_t n, int64_t st, bool log) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, x[j * st]);
+// Writes softmax (or log-softmax) of one strided row into `y` (compute type C: float for
+// F32/BF16/F16, double for F64); sums accumulate in double.
+template <class T, class C = compute_t<T>>
+void softmax_row(const T* x, C* y, int64_t n, int64_t st, bool log) {
+  C mx = -std::numeric_limits<C>::infinity();
+  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, static_cast<C>(load(x[j * st])));
   double s = 0;
-  for (int64_t j = 0; j < n; ++j) s += std::exp(static_cast<double>(x[j * st] - mx));
+  for (int64_t j = 0; j < n; ++j) s += std::exp(static_cast<double>(load(x[j * st]) - mx));
   if (log) {
-    const float lse = mx + static_cast<float>(std::log(s));
-    for (int64_t j = 0; j < n; ++j) y[j * st] = x[j * st] - lse;
+    const C lse = mx + static_cast<C>(std::log(s));
+    for (int64_t j = 0; j < n; ++j) y[j] = load(x[j * st]) - lse;
   } else {
-    for (int64_t j = 0; j < n; ++j) y[j * st] = static_cast<float>(std::exp(static_cast<double>(x[j * st] - mx)) / s);
+    for (int64_t j = 0; j < n; ++j) y[j] = static_cast<C>(std::exp(static_cast<double>(load(x[j * st]) - mx)) / s);
   }
 }
 }  // namespace
@@ -79,30 +81,41 @@ inline void softmax_row(const float* x, float* y, int64_t n, int64_t st, bool lo
 // attrs: ints {dim, log}
 Kernel prepare_softmax(const std::vector<TensorMeta>& in, const TensorMeta&, const Attrs& a) {
   const Split sp = split(in[0].shape, a.i(0));
-  return [sp, log = a.i(1) == 1](const void* const* inp, void* o) {
-    const float* x = static_cast<const float*>(inp[0]);
-    float* y = static_cast<float*>(o);
-    for_each_row(sp, [&](int64_t off, int64_t n, int64_t st) { softmax_row(x + off, y + off, n, st, log); });
-  };
+  return visit_dtype(in[0].dtype, [&]<class T>(Type<T>) -> Kernel {
+    return [sp, log = a.i(1) == 1](const void* const* inp, void* o) {
+      const T* x = static_cast<const T*>(inp[0]);
+      T* y = static_cast<T*>(o);
+      std::vector<compute_t<T>> row(static_cast<size_t>(sp.n));
+      for_each_row(sp, [&](int64_t off, int64_t n, int64_t st) {
+        softmax_row(x + off, row.data(), n, st, log);
+        for (int64_t j = 0; j < n; ++j) y[off + j * st] = store<T>(row[j]);
+      });
+    };
+  });
 }
 
 // inputs: grad, x (the forward input); attrs as softmax.
 Kernel prepare_softmax_backward(const std::vector<TensorMeta>& in, const TensorMeta&, const Attrs& a) {
   const Split sp = split(in[0].shape, a.i(0));
-  return [sp, log = a.i(1) == 1](const void* const* inp, void* o) {
-    const float* g = static_cast<const float*>(inp[0]);
-    const float* x = static_cast<const float*>(inp[1]);
-    float* dx = static_cast<float*>(o);
-    for_each_row(sp, [&](int64_t off, int64_t n, int64_t st) {
-      softmax_row(x + off, dx + off, n, st, log);  // dx holds y for now
-      double dot = 0;
-      for (int64_t j = 0; j < n; ++j) dot += log ? g[off + j * st] : g[off + j * st] * dx[off + j * st];
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t k = off + j * st;
-        dx[k] = log ? g[k] - std::exp(dx[k]) * static_cast<float>(dot) : dx[k] * (g[k] - static_cast<float>(dot));
-      }
-    });
-  };
+  return visit_dtype(in[0].dtype, [&]<class T>(Type<T>) -> Kernel {
+    using C = compute_t<T>;
+    return [sp, log = a.i(1) == 1](const void* const* inp, void* o) {
+      const T* g = static_cast<const T*>(inp[0]);
+      const T* x = static_cast<const T*>(inp[1]);
+      T* dx = static_cast<T*>(o);
+      std::vector<C> y(static_cast<size_t>(sp.n));
+      for_each_row(sp, [&](int64_t off, int64_t n, int64_t st) {
+        softmax_row(x + off, y.data(), n, st, log);
+        double dot = 0;
+        for (int64_t j = 0; j < n; ++j) dot += log ? load(g[off + j * st]) : load(g[off + j * st]) * y[j];
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t k = off + j * st;
+          const C gk = load(g[k]);
+          dx[k] = store<T>(log ? gk - std::exp(y[j]) * static_cast<C>(dot) : y[j] * (gk - static_cast<C>(dot)));
+        }
+      });
+    };
+  });
 }
 
 }  // namespace hg::kernels

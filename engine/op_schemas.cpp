@@ -66,7 +66,8 @@ TensorMeta infer_cast(const OpSchema& op, const Metas& in, const Attrs& a) {
 }
 
 TensorMeta infer_softmax(const OpSchema& op, const Metas& in, const Attrs& a) {
-  expect_dtype(op, in, 0, DType::F32);
+  expect_float(op, in, 0);
+  for (size_t i = 1; i < in.size(); ++i) expect_same_dtype(op, in, 0, i);
   norm_dim(op, in, a.i(0));
   return in.back();
 }

@@ -66,7 +66,7 @@ Tensor Tensor::from_vector(const std::vector<float>& v, const Shape& shape, Devi
   if (static_cast<int64_t>(v.size()) != hg::numel(shape))
     throw ShapeError("from_vector: " + std::to_string(v.size()) + " values do not fill shape " + shape_str(shape));
   Tensor t = empty(shape, DType::F32, device);
-  std::memcpy(t.impl_->storage->data, v.data(), v.size() * sizeof(float));
+  if (!v.empty()) std::memcpy(t.impl_->storage->data, v.data(), v.size() * sizeof(float));
   return t;
 }
 
@@ -74,7 +74,7 @@ Tensor Tensor::from_indices(const std::vector<int64_t>& v, const Shape& shape, D
   if (static_cast<int64_t>(v.size()) != hg::numel(shape))
     throw ShapeError("from_indices: " + std::to_string(v.size()) + " values do not fill shape " + shape_str(shape));
   Tensor t = empty(shape, DType::I64, device);
-  std::memcpy(t.impl_->storage->data, v.data(), v.size() * sizeof(int64_t));
+  if (!v.empty()) std::memcpy(t.impl_->storage->data, v.data(), v.size() * sizeof(int64_t));
   return t;
 }
 

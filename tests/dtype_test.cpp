@@ -103,7 +103,9 @@ TEST(DtypeConformance, CoreOpsInF64AndBf16) {
   int checked = 0;
   for (const auto& c : cases) {
     const std::string op = c["op"];
-    if (op != "matmul" && op != "linear" && op != "relu" && op != "add" && op != "sub" && op != "mul") continue;
+    if (op != "matmul" && op != "linear" && op != "relu" && op != "add" && op != "sub" && op != "mul" &&
+        op != "softmax" && op != "log_softmax")
+      continue;
     for (DType t : {DType::F64, DType::BF16, DType::F32}) {
       for (Device d : {Device::cpu(), Device::hpu(0)}) {
         SCOPED_TRACE(c["name"].get<std::string>() + " " + dtype_name(t) + " " + d.str());
@@ -114,6 +116,8 @@ TEST(DtypeConformance, CoreOpsInF64AndBf16) {
                      : op == "relu"   ? ops::relu(in[0])
                      : op == "add"    ? ops::add(in[0], in[1])
                      : op == "sub"    ? ops::sub(in[0], in[1])
+                     : op == "softmax" ? ops::softmax(in[0], -1)
+                     : op == "log_softmax" ? ops::log_softmax(in[0], -1)
                                       : ops::mul(in[0], in[1]);
         EXPECT_EQ(out.dtype(), t);
         const double rtol = t == DType::BF16 ? 3e-2 : 1e-6, atol = t == DType::BF16 ? 3e-2 : 1e-6;
@@ -123,7 +127,7 @@ TEST(DtypeConformance, CoreOpsInF64AndBf16) {
       }
     }
   }
-  EXPECT_EQ(checked, 9 * 3 * 2);
+  EXPECT_EQ(checked, 11 * 3 * 2);
 }
 
 TEST(Autocast, LowersMatmulKeepsLossInF32AndGradsReachF32Weights) {
@@ -208,6 +212,8 @@ TEST(FiniteDifferences, CoreOpsInF64) {
                   "sub broadcast");
   check_gradients([](auto& in) { return ops::relu(ops::scale(in[0], 1.5)); }, {rand_f64({3, 3}, 12)}, "relu");
   check_gradients([](auto& in) { return ops::expand(in[0], {3, 2, 4}); }, {rand_f64({2, 1}, 13)}, "expand");
+  check_gradients([](auto& in) { return ops::softmax(in[0], -1); }, {rand_f64({2, 5}, 14)}, "softmax");
+  check_gradients([](auto& in) { return ops::log_softmax(in[0], 0); }, {rand_f64({3, 2}, 15)}, "log_softmax dim 0");
 }
 
 TEST(Errors, DtypeMismatchNamesTheOp) {
