@@ -9,10 +9,13 @@ export OMP_NUM_THREADS=$threads
 export LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 ./build/bench/hg_bench --benchmark_filter='Dispatch|Matmul|Conv' --benchmark_format=json \
   --benchmark_min_time=0.3 > /tmp/hg_ops_bench.json
-/usr/bin/python3 bench/torch_ops.py "$threads" conv > /tmp/torch_ops_bench.jsonl
+# The PyTorch peer without this machine's OpenBLAS core-type override (it forces a slow
+# kernel; see env's README) and with the OpenMP OpenBLAS, as DESIGN.md says.
+env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 bench/torch_ops.py "$threads" conv > /tmp/torch_ops_bench.jsonl
 /usr/bin/python3 - "$threads" <<'PY'
 import json, sys
-hg = {b["name"].replace("BM_", ""): b for b in json.load(open("/tmp/hg_ops_bench.json"))["benchmarks"]}
+hg = {b["name"].replace("BM_", "").replace("/real_time", ""): b
+      for b in json.load(open("/tmp/hg_ops_bench.json"))["benchmarks"]}
 pt = {j["name"]: j for j in map(json.loads, open("/tmp/torch_ops_bench.jsonl"))}
 print(f"threads={sys.argv[1]}")
 print("dispatch overhead (us per op; ratio = PyTorch / hgraph, > 1: hgraph cheaper)")

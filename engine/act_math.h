@@ -21,7 +21,7 @@ using u32x4 = uint32_t __attribute__((vector_size(16)));
 
 #define HG_SIMD_INLINE [[gnu::always_inline]] inline
 
-HG_SIMD_INLINE f32x4 splat4(float c) { return f32x4{} + c; }
+HG_SIMD_INLINE f32x4 splat4(float c) { return f32x4{c, c, c, c}; }
 
 HG_SIMD_INLINE f32x4 abs4(f32x4 x) { return std::bit_cast<f32x4>(std::bit_cast<u32x4>(x) & 0x7fffffffu); }
 
@@ -38,62 +38,64 @@ HG_SIMD_INLINE f32x4 exp4(f32x4 x) {
   const f32x4 lo = splat4(-87.33654f), hi = splat4(88.0f), round = splat4(12582912.0f);  // 1.5 * 2^23
   f32x4 xc = x < lo ? lo : x;
   xc = xc > hi ? hi : xc;
-  const f32x4 t = xc * 1.44269504088896341f + round;  // round to nearest by the addition
+  const f32x4 t = xc * splat4(1.44269504088896341f) + round;  // round to nearest by the addition
   const f32x4 n = t - round;
   const u32x4 e = (std::bit_cast<u32x4>(t) - std::bit_cast<u32x4>(round) + 127u) << 23;  // 2^n, n in [-126, 127]
-  f32x4 r = xc - n * 0.693359375f;  // ln 2 in two parts (Cody and Waite)
-  r = r - n * -2.12194440e-4f;
+  f32x4 r = xc - n * splat4(0.693359375f);  // ln 2 in two parts (Cody and Waite)
+  r = r - n * splat4(-2.12194440e-4f);
   f32x4 p = splat4(1.0f / 5040);
-  p = p * r + 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
+  p = p * r + splat4(1.0f / 720);
+  p = p * r + splat4(1.0f / 120);
+  p = p * r + splat4(1.0f / 24);
+  p = p * r + splat4(1.0f / 6);
+  p = p * r + splat4(0.5f);
+  p = p * r + splat4(1.0f);
+  p = p * r + splat4(1.0f);
   return p * std::bit_cast<f32x4>(e);
 }
 
-HG_SIMD_INLINE f32x4 sigmoid4(f32x4 x) { return 1.0f / (1.0f + exp4(-x)); }
+HG_SIMD_INLINE f32x4 sigmoid4(f32x4 x) { return splat4(1.0f) / (splat4(1.0f) + exp4(-x)); }
 
 // Odd Taylor series to x^17 below 0.55 (remainder < 1e-8 relative), 1 - 2 / (e^{2|x|} + 1) above.
 HG_SIMD_INLINE f32x4 tanh4(f32x4 x) {
   const f32x4 a = abs4(x), x2 = x * x;
   f32x4 p = splat4(float(6404582.0 / 10854718875.0));
-  p = p * x2 + float(-929569.0 / 638512875.0);
-  p = p * x2 + float(21844.0 / 6081075.0);
-  p = p * x2 + float(-1382.0 / 155925.0);
-  p = p * x2 + float(62.0 / 2835.0);
-  p = p * x2 + float(-17.0 / 315.0);
-  p = p * x2 + float(2.0 / 15.0);
-  p = p * x2 + float(-1.0 / 3.0);
+  p = p * x2 + splat4(float(-929569.0 / 638512875.0));
+  p = p * x2 + splat4(float(21844.0 / 6081075.0));
+  p = p * x2 + splat4(float(-1382.0 / 155925.0));
+  p = p * x2 + splat4(float(62.0 / 2835.0));
+  p = p * x2 + splat4(float(-17.0 / 315.0));
+  p = p * x2 + splat4(float(2.0 / 15.0));
+  p = p * x2 + splat4(float(-1.0 / 3.0));
   const f32x4 small = x + x * x2 * p;
-  const f32x4 big = copysign4(1.0f - 2.0f / (exp4(2.0f * a) + 1.0f), x);
-  return a < 0.55f ? small : big;
+  const f32x4 one = splat4(1.0f), two = splat4(2.0f);
+  const f32x4 big = copysign4(one - two / (exp4(two * a) + one), x);
+  return a < splat4(0.55f) ? small : big;
 }
 
 // erfc(z) for z >= 0: t exp(P(t) - z^2) with t = 1 / (1 + z/2), the Chebyshev fit of
 // Numerical Recipes' erfcc (relative error below 1.2e-7 in exact arithmetic; the rounding of
 // z^2 adds about z^2 * 6e-8).
 HG_SIMD_INLINE f32x4 erfc_nonneg4(f32x4 z) {
-  const f32x4 t = 1.0f / (1.0f + 0.5f * z);
+  const f32x4 t = splat4(1.0f) / (splat4(1.0f) + splat4(0.5f) * z);
   f32x4 p = splat4(0.17087277f);
-  p = p * t - 0.82215223f;
-  p = p * t + 1.48851587f;
-  p = p * t - 1.13520398f;
-  p = p * t + 0.27886807f;
-  p = p * t - 0.18628806f;
-  p = p * t + 0.09678418f;
-  p = p * t + 0.37409196f;
-  p = p * t + 1.00002368f;
-  p = p * t - 1.26551223f;
+  p = p * t - splat4(0.82215223f);
+  p = p * t + splat4(1.48851587f);
+  p = p * t - splat4(1.13520398f);
+  p = p * t + splat4(0.27886807f);
+  p = p * t - splat4(0.18628806f);
+  p = p * t + splat4(0.09678418f);
+  p = p * t + splat4(0.37409196f);
+  p = p * t + splat4(1.00002368f);
+  p = p * t - splat4(1.26551223f);
   return t * exp4(p - z * z);
 }
 
 // The standard normal CDF Phi(x) = erfc(-x / sqrt 2) / 2, without cancellation for x << 0.
 HG_SIMD_INLINE f32x4 normal_cdf4(f32x4 x) {
-  const f32x4 h = 0.5f * erfc_nonneg4(abs4(x) * 0.70710678118654752f);
-  return x < 0.0f ? h : 1.0f - h;
+  const f32x4 h = splat4(0.5f) * erfc_nonneg4(abs4(x) * splat4(0.70710678118654752f));
+  const f32x4 one_minus_h = splat4(1.0f) - h;  // computed before the select: both lanes' values live
+  return x < splat4(0.0f) ? h : one_minus_h;
 }
 
 // y[i] = f(x[i]) for i < n, 4 at a time; the tail runs on a zero-padded block.

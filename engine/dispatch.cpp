@@ -1,4 +1,6 @@
 // Op registry, eager dispatch and the eager kernel cache.
+#include <bit>
+#include <cstdio>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
@@ -45,9 +47,7 @@ std::string kernel_key(const OpSchema& op, const std::vector<TensorMeta>& in, co
   std::string k = op.name;
   for (const auto& m : in) k += "|" + meta_str(m);
   k += "|";
-  for (int64_t v : a.ints) k += std::to_string(v) + ",";
-  k += "|";
-  for (double v : a.floats) k += std::to_string(v) + ",";
+  append_attrs_key(k, a);
   return k;
 }
 
@@ -68,6 +68,16 @@ const OpSchema& op_schema(std::string_view name) {
 
 void set_lazy_backend(LazyBackend* b) { g_lazy.store(b); }
 LazyBackend* lazy_backend() { return g_lazy.load(); }
+
+void append_attrs_key(std::string& out, const Attrs& a) {
+  for (int64_t v : a.ints) out += std::to_string(v) + ',';
+  out += '/';
+  char buf[24];
+  for (double v : a.floats) {
+    std::snprintf(buf, sizeof buf, "%016llx,", static_cast<unsigned long long>(std::bit_cast<uint64_t>(v)));
+    out += buf;
+  }
+}
 
 std::string op_context(const OpSchema& op, const std::vector<TensorMeta>& in) {
   std::string s = "op '" + op.name + "': inputs ";

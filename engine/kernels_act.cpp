@@ -21,66 +21,62 @@ namespace {
 // ---- activations: F32 four lanes at a time (act_math.h), F64 with libm ----
 
 struct F32Math {
-  using S = float;
   using V = f32x4;
+  static V k(double c) { return splat4(static_cast<float>(c)); }  // a constant in every lane
   static V exp(V x) { return exp4(x); }
   static V tanh(V x) { return tanh4(x); }
   static V cdf(V x) { return normal_cdf4(x); }
   static V sigmoid(V x) { return sigmoid4(x); }
 };
 struct F64Math {  // used by the finite-difference checks: accuracy over speed
-  using S = double;
   using V = double;
+  static V k(double c) { return c; }
   static V exp(V x) { return std::exp(x); }
   static V tanh(V x) { return std::tanh(x); }
   static V cdf(V x) { return 0.5 * std::erfc(-x * 0.70710678118654752440); }
   static V sigmoid(V x) { return 1.0 / (1.0 + std::exp(-x)); }  // exp overflowing to inf gives 0
 };
 
-template <class S>
-struct K {
-  static constexpr S inv_sqrt_2pi = S(0.39894228040143267794);  // 1/sqrt(2 pi)
-  static constexpr S sqrt_2_pi = S(0.79788456080286535588);     // sqrt(2/pi)
-  static constexpr S c = S(0.044715);
-};
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2 pi)
+constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2/pi)
+constexpr double kGeluC = 0.044715;
 
 // Forward y = f(x). GELU(erf) as x * Phi(x) with Phi from erfc (no cancellation for x << 0);
 // GELU(tanh) as x * sigmoid(2u), which equals 0.5 x (1 + tanh u) without the cancellation.
-template <class Mth, Act A>
-inline typename Mth::V forward(typename Mth::V x) {
-  using S = typename Mth::S;
-  if constexpr (A == Act::GeluErf) return x * Mth::cdf(x);
-  if constexpr (A == Act::GeluTanh) return x * Mth::sigmoid(S(2) * K<S>::sqrt_2_pi * (x + K<S>::c * x * x * x));
-  if constexpr (A == Act::Silu) return x * Mth::sigmoid(x);
-  if constexpr (A == Act::Tanh) return Mth::tanh(x);
-  if constexpr (A == Act::Sigmoid) return Mth::sigmoid(x);
+template <class M, Act A>
+inline typename M::V forward(typename M::V x) {
+  if constexpr (A == Act::GeluErf) return x * M::cdf(x);
+  if constexpr (A == Act::GeluTanh) return x * M::sigmoid(M::k(2 * kSqrt2OverPi) * (x + M::k(kGeluC) * x * x * x));
+  if constexpr (A == Act::Silu) return x * M::sigmoid(x);
+  if constexpr (A == Act::Tanh) return M::tanh(x);
+  if constexpr (A == Act::Sigmoid) return M::sigmoid(x);
 }
 
 // Backward dx = g * f'(x).
-template <class Mth, Act A>
-inline typename Mth::V backward(typename Mth::V g, typename Mth::V x) {
-  using S = typename Mth::S;
-  using V = typename Mth::V;
+template <class M, Act A>
+inline typename M::V backward(typename M::V g, typename M::V x) {
+  using V = typename M::V;
+  const V one = M::k(1);
   if constexpr (A == Act::GeluErf) {
-    const V pdf = K<S>::inv_sqrt_2pi * Mth::exp(S(-0.5) * x * x);
-    return g * (Mth::cdf(x) + x * pdf);
+    const V pdf = M::k(kInvSqrt2Pi) * M::exp(M::k(-0.5) * x * x);
+    return g * (M::cdf(x) + x * pdf);
   }
   if constexpr (A == Act::GeluTanh) {
-    const V s = Mth::sigmoid(S(2) * K<S>::sqrt_2_pi * (x + K<S>::c * x * x * x));  // 0.5 (1 + tanh u)
-    const V du = K<S>::sqrt_2_pi * (S(1) + S(3) * K<S>::c * x * x);
-    return g * (s + S(2) * x * s * (S(1) - s) * du);
+    const V s = M::sigmoid(M::k(2 * kSqrt2OverPi) * (x + M::k(kGeluC) * x * x * x));  // 0.5 (1 + tanh u)
+    const V du = M::k(kSqrt2OverPi) * (one + M::k(3 * kGeluC) * x * x);
+    return g * (s + M::k(2) * x * s * (one - s) * du);
   }
   if constexpr (A == Act::Silu) {
-    const V s = Mth::sigmoid(x);
-    return g * (s * (S(1) + x * (S(1) - s)));
+    const V s = M::sigmoid(x);
+    return g * (s * (one + x * (one - s)));
   }
   if constexpr (A == Act::Tanh) {
-    const V t = Mth::tanh(x);
-    return g * (S(1) - t * t);
+    const V t = M::tanh(x);
+    return g * (one - t * t);
   }
   if constexpr (A == Act::Sigmoid) {
-    const V s = Mth::sigmoid(x);
-    return g * (s * (S(1) - s));
+    const V s = M::sigmoid(x);
+    return g * (s * (one - s));
   }
 }
 

@@ -56,6 +56,9 @@ Kernel cached_kernel(const OpSchema& op, const std::vector<TensorMeta>& in, cons
                      const Attrs& attrs);
 size_t kernel_cache_size();
 
+// Appends an exact text key of `a` (floats by bit pattern) for caches.
+void append_attrs_key(std::string& out, const Attrs& a);
+
 // Formats "op 'name': inputs F32[2, 3], F32[4]" for error messages.
 std::string op_context(const OpSchema& op, const std::vector<TensorMeta>& in);
 

@@ -43,9 +43,7 @@ std::string Graph::signature() const {
     s += ':' + meta_str(n.meta) + '(';
     for (int i : n.inputs) s += std::to_string(i) + ',';
     s += ')';
-    for (int64_t v : n.attrs.ints) s += std::to_string(v) + ',';
-    s += '/';
-    for (double v : n.attrs.floats) s += std::to_string(v) + ',';
+    append_attrs_key(s, n.attrs);
     s += ';';
   }
   s += "->";

@@ -6,7 +6,7 @@ set -euo pipefail
 build_pkgs=(cmake g++ make pkg-config libdnnl-dev libtbb-dev libcpprest-dev libssl-dev
             nlohmann-json3-dev libboost-dev libboost-program-options-dev libspdlog-dev
             libgtest-dev libgmock-dev libbenchmark-dev curl)
-tool_pkgs=(python3 python3-numpy python3-torch python3-sklearn)
+tool_pkgs=(python3 python3-numpy python3-torch python3-sklearn libopenblas0-openmp)
 want=("${build_pkgs[@]}")
 [[ "${1:-}" == --with-python ]] && want+=("${tool_pkgs[@]}")
 missing=()

@@ -239,6 +239,17 @@ TEST(Eager, KernelCacheReusesPreparedKernels) {
   EXPECT_EQ(kernel_cache_size(), n);
 }
 
+TEST(Eager, KernelCacheKeysFloatAttributesExactly) {
+  Tensor x = Tensor::from_vector({1e9f}, {1});
+  EXPECT_FLOAT_EQ(ops::scale(x, 1e-9).item(), 1.0f);
+  EXPECT_FLOAT_EQ(ops::scale(x, 2e-9).item(), 2.0f);  // 1e-9 and 2e-9 must not share a kernel
+  graphs::enable_lazy_mode(true);
+  Tensor h = x.to(Device::hpu(0));
+  EXPECT_FLOAT_EQ(ops::scale(h, 1e-9).item(), 1.0f);
+  EXPECT_FLOAT_EQ(ops::scale(h, 2e-9).item(), 2.0f);  // nor a cached graph
+  graphs::enable_lazy_mode(false);
+}
+
 TEST(Autograd, AccumulatesAndStopsUnderNoGrad) {
   Tensor w = Tensor::from_vector({1, -2, 3}, {3});
   w.set_requires_grad(true);
