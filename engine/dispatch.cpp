@@ -85,7 +85,8 @@ std::string op_context(const OpSchema& op, const std::vector<TensorMeta>& in) {
   return s;
 }
 
-Kernel cached_kernel(const OpSchema& op, const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
+const Kernel& cached_kernel(const OpSchema& op, const std::vector<TensorMeta>& in, const TensorMeta& out,
+                           const Attrs& a) {
   auto& c = kernel_cache();
   const std::string key = kernel_key(op, in, a);
   {
@@ -132,22 +133,31 @@ Tensor dispatch(const OpSchema& op, std::vector<Tensor> inputs, const Attrs& att
       if (!t.is_contiguous()) t = t.contiguous();
     out = lazy->record(op, inputs, attrs, out_meta, dev);
   } else {
-    std::vector<std::shared_ptr<Storage>> keep;
-    keep.reserve(inputs.size());
     for (auto& t : inputs) {
       if (!t.is_contiguous()) t = t.contiguous();
       if (t.is_lazy()) materialize(t);
-      keep.push_back(t.impl()->storage);
     }
     out = Tensor::empty(out_meta.shape, out_meta.dtype, dev);
-    Kernel k = cached_kernel(op, metas, out_meta, attrs);
-    std::vector<const void*> ptrs;
-    for (auto& t : inputs)
-      ptrs.push_back(static_cast<const char*>(t.impl()->storage->data) +
-                     t.impl()->offset * static_cast<int64_t>(dtype_size(t.dtype())));
+    const Kernel& k = cached_kernel(op, metas, out_meta, attrs);  // cache entries live forever
+    auto data_of = [](const Tensor& t) -> const void* {
+      return static_cast<const char*>(t.impl()->storage->data) +
+             t.impl()->offset * static_cast<int64_t>(dtype_size(t.dtype()));
+    };
     void* optr = out.impl()->storage->data;
-    device_backend(dev).enqueue([k = std::move(k), ptrs = std::move(ptrs), optr, keep = std::move(keep),
-                                 o = out.impl()->storage] { k(ptrs.data(), optr); });
+    if (!dev.is_hpu() && inputs.size() <= 8) {  // cpu: run now, no closure, no allocation
+      const void* ptrs[8];
+      for (size_t i = 0; i < inputs.size(); ++i) ptrs[i] = data_of(inputs[i]);
+      k(ptrs, optr);
+    } else {
+      std::vector<const void*> ptrs;
+      std::vector<std::shared_ptr<Storage>> keep;  // alive until the queued kernel has run
+      for (auto& t : inputs) {
+        ptrs.push_back(data_of(t));
+        keep.push_back(t.impl()->storage);
+      }
+      device_backend(dev).enqueue([&k, ptrs = std::move(ptrs), optr, keep = std::move(keep),
+                                   o = out.impl()->storage] { k(ptrs.data(), optr); });
+    }
   }
   record_grad(op, inputs, attrs, out);
   return out;

@@ -1,5 +1,7 @@
 // matmul and linear through oneDNN primitives (created once per prepared kernel).
+#include <atomic>
 #include <cstring>
+#include <unordered_map>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "engine/kernels.h"
@@ -27,19 +29,45 @@ dnnl::memory::desc matrix_md(int64_t r, int64_t c, bool transposed, dt type) {
   return dnnl::memory::desc({r, c}, type, transposed ? dnnl::memory::dims{1, r} : dnnl::memory::dims{c, 1});
 }
 
+// Memory objects bound to one primitive on one thread; only their data handles change per call.
+struct BoundArgs {
+  std::unordered_map<int, dnnl::memory> args;
+  dnnl::memory *a, *b, *c, *bias = nullptr;
+};
+
 struct MatmulKernel {
   dnnl::matmul prim;
   dnnl::memory::desc a_md, b_md, bias_md, c_md;
   bool has_bias;
+  uint64_t id;  // unique per prepared kernel: the key of each thread's bound memory objects
+
+  BoundArgs& bound() const {
+    thread_local std::unordered_map<uint64_t, BoundArgs> per_thread;
+    if (per_thread.size() > 4096) per_thread.clear();  // kernels of freed graphs leave entries behind
+    auto [it, fresh] = per_thread.try_emplace(id);
+    BoundArgs& b = it->second;
+    if (fresh) {
+      auto& eng = cpu_engine();
+      b.args = {{DNNL_ARG_SRC, dnnl::memory(a_md, eng, nullptr)},
+                {DNNL_ARG_WEIGHTS, dnnl::memory(b_md, eng, nullptr)},
+                {DNNL_ARG_DST, dnnl::memory(c_md, eng, nullptr)}};
+      if (has_bias) b.args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_md, eng, nullptr));
+      b.a = &b.args.at(DNNL_ARG_SRC);
+      b.b = &b.args.at(DNNL_ARG_WEIGHTS);
+      b.c = &b.args.at(DNNL_ARG_DST);
+      if (has_bias) b.bias = &b.args.at(DNNL_ARG_BIAS);
+    }
+    return b;
+  }
+
   void operator()(const void* const* in, void* out) const {
-    auto& eng = cpu_engine();
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, dnnl::memory(a_md, eng, const_cast<void*>(in[0]))},
-        {DNNL_ARG_WEIGHTS, dnnl::memory(b_md, eng, const_cast<void*>(in[1]))},
-        {DNNL_ARG_DST, dnnl::memory(c_md, eng, out)}};
-    if (has_bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_md, eng, const_cast<void*>(in[2])));
+    BoundArgs& b = bound();
+    b.a->set_data_handle(const_cast<void*>(in[0]));
+    b.b->set_data_handle(const_cast<void*>(in[1]));
+    b.c->set_data_handle(out);
+    if (b.bias) b.bias->set_data_handle(const_cast<void*>(in[2]));
     auto& s = thread_stream();
-    prim.execute(s, args);
+    prim.execute(s, b.args);
     s.wait();
   }
 };
@@ -62,7 +90,9 @@ Kernel make_matmul_f64(int64_t m, int64_t k, int64_t n, bool ta, bool tb, bool b
 Kernel make_matmul(DType type, int64_t m, int64_t k, int64_t n, bool ta, bool tb, bool bias, bool relu) {
   if (type == DType::F64) return make_matmul_f64(m, k, n, ta, tb, bias, relu);
   const dt t = dnnl_type(type);
+  static std::atomic<uint64_t> next_id{1};
   MatmulKernel mk;
+  mk.id = next_id++;
   mk.a_md = matrix_md(m, k, ta, t);
   mk.b_md = matrix_md(k, n, tb, t);
   mk.c_md = matrix_md(m, n, false, t);

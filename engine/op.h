@@ -51,8 +51,9 @@ const OpSchema& op_schema(std::string_view name);  // throws NotFoundError
 Tensor dispatch(const OpSchema& op, std::vector<Tensor> inputs, const Attrs& attrs = {});
 Tensor dispatch(std::string_view op, std::vector<Tensor> inputs, const Attrs& attrs = {});
 
-// Eager-mode kernel cache: one prepared kernel per (op, input metas, attrs).
-Kernel cached_kernel(const OpSchema& op, const std::vector<TensorMeta>& in, const TensorMeta& out,
+// Eager-mode kernel cache: one prepared kernel per (op, input metas, attrs). Entries are never
+// evicted, so the reference stays valid.
+const Kernel& cached_kernel(const OpSchema& op, const std::vector<TensorMeta>& in, const TensorMeta& out,
                      const Attrs& attrs);
 size_t kernel_cache_size();
 
