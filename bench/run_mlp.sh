@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 threads=${1:-1}
 export OMP_NUM_THREADS=$threads
 export LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-./build/bench/hg_bench --benchmark_format=json --benchmark_min_time=0.5 > /tmp/hg_mlp_bench.json
+./build/bench/hg_bench --benchmark_filter=Mlp --benchmark_format=json --benchmark_min_time=0.5 > /tmp/hg_mlp_bench.json
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 bench/torch_mlp.py "$threads" > /tmp/torch_mlp_bench.jsonl
 /usr/bin/python3 - "$threads" <<'PY'
 import json, sys
