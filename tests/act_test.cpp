@@ -20,18 +20,10 @@
 #include "graphs/lazy.h"
 
 using namespace hg;
+using namespace hg::test;
 using ::testing::HasSubstr;
 
 namespace {
-
-enum class Mode { Cpu, HpuEager, HpuLazy };
-
-struct ModeGuard {  // sets lazy mode for the test and restores eager mode after
-  explicit ModeGuard(Mode m) { graphs::enable_lazy_mode(m == Mode::HpuLazy); }
-  ~ModeGuard() { graphs::enable_lazy_mode(false); }
-};
-
-Device device_of(Mode m) { return m == Mode::Cpu ? Device::cpu() : Device::hpu(0); }
 
 // A golden input on `dev` in `float_type` (F32 or F64); BOOL and I32 are made on the cpu
 // with a cast and then copied, so indices and masks always hold data.

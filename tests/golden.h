@@ -1,5 +1,5 @@
-// Test helpers: PyTorch golden values (tests/golden/*.json, made by scripts/gen_golden.py)
-// and tolerant comparisons.
+// Test helpers: PyTorch golden values (tests/golden/*.json, made by scripts/gen_golden.py
+// and scripts/golden_*.py), tolerant comparisons, and the modes every op is checked in.
 //
 //   auto cases = hg::test::load_json("ops.json");
 //   hg::Tensor t = hg::test::tensor_from(cases[0]["inputs"][0], hg::Device::cpu());
@@ -14,8 +14,19 @@
 #include <vector>
 
 #include "engine/tensor.h"
+#include "graphs/lazy.h"
 
 namespace hg::test {
+
+// The three ways an op runs: on cpu, eagerly on hpu:0, and lazily traced on hpu:0.
+enum class Mode { Cpu, HpuEager, HpuLazy };
+
+struct ModeGuard {  // sets lazy mode for the test and restores eager mode after
+  explicit ModeGuard(Mode m) { graphs::enable_lazy_mode(m == Mode::HpuLazy); }
+  ~ModeGuard() { graphs::enable_lazy_mode(false); }
+};
+
+inline Device device_of(Mode m) { return m == Mode::Cpu ? Device::cpu() : Device::hpu(0); }
 
 inline nlohmann::json load_json(const std::string& name) {
   std::ifstream in(std::string(HG_SOURCE_DIR) + "/tests/golden/" + name);

@@ -18,19 +18,11 @@
 #include "graphs/lazy.h"
 
 using namespace hg;
+using namespace hg::test;
 using ::testing::HasSubstr;
 using json = nlohmann::json;
 
 namespace {
-
-enum class Mode { Cpu, HpuEager, HpuLazy };
-
-struct ModeGuard {  // sets lazy mode for the test and restores eager mode after
-  explicit ModeGuard(Mode m) { graphs::enable_lazy_mode(m == Mode::HpuLazy); }
-  ~ModeGuard() { graphs::enable_lazy_mode(false); }
-};
-
-Device device_of(Mode m) { return m == Mode::Cpu ? Device::cpu() : Device::hpu(0); }
 
 const json& cases() {
   static const json c = test::load_json("nn.json");

@@ -13,16 +13,10 @@
 #include "graphs/lazy.h"
 
 using namespace hg;
+using namespace hg::test;
 using ::testing::HasSubstr;
 
 namespace {
-
-enum class Mode { Cpu, HpuEager, HpuLazy };
-
-struct ModeGuard {  // sets lazy mode for the test and restores eager mode after
-  explicit ModeGuard(Mode m) { graphs::enable_lazy_mode(m == Mode::HpuLazy); }
-  ~ModeGuard() { graphs::enable_lazy_mode(false); }
-};
 
 Tensor run_op(const std::string& op, const nlohmann::json& attrs, const std::vector<Tensor>& in) {
   const int64_t dim = attrs.value("dim", ops::kAllDims);

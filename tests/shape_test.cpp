@@ -18,16 +18,10 @@
 #include "graphs/lazy.h"
 
 using namespace hg;
+using namespace hg::test;
 using ::testing::HasSubstr;
 
 namespace {
-
-enum class Mode { Cpu, HpuEager, HpuLazy };
-
-struct ModeGuard {  // sets lazy mode for the test and restores eager mode after
-  explicit ModeGuard(Mode m) { graphs::enable_lazy_mode(m == Mode::HpuLazy); }
-  ~ModeGuard() { graphs::enable_lazy_mode(false); }
-};
 
 Tensor bools(const std::vector<int>& v, const Shape& shape, Device dev = Device::cpu()) {
   Tensor t = Tensor::empty(shape, DType::BOOL);
