@@ -157,10 +157,17 @@ memory::desc weight_md(const ConvGeom& g) {  // [G, O/G, C/G, kh, kw] is the sam
 }
 memory::desc any_md(const memory::desc& m) { return memory::desc(m.dims(), m.data_type(), tag::any); }
 
+// Small output maps (<= 7x7, e.g. ResNet's last stage) run on NCHW activations: reordering
+// the activations to a blocked layout and back costs more there than it saves (measured on
+// ResNet-18 layer4: 127 GFLOP/s with blocked activations against 180 with NCHW).
+bool plain_activations(const ConvGeom& g) { return g.oh * g.ow <= 49; }
+
 dnnl::convolution_forward::primitive_desc conv_fwd_pd(const ConvGeom& g, bool bias, dnnl::prop_kind pk) {
   const memory::desc bias_md = bias ? plain_md({g.o}, g.dtype) : memory::desc();
-  dnnl::convolution_forward::desc d(pk, dnnl::algorithm::convolution_direct, any_md(src_md(g)), any_md(weight_md(g)),
-                                    bias_md, any_md(dst_md(g)), g.strides, g.dilates, g.pads, g.pads);
+  const bool plain = plain_activations(g) && pk == dnnl::prop_kind::forward_inference;
+  dnnl::convolution_forward::desc d(pk, dnnl::algorithm::convolution_direct, plain ? src_md(g) : any_md(src_md(g)),
+                                    any_md(weight_md(g)), bias_md, plain ? dst_md(g) : any_md(dst_md(g)), g.strides,
+                                    g.dilates, g.pads, g.pads);
   return {d, user_scratchpad(), dnnl_engine()};
 }
 
