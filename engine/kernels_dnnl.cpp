@@ -24,8 +24,9 @@ dnnl::stream& thread_stream() {
 
 using dt = dnnl::memory::data_type;
 
-// Below this many multiply-adds a matmul runs on one thread (measured on this machine:
-// 64x64x64 takes 2.4 us on one thread and twice that on two; 128^3 gains from two).
+// Below this many multiply-adds a matmul runs on one thread (measured on this machine: the
+// digits MLP's 32x64x64 layers take 3.5 us per forward on one thread and 88 us on two,
+// while 64^3 and above gain from two threads).
 constexpr int64_t kSingleThreadWork = int64_t{1} << 18;
 
 dt dnnl_type(DType t) { return t == DType::BF16 ? dt::bf16 : dt::f32; }
@@ -104,7 +105,7 @@ Kernel make_matmul(DType type, int64_t m, int64_t k, int64_t n, bool ta, bool tb
   static std::atomic<uint64_t> next_id{1};
   MatmulKernel mk;
   mk.id = next_id++;
-  mk.single_thread = m * k * n <= kSingleThreadWork;
+  mk.single_thread = m * k * n < kSingleThreadWork;
   mk.a_md = matrix_md(m, k, ta, t);
   mk.b_md = matrix_md(k, n, tb, t);
   mk.c_md = matrix_md(m, n, false, t);
