@@ -192,6 +192,7 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   if (!training || p == 0) return x;
   const uint64_t seed = default_generator(x.device()).next();
   Tensor s = Tensor::from_indices({static_cast<int64_t>(seed)}, {}, x.device());
+  s.impl()->rng_seed = true;  // an HPU graph that captures this draws a new seed per replay
   return dispatch("dropout", {x, s}, Attrs{{}, {p}});
 }
 

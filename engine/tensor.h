@@ -39,6 +39,7 @@ struct TensorImpl {
   Device device;
   std::shared_ptr<Storage> storage;   // null while the value is lazy
   std::shared_ptr<LazyValue> lazy;    // set while the value exists only in a trace
+  bool rng_seed = false;  // an I64 seed drawn from the device generator: HPU graph replays redraw it
   // autograd
   bool requires_grad = false;
   std::shared_ptr<GradNode> grad_fn;  // null for leaves

@@ -1,6 +1,7 @@
 #include "graphs/hpu_graph.h"
 
 #include "engine/error.h"
+#include "engine/generator.h"
 #include "engine/lazy.h"
 #include "graphs/lazy.h"
 #include "graphs/trace.h"
@@ -55,11 +56,26 @@ void HPUGraph::capture_end() {
     in_ptrs_.push_back(static_cast<const char*>(x.impl()->storage->data) +
                        x.impl()->offset * static_cast<int64_t>(dtype_size(x.dtype())));
   for (const auto& o : outputs_) out_ptrs_.push_back(o.impl()->storage->data);
+  for (size_t i = 0; i < inputs_.size(); ++i)
+    if (inputs_[i].impl()->rng_seed) rng_inputs_.push_back(i);
   replay();
 }
 
 void HPUGraph::replay(bool asynchronous) {
   if (!exe_) throw InvalidArgument("HPUGraph::replay before a capture");
+  if (!rng_inputs_.empty()) {  // new seeds, written in queue order just before this replay
+    std::vector<int64_t> seeds;
+    Generator& gen = default_generator(device_);
+    for (size_t k = 0; k < rng_inputs_.size(); ++k) seeds.push_back(static_cast<int64_t>(gen.next()));
+    auto run = [this, seeds = std::move(seeds)] {
+      for (size_t k = 0; k < rng_inputs_.size(); ++k)
+        *static_cast<int64_t*>(const_cast<void*>(in_ptrs_[rng_inputs_[k]])) = seeds[k];
+      exe_->run(arena_->data, in_ptrs_.data(), out_ptrs_.data());
+    };
+    if (asynchronous) device_backend(device_).enqueue(run);
+    else device_backend(device_).run_sync(run);
+    return;
+  }
   auto run = [this] { exe_->run(arena_->data, in_ptrs_.data(), out_ptrs_.data()); };
   if (asynchronous) device_backend(device_).enqueue(run);
   else device_backend(device_).run_sync(run);
@@ -72,6 +88,7 @@ void HPUGraph::reset() {
   outputs_.clear();
   in_ptrs_.clear();
   out_ptrs_.clear();
+  rng_inputs_.clear();
   arena_.reset();
 }
 

@@ -9,6 +9,8 @@
 //   g.replay();                              // no dispatch, no allocation; `out` holds the result
 //
 // One capture per device at a time. Reading a tensor's value during capture is an error.
+// Random ops (dropout) captured in the graph get a fresh seed from the device generator at
+// every replay, as Gaudi keeps RNG state per graph.
 #pragma once
 #include <memory>
 #include <vector>
@@ -43,6 +45,7 @@ class HPUGraph {
   std::vector<Tensor> inputs_, outputs_;
   std::shared_ptr<Storage> arena_;
   std::vector<const void*> in_ptrs_;
+  std::vector<size_t> rng_inputs_;  // static inputs that are RNG seeds
   std::vector<void*> out_ptrs_;
 };
 

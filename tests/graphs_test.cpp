@@ -6,6 +6,7 @@
 
 #include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/generator.h"
 #include "engine/ops.h"
 #include "golden.h"
 #include "graphs/hpu_graph.h"
@@ -171,6 +172,26 @@ TEST(HPUGraph, ReplayEqualsEagerForTheGoldenMlp) {
   g.replay();
   net->to(Device::cpu());
   test::expect_close(out.to_vector(), net->forward(x2).to_vector(), 1e-6, "replay vs eager (second input)", 0);
+}
+
+TEST(HPUGraph, DropoutDrawsANewMaskPerReplay) {
+  const Device d = Device::hpu(0);
+  Tensor x = Tensor::full({256}, 1.0f, d);
+  HPUGraph g(d);
+  g.capture_begin();
+  Tensor y = ops::dropout(x, 0.5, true);
+  g.capture_end();
+  auto replay_mask = [&] {
+    g.replay();
+    return y.to_vector();
+  };
+  const auto a = replay_mask(), b = replay_mask();
+  EXPECT_NE(a, b);  // 2^-256 odds of a false failure
+  for (float v : a) EXPECT_TRUE(v == 0.0f || v == 2.0f) << v;
+  manual_seed(d, 7);
+  const auto c = replay_mask();
+  manual_seed(d, 7);
+  EXPECT_EQ(replay_mask(), c);  // reproducible from a seed
 }
 
 TEST(HPUGraph, ReadingAValueDuringCaptureIsAnError) {
