@@ -1,5 +1,7 @@
 #include "engine/device.h"
 
+#include <omp.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -106,7 +108,8 @@ void MemoryPool::reset_peak() {
 
 // ---- ExecQueue ---------------------------------------------------------------------------
 
-ExecQueue::ExecQueue(std::string name) : name_(std::move(name)), worker_([this] { run(); }) {}
+ExecQueue::ExecQueue(std::string name, int threads)
+    : name_(std::move(name)), threads_(threads), worker_([this, threads] { run(threads); }) {}
 
 ExecQueue::~ExecQueue() {
   {
@@ -153,17 +156,28 @@ void ExecQueue::synchronize() {
   }
 }
 
+namespace {
+thread_local int t_saved_threads = 0;  // the caller's OpenMP team size during an inline task
+}
+
 bool ExecQueue::try_begin_inline() {
   if (on_worker_thread()) return true;  // already in queue order
-  std::lock_guard lk(mu_);
-  if (busy_ || !tasks_.empty()) return false;
-  busy_ = true;
-  ++enqueued_;
+  {
+    std::lock_guard lk(mu_);
+    if (busy_ || !tasks_.empty()) return false;
+    busy_ = true;
+    ++enqueued_;
+  }
+  if (threads_ > 0) {
+    t_saved_threads = omp_get_max_threads();
+    omp_set_num_threads(threads_);
+  }
   return true;
 }
 
 void ExecQueue::end_inline() {
   if (on_worker_thread()) return;
+  if (threads_ > 0) omp_set_num_threads(t_saved_threads);
   {
     std::lock_guard lk(mu_);
     busy_ = false;
@@ -173,7 +187,8 @@ void ExecQueue::end_inline() {
   cv_.notify_one();  // the worker may have work queued behind the inline task
 }
 
-void ExecQueue::run() {
+void ExecQueue::run(int threads) {
+  if (threads > 0) omp_set_num_threads(threads);  // this worker's OpenMP team size
   for (;;) {
     std::function<void()> task;
     {
@@ -231,8 +246,10 @@ class CpuBackend final : public DeviceBackend {
 
 class HostHpuBackend final : public DeviceBackend {
  public:
-  HostHpuBackend(int index, int64_t capacity)
-      : index_(index), pool_("hpu:" + std::to_string(index), capacity), queue_("hpu:" + std::to_string(index)) {}
+  HostHpuBackend(int index, int64_t capacity, int threads)
+      : index_(index),
+        pool_("hpu:" + std::to_string(index), capacity),
+        queue_("hpu:" + std::to_string(index), threads) {}
   Device device() const override { return Device::hpu(index_); }
   void* allocate(size_t bytes) override { return pool_.allocate(bytes); }
   void release(void* p, size_t bytes) override { pool_.release(p, bytes); }
@@ -255,7 +272,8 @@ struct Registry {
   Registry() {
     const int n = static_cast<int>(env_int("HG_HPU_DEVICES", 1));
     const int64_t cap = env_int("HG_HPU_MEMORY_MB", 4096) * (int64_t{1} << 20);
-    for (int i = 0; i < n; ++i) hpus.push_back(std::make_unique<HostHpuBackend>(i, cap));
+    const int threads = static_cast<int>(env_int("HG_HPU_THREADS", 0));
+    for (int i = 0; i < n; ++i) hpus.push_back(std::make_unique<HostHpuBackend>(i, cap, threads));
   }
 };
 

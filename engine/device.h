@@ -6,8 +6,11 @@
 //   hg::synchronize(d);
 //
 // Number of HPUs: env HG_HPU_DEVICES (default 1). Pool capacity per HPU: env
-// HG_HPU_MEMORY_MB (default 4096). Going over the capacity throws hg::OutOfMemoryError
-// and leaves the device usable.
+// HG_HPU_MEMORY_MB (default 4096). Compute threads per HPU: env HG_HPU_THREADS (default:
+// OpenMP's, i.e. OMP_NUM_THREADS or all cores) — the size of the OpenMP team (oneDNN's
+// runtime) that each HPU's queue worker uses, so e.g. two HPUs with one thread each never
+// oversubscribe two cores. Going over the capacity throws hg::OutOfMemoryError and leaves
+// the device usable.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -70,11 +73,13 @@ class MemoryPool {
 // throws is reported and the queue records the first error, which synchronize() rethrows.
 class ExecQueue {
  public:
-  explicit ExecQueue(std::string name);
+  // threads > 0: the OpenMP team size of work run on the worker thread.
+  explicit ExecQueue(std::string name, int threads = 0);
   ~ExecQueue();
   void enqueue(std::function<void()> task);
   // Runs `task` in queue order and returns when it has run: on the calling thread when the
-  // queue is idle (no hand-off to the worker), else queued behind the pending work.
+  // queue is idle (no hand-off to the worker, with the queue's OpenMP team size), else
+  // queued behind the pending work.
   template <class F>
   void run_sync(F&& task);
   uint64_t record();               // an event: the count of tasks enqueued so far
@@ -84,7 +89,7 @@ class ExecQueue {
   bool on_worker_thread() const { return std::this_thread::get_id() == worker_.get_id(); }
 
  private:
-  void run();
+  void run(int threads);
   bool try_begin_inline();
   void end_inline();
   std::string name_;
@@ -95,6 +100,7 @@ class ExecQueue {
   std::string error_;
   bool stop_ = false;
   bool busy_ = false;  // a task is running (on the worker or inline)
+  int threads_;        // OpenMP team size for this queue's work (0: leave as is)
   std::thread worker_;
 };
 

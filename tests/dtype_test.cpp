@@ -37,7 +37,9 @@ TEST(Float16, Bf16RoundsToNearestEven) {
   for (uint32_t b = 0; b < 0x10000; ++b) {  // every finite bf16 survives a round trip
     const bf16 h{static_cast<uint16_t>(b)};
     const float f = h.to_float();
-    if (std::isfinite(f)) ASSERT_EQ(bf16::from_float(f).bits, h.bits) << b;
+    if (std::isfinite(f)) {
+      ASSERT_EQ(bf16::from_float(f).bits, h.bits) << b;
+    }
   }
 }
 
@@ -52,7 +54,9 @@ TEST(Float16, F16MatchesIeeeHalf) {
   for (uint32_t b = 0; b < 0x10000; ++b) {
     const f16 h{static_cast<uint16_t>(b)};
     const float f = h.to_float();
-    if (std::isfinite(f)) ASSERT_EQ(f16::from_float(f).bits, h.bits) << b;
+    if (std::isfinite(f)) {
+      ASSERT_EQ(f16::from_float(f).bits, h.bits) << b;
+    }
   }
 }
 

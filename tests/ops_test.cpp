@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <thread>
 
 #include "engine/autograd.h"
@@ -208,6 +210,20 @@ TEST(Device, RunSyncWaitsForQueuedWorkAndRunsInlineWhenIdle) {
   q.enqueue([&] { order.push_back(3); });
   q.synchronize();
   EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+}
+
+TEST(Device, QueueWorkerUsesItsOwnOpenMpTeamSize) {
+  for (int threads : {1, 2}) {
+    ExecQueue q("threads", threads);
+    int seen = 0;
+    q.enqueue([&] { seen = omp_get_max_threads(); });
+    q.synchronize();
+    EXPECT_EQ(seen, threads);
+    const int caller = omp_get_max_threads();
+    q.run_sync([&] { seen = omp_get_max_threads(); });  // inline on this thread, same team size
+    EXPECT_EQ(seen, threads);
+    EXPECT_EQ(omp_get_max_threads(), caller);  // and the caller's setting is restored
+  }
 }
 
 TEST(Device, QueueReportsAFailedTask) {
