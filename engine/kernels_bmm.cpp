@@ -3,22 +3,13 @@
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "engine/dnnl_context.h"
 #include "engine/error.h"
 #include "engine/kernels_shape.h"
 
 namespace hg::kernels {
 
 namespace {
-
-dnnl::engine& bmm_engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
-dnnl::stream& bmm_stream() {
-  thread_local dnnl::stream s(bmm_engine());
-  return s;
-}
 
 // The logical [batch..., r, c] view of an operand stored as `shape` (rank <= out rank), padded
 // with leading size-1 dims to `rank`; `transposed`: the last two dims are stored swapped.
@@ -37,11 +28,11 @@ struct BmmKernel {
   dnnl::matmul prim;
   dnnl::memory::desc a_md, b_md, c_md;
   void operator()(const void* const* in, void* out) const {
-    auto& eng = bmm_engine();
+    auto& eng = dnnl_engine();
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(a_md, eng, const_cast<void*>(in[0]))},
                                                {DNNL_ARG_WEIGHTS, dnnl::memory(b_md, eng, const_cast<void*>(in[1]))},
                                                {DNNL_ARG_DST, dnnl::memory(c_md, eng, out)}};
-    auto& s = bmm_stream();
+    auto& s = dnnl_stream();
     prim.execute(s, args);
     s.wait();
   }
@@ -56,14 +47,14 @@ Kernel prepare_bmm(const Metas& in, const TensorMeta& out, const Attrs& a) {
   const int64_t k = ta ? sa[sa.size() - 2] : sa[sa.size() - 1];
   if (out.numel() == 0) return [](const void* const*, void*) {};
   if (k == 0) return [bytes = out.bytes()](const void* const*, void* o) { std::memset(o, 0, bytes); };
-  const auto t = out.dtype == DType::BF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+  const auto t = dnnl_dtype(out.dtype);
   const size_t rank = out.shape.size();
   BmmKernel bk;
   bk.a_md = operand_md(in[0].shape, rank, ta, t);
   bk.b_md = operand_md(in[1].shape, rank, tb, t);
   bk.c_md = dnnl::memory::desc(out.shape, t, contiguous_strides(out.shape));
   try {
-    bk.prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(bk.a_md, bk.b_md, bk.c_md), bmm_engine()));
+    bk.prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(bk.a_md, bk.b_md, bk.c_md), dnnl_engine()));
   } catch (const dnnl::error& e) {
     throw InternalError(std::string("bmm: oneDNN has no matmul for these operands: ") + e.what());
   }

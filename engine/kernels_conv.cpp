@@ -1,6 +1,5 @@
 // conv2d forward / backward-data / backward-weights through oneDNN, the per-channel sum that
-// gives bias gradients, and the oneDNN toolkit of the nn family (engine, stream, scratch,
-// DnnlStep).
+// gives bias gradients, and the oneDNN toolkit of the nn family (scratch, DnnlStep).
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -13,20 +12,6 @@
 namespace hg::kernels::nn {
 
 // ---- toolkit ----
-
-dnnl::engine& dnnl_engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
-dnnl::stream& dnnl_stream() {
-  thread_local dnnl::stream s(dnnl_engine());
-  return s;
-}
-
-dnnl::memory::data_type dnnl_dtype(DType t) {
-  return t == DType::BF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
-}
 
 dnnl::memory::desc plain_md(const Shape& dims, DType t) {
   return dnnl::memory::desc(dims, dnnl_dtype(t), contiguous_strides(dims));

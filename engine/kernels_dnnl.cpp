@@ -6,21 +6,12 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "engine/dnnl_context.h"
 #include "engine/kernels.h"
 
 namespace hg::kernels {
 
 namespace {
-
-dnnl::engine& cpu_engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
-dnnl::stream& thread_stream() {
-  thread_local dnnl::stream s(cpu_engine());
-  return s;
-}
 
 using dt = dnnl::memory::data_type;
 
@@ -28,8 +19,6 @@ using dt = dnnl::memory::data_type;
 // digits MLP's 32x64x64 layers take 3.5 us per forward on one thread and 88 us on two,
 // while 64^3 and above gain from two threads).
 constexpr int64_t kSingleThreadWork = int64_t{1} << 18;
-
-dt dnnl_type(DType t) { return t == DType::BF16 ? dt::bf16 : dt::f32; }
 
 // A row-major [r, c] matrix, optionally stored transposed ([c, r] in memory).
 dnnl::memory::desc matrix_md(int64_t r, int64_t c, bool transposed, dt type) {
@@ -54,7 +43,7 @@ struct MatmulKernel {
     auto [it, fresh] = per_thread.try_emplace(id);
     BoundArgs& b = it->second;
     if (fresh) {
-      auto& eng = cpu_engine();
+      auto& eng = dnnl_engine();
       b.args = {{DNNL_ARG_SRC, dnnl::memory(a_md, eng, nullptr)},
                 {DNNL_ARG_WEIGHTS, dnnl::memory(b_md, eng, nullptr)},
                 {DNNL_ARG_DST, dnnl::memory(c_md, eng, nullptr)}};
@@ -75,7 +64,7 @@ struct MatmulKernel {
     b.b->set_data_handle(const_cast<void*>(in[1]));
     b.c->set_data_handle(out);
     if (b.bias) b.bias->set_data_handle(const_cast<void*>(in[2]));
-    auto& s = thread_stream();
+    auto& s = dnnl_stream();
     const int threads = omp_get_max_threads();
     if (single_thread && threads > 1) omp_set_num_threads(1);  // this thread's setting only
     prim.execute(s, b.args);
@@ -101,7 +90,7 @@ Kernel make_matmul_f64(int64_t m, int64_t k, int64_t n, bool ta, bool tb, bool b
 
 Kernel make_matmul(DType type, int64_t m, int64_t k, int64_t n, bool ta, bool tb, bool bias, bool relu) {
   if (type == DType::F64) return make_matmul_f64(m, k, n, ta, tb, bias, relu);
-  const dt t = dnnl_type(type);
+  const dt t = dnnl_dtype(type);
   static std::atomic<uint64_t> next_id{1};
   MatmulKernel mk;
   mk.id = next_id++;
@@ -119,7 +108,7 @@ Kernel make_matmul(DType type, int64_t m, int64_t k, int64_t n, bool ta, bool tb
   }
   auto desc = bias ? dnnl::matmul::desc(mk.a_md, mk.b_md, mk.bias_md, mk.c_md)
                    : dnnl::matmul::desc(mk.a_md, mk.b_md, mk.c_md);
-  mk.prim = dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, cpu_engine()));
+  mk.prim = dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, dnnl_engine()));
   return mk;
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "engine/dnnl_context.h"
 #include "engine/op.h"
 
 namespace hg::kernels::nn {
@@ -31,9 +32,7 @@ inline int64_t adaptive_end(int64_t i, int64_t in, int64_t out) { return ((i + 1
 
 // ---- oneDNN toolkit (kernels_conv.cpp) ----
 
-dnnl::engine& dnnl_engine();
-dnnl::stream& dnnl_stream();  // one per thread
-dnnl::memory::data_type dnnl_dtype(DType t);  // F32, BF16 (callers check dtypes in infer)
+// dnnl_engine(), dnnl_stream() and dnnl_dtype() come from engine/dnnl_context.h.
 dnnl::memory::desc plain_md(const Shape& dims, DType t);  // row-major (nchw, oihw, ...)
 dnnl::primitive_attr user_scratchpad();  // primitives take their scratchpad from us (thread-safe)
 

@@ -17,6 +17,7 @@
 #include "engine/op.h"
 #include "engine/ops.h"
 #include "golden.h"
+#include "gradcheck.h"
 #include "graphs/lazy.h"
 
 using namespace hg;
@@ -32,12 +33,6 @@ Tensor golden_tensor(const nlohmann::json& j, Device dev, DType float_type = DTy
   if (t == "F32") return Tensor::from_vector(j["data"].get<std::vector<float>>(), j["shape"].get<Shape>()).to(float_type).to(dev);
   Tensor i = Tensor::from_indices(j["data"].get<std::vector<int64_t>>(), j["shape"].get<Shape>());
   return (t == "I64" ? i : i.to(dtype_from_name(t))).to(dev);
-}
-
-std::vector<double> as_f64(const Tensor& t) {
-  Tensor c = t.to(DType::F64).contiguous();
-  const double* p = c.data<double>();
-  return std::vector<double>(p, p + c.numel());
 }
 
 ops::Reduction reduction(const nlohmann::json& attrs) {
@@ -112,7 +107,7 @@ TEST_P(ActConformance, ForwardInF64MatchesPyTorch) {
     for (const auto& j : c["inputs"]) in.push_back(golden_tensor(j, dev, DType::F64));
     Tensor out = run_act_op(c["op"], c["attrs"], in);
     ASSERT_EQ(out.dtype(), DType::F64);
-    const auto got = as_f64(out);
+    const auto got = test::f64_values(out);
     const auto want = c["output"]["data"].get<std::vector<double>>();
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-15 + 1e-7 * std::fabs(want[i])) << i;
@@ -209,41 +204,9 @@ Tensor rand_f64(const Shape& s, uint32_t seed, double scale = 1) {
   return t;
 }
 
-// Central differences (eps 1e-6) of sum(f(inputs) * upstream) in the inputs listed in `wrt`
-// against the gradients autograd computes.
 void fd_check(const std::function<Tensor(const std::vector<Tensor>&)>& f, std::vector<Tensor> inputs,
               const std::vector<size_t>& wrt, const std::string& what) {
-  SCOPED_TRACE(what);
-  for (auto& t : inputs) t = t.detach().clone();  // fresh leaves: no gradient left from another check
-  for (size_t k : wrt) inputs[k].set_requires_grad(true);
-  Tensor out = f(inputs);
-  ASSERT_EQ(out.dtype(), DType::F64);
-  Tensor up = rand_f64(out.shape(), 99);
-  ops::sum(ops::mul(out, up)).to(DType::F32).backward();
-  const std::vector<double> u = as_f64(up);
-  auto loss = [&](const std::vector<Tensor>& in) {
-    NoGradGuard g;
-    const auto o = as_f64(f(in));
-    double s = 0;
-    for (size_t i = 0; i < o.size(); ++i) s += o[i] * u[i];
-    return s;
-  };
-  const double eps = 1e-6;
-  for (size_t k : wrt) {
-    ASSERT_TRUE(inputs[k].grad().defined()) << "input " << k;
-    const std::vector<double> analytic = as_f64(inputs[k].grad());
-    for (int64_t i = 0; i < inputs[k].numel(); ++i) {
-      std::vector<Tensor> plus, minus;
-      for (auto& t : inputs) {
-        plus.push_back(t.detach().clone());
-        minus.push_back(t.detach().clone());
-      }
-      plus[k].data<double>()[i] += eps;
-      minus[k].data<double>()[i] -= eps;
-      const double numeric = (loss(plus) - loss(minus)) / (2 * eps);
-      EXPECT_NEAR(analytic[i], numeric, 1e-6 + 1e-5 * std::fabs(numeric)) << "input " << k << " element " << i;
-    }
-  }
+  expect_fd_gradients(f, std::move(inputs), wrt, what, {.eps = 1e-6, .rtol = 1e-5, .atol = 1e-6});
 }
 
 TEST(ActGradCheck, ActivationsInF64) {

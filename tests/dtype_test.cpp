@@ -14,17 +14,12 @@
 #include "engine/error.h"
 #include "engine/ops.h"
 #include "golden.h"
+#include "gradcheck.h"
 
 using namespace hg;
 using ::testing::HasSubstr;
 
 namespace {
-
-std::vector<double> as_f64(const Tensor& t) {
-  Tensor c = t.to(DType::F64).contiguous();
-  const double* p = c.data<double>();
-  return std::vector<double>(p, p + c.numel());
-}
 
 TEST(Float16, Bf16RoundsToNearestEven) {
   EXPECT_EQ(bf16::from_float(1.0f).bits, 0x3f80);
@@ -67,7 +62,7 @@ TEST(Cast, BetweenAllDtypes) {
     SCOPED_TRACE(dtype_name(t));
     Tensor y = x.to(t);
     EXPECT_EQ(y.dtype(), t);
-    const std::vector<double> back = as_f64(y);
+    const std::vector<double> back = test::f64_values(y);
     for (size_t i = 0; i < v.size(); ++i) {
       double want = v[i];
       if (!is_floating(t)) want = std::trunc(want);
@@ -159,40 +154,12 @@ TEST(Autocast, LowersMatmulKeepsLossInF32AndGradsReachF32Weights) {
   EXPECT_FALSE(autocast_enabled());
 }
 
-// Central differences in F64 against the analytic backward.
+// Central differences in F64 against the analytic backward, in every input.
 void check_gradients(const std::function<Tensor(const std::vector<Tensor>&)>& f, std::vector<Tensor> inputs,
                      const std::string& what) {
-  SCOPED_TRACE(what);
-  for (auto& t : inputs) t.set_requires_grad(true);
-  Tensor out = f(inputs);
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<double> u(-1, 1);
-  std::vector<double> up(static_cast<size_t>(out.numel()));
-  for (auto& v : up) v = u(rng);
-  Tensor upstream = Tensor::from_vector(std::vector<float>(up.begin(), up.end()), out.shape()).to(DType::F64);
-  ops::sum(ops::mul(out, upstream).to(DType::F32)).backward();
-  const double eps = 1e-6;
-  auto loss = [&](const std::vector<Tensor>& in) {
-    NoGradGuard g;
-    const auto o = as_f64(f(in));
-    double s = 0;
-    for (size_t i = 0; i < o.size(); ++i) s += o[i] * static_cast<float>(up[i]);
-    return s;
-  };
-  for (size_t k = 0; k < inputs.size(); ++k) {
-    const std::vector<double> analytic = as_f64(inputs[k].grad());
-    for (int64_t i = 0; i < inputs[k].numel(); ++i) {
-      std::vector<Tensor> plus, minus;
-      for (auto& t : inputs) {
-        plus.push_back(t.detach().clone());
-        minus.push_back(t.detach().clone());
-      }
-      plus[k].data<double>()[i] += eps;
-      minus[k].data<double>()[i] -= eps;
-      const double numeric = (loss(plus) - loss(minus)) / (2 * eps);
-      EXPECT_NEAR(analytic[i], numeric, 1e-5 + 1e-4 * std::fabs(numeric)) << "input " << k << " element " << i;
-    }
-  }
+  std::vector<size_t> all(inputs.size());
+  for (size_t k = 0; k < all.size(); ++k) all[k] = k;
+  test::expect_fd_gradients(f, std::move(inputs), all, what, {.eps = 1e-6, .rtol = 1e-4, .atol = 1e-5});
 }
 
 Tensor rand_f64(const Shape& s, uint32_t seed) {

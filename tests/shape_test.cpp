@@ -15,6 +15,7 @@
 #include "engine/op.h"
 #include "engine/ops.h"
 #include "golden.h"
+#include "gradcheck.h"
 #include "graphs/lazy.h"
 
 using namespace hg;
@@ -135,51 +136,12 @@ Tensor rand_t(const Shape& shape, unsigned seed, DType t = DType::F64) {
   return Tensor::from_vector(v, shape).to(t).detach();
 }
 
-std::vector<double> values(const Tensor& t) {
-  Tensor c = t.to(DType::F64).contiguous();
-  const double* p = c.data<double>();
-  return std::vector<double>(p, p + c.numel());
-}
-
-// Perturbs element k of a cpu tensor of `t`'s dtype in place.
-void bump(const Tensor& t, int64_t k, double d) {
-  if (t.dtype() == DType::F64) t.data<double>()[k] += d;
-  else t.data<float>()[k] += static_cast<float>(d);
-}
-
-// Central differences of L = sum(f(inputs) * w) against autograd, for inputs in `check`.
 // F64: eps 1e-6, tolerance 1e-7 (+ relative); F32 (oneDNN): eps 1e-3 and a loose tolerance.
 void fd_check(const std::function<Tensor(const std::vector<Tensor>&)>& f, std::vector<Tensor> inputs,
               const std::vector<size_t>& check, const std::string& what) {
-  SCOPED_TRACE(what);
   const bool f64 = inputs[check[0]].dtype() == DType::F64;
-  const double eps = f64 ? 1e-6 : 1e-3, tol = f64 ? 1e-7 : 5e-3;
-  for (size_t i : check) inputs[i].set_requires_grad(true);
-  Tensor out = f(inputs);
-  const std::vector<double> w = values(rand_t(out.shape(), 99));
-  Tensor wt = rand_t(out.shape(), 99, out.dtype());
-  ops::sum(ops::mul(out, wt)).to(DType::F32).backward();
-  auto loss = [&] {
-    NoGradGuard ng;
-    const std::vector<double> o = values(f(inputs));
-    double s = 0;
-    for (size_t k = 0; k < o.size(); ++k) s += o[k] * w[k];
-    return s;
-  };
-  for (size_t i : check) {
-    ASSERT_TRUE(inputs[i].grad().defined()) << "input " << i;
-    const std::vector<double> analytic = values(inputs[i].grad());
-    ASSERT_EQ(static_cast<int64_t>(analytic.size()), inputs[i].numel());
-    for (int64_t k = 0; k < inputs[i].numel(); ++k) {
-      bump(inputs[i], k, eps);
-      const double up = loss();
-      bump(inputs[i], k, -2 * eps);
-      const double down = loss();
-      bump(inputs[i], k, eps);
-      const double numeric = (up - down) / (2 * eps);
-      EXPECT_NEAR(analytic[k], numeric, tol * (1 + std::fabs(numeric))) << "input " << i << " element " << k;
-    }
-  }
+  const double tol = f64 ? 1e-7 : 5e-3;
+  expect_fd_gradients(f, std::move(inputs), check, what, {.eps = f64 ? 1e-6 : 1e-3, .rtol = tol, .atol = tol});
 }
 
 TEST(ShapeFiniteDifferences, MovementOpsInF64) {
