@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs every Debian package hgraph's build and tests need; with --with-python also the
-# ones for the golden-data and peer-benchmark scripts (python3-torch, python3-sklearn).
+# ones for the test-data, golden-data and peer-benchmark scripts (python3-torch,
+# torchvision, onnx, sklearn); the test suite generates its PyTorch data at test time.
 # Safe to run again: packages already present are skipped.
 set -euo pipefail
 build_pkgs=(cmake g++ make pkg-config libdnnl-dev libtbb-dev libcpprest-dev libssl-dev
             nlohmann-json3-dev libboost-dev libboost-program-options-dev libspdlog-dev
-            libgtest-dev libgmock-dev libbenchmark-dev curl)
-tool_pkgs=(python3 python3-numpy python3-torch python3-sklearn libopenblas0-openmp)
+            libgtest-dev libgmock-dev libbenchmark-dev libonnx-dev libprotobuf-dev
+            protobuf-compiler curl)
+tool_pkgs=(python3 python3-numpy python3-torch python3-torchvision python3-onnx python3-sklearn
+           libopenblas0-openmp)
 want=("${build_pkgs[@]}")
 [[ "${1:-}" == --with-python ]] && want+=("${tool_pkgs[@]}")
 missing=()

@@ -3,6 +3,7 @@
 # `bash scripts/test.sh --sanitize` (ASan + UBSan build in build-asan/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/setup.sh --with-python  # PyTorch makes test data (ONNX exports, zoo goldens)
 bash scripts/build.sh "$@"
 dir=build
 [[ "${1:-}" == --sanitize ]] && dir=build-asan
