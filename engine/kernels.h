@@ -28,7 +28,7 @@ Kernel prepare_argmax(const std::vector<TensorMeta>& in, const TensorMeta& out, 
 Kernel prepare_softmax(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // ints[1]: log
 Kernel prepare_softmax_backward(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
 
-enum class BinaryOp : int64_t { Add = 0, Sub = 1, Mul = 2 };
+enum class BinaryOp : int64_t { Add = 0, Sub = 1, Mul = 2, Div = 3 };  // integer division by 0 gives 0
 
 // Strides of `s` (right-aligned) when broadcast to `out`: 0 along broadcast dims.
 Shape broadcast_strides(const Shape& s, const Shape& out);

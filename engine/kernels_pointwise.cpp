@@ -82,6 +82,11 @@ Kernel prepare_binary(const std::vector<TensorMeta>& in, const TensorMeta& out, 
       case BinaryOp::Add: return binary_kernel<T>(in[0], in[1], out, [](C x, C y) { return C(x + y); });
       case BinaryOp::Sub: return binary_kernel<T>(in[0], in[1], out, [](C x, C y) { return C(x - y); });
       case BinaryOp::Mul: return binary_kernel<T>(in[0], in[1], out, [](C x, C y) { return C(x * y); });
+      case BinaryOp::Div:
+        return binary_kernel<T>(in[0], in[1], out, [](C x, C y) {
+          if constexpr (std::is_integral_v<C>) return y == 0 ? C(0) : C(x / y);  // truncates, as ONNX and C++
+          else return C(x / y);
+        });
     }
     return nullptr;
   });

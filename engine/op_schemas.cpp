@@ -113,6 +113,10 @@ Ts bw_binary(const Ts& in, const Tensor& g, const Attrs& a) {
     case BinaryOp::Sub: return {ops::sum_to(g, in[0].shape()), ops::sum_to(ops::scale(g, -1), in[1].shape())};
     case BinaryOp::Mul:
       return {ops::sum_to(ops::mul(g, in[1]), in[0].shape()), ops::sum_to(ops::mul(g, in[0]), in[1].shape())};
+    case BinaryOp::Div: {  // d(a/b)/db = -(a/b)/b
+      const Tensor ga = ops::div(g, in[1]);
+      return {ops::sum_to(ga, in[0].shape()), ops::sum_to(ops::scale(ops::mul(ga, ops::div(in[0], in[1])), -1.0), in[1].shape())};
+    }
   }
   return {};
 }
@@ -135,6 +139,7 @@ void register_builtin_ops() {
   register_act_ops();
   register_nn_ops();
   register_shape_ops();
+  register_math_ops();
 }
 
 void register_core_ops() {

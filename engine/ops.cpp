@@ -22,6 +22,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) { return dispat
 Tensor add(const Tensor& a, const Tensor& b) { return binary(a, b, kernels::BinaryOp::Add); }
 Tensor sub(const Tensor& a, const Tensor& b) { return binary(a, b, kernels::BinaryOp::Sub); }
 Tensor mul(const Tensor& a, const Tensor& b) { return binary(a, b, kernels::BinaryOp::Mul); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary(a, b, kernels::BinaryOp::Div); }
 Tensor scale(const Tensor& a, double s) { return dispatch("scale", {a}, Attrs{{}, {s}}); }
 Tensor relu(const Tensor& x) { return dispatch("relu", {x}); }
 Tensor softmax(const Tensor& x, int64_t dim) { return dispatch("softmax", {x}, Attrs{{norm(x, dim), 0}, {}}); }

@@ -18,6 +18,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);  // x 
 Tensor add(const Tensor& a, const Tensor& b);  // NumPy broadcasting
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);  // integer division truncates (x / 0 gives 0)
 Tensor scale(const Tensor& a, double s);
 Tensor relu(const Tensor& x);
 Tensor softmax(const Tensor& x, int64_t dim);
@@ -30,4 +31,5 @@ Tensor argmax(const Tensor& x, int64_t dim);          // I64
 
 }  // namespace hg::ops
 
+#include "engine/ops_math.h"   // sqrt, erf, exp, pow
 #include "engine/ops_shape.h"  // permute, slice, concat, axis reductions, bmm, attention (needs kAllDims)
