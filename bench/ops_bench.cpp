@@ -1,15 +1,22 @@
-// Engine micro-benchmarks: eager dispatch overhead on tiny tensors, and matmul and conv2d
-// GFLOP/s through hgraph against oneDNN called directly (no hgraph around it).
+// Engine micro-benchmarks: eager dispatch overhead on tiny tensors, matmul and conv2d
+// GFLOP/s through hgraph against oneDNN called directly (no hgraph around it), and the
+// activations and softmax: hgraph eager against our own loop kernels and oneDNN's eltwise /
+// softmax primitives called as bare kernels (what the dispatch chooses between).
 //
-//   OMP_NUM_THREADS=1 ./build/bench/hg_bench --benchmark_filter='Dispatch|Matmul|Conv'
+//   OMP_NUM_THREADS=1 ./build/bench/hg_bench --benchmark_filter='Dispatch|Matmul|Conv|Eltwise'
 //   (bench/run_ops.sh adds PyTorch and prints the ratios)
 #include <benchmark/benchmark.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
 #include <random>
+#include <unordered_map>
 
+#include "engine/act_internal.h"
 #include "engine/autograd.h"
+#include "engine/kernels.h"
+#include "engine/kernels_eltwise.h"
 #include "engine/ops.h"
+#include "engine/ops_act.h"
 #include "engine/ops_nn.h"
 
 namespace {
@@ -58,8 +65,9 @@ void BM_MatmulOneDnnDirect(benchmark::State& st) {
   matmul prim(matmul::primitive_desc(matmul::desc(md, md, md), eng));
   hg::Tensor a = rand_tensor({n, n}), b = rand_tensor({n, n}), c = rand_tensor({n, n});
   memory ma(md, eng, a.raw_data()), mb(md, eng, b.raw_data()), mc(md, eng, c.raw_data());
-  for (auto _ : st) {
-    prim.execute(s, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+  const std::unordered_map<int, memory> args{{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+  for (auto _ : st) {  // same output buffer every time, arguments built once: the best case
+    prim.execute(s, args);
     s.wait();
   }
   set_flops(st, n);
@@ -135,6 +143,109 @@ const bool kConvRegistered = [] {
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
   }
+  return true;
+}();
+
+}  // namespace
+
+// Activations and softmax (over the last dim), F32 at three sizes and BF16 at one:
+// Hgraph = the eager op (dispatch, allocation and the chosen kernel), Loop = our kernel,
+// OneDnn = oneDNN's primitive (both bare kernels on preallocated buffers).
+namespace {
+
+struct EltwiseOp {
+  const char* name;
+  hg::Tensor (*eager)(const hg::Tensor&);
+  hg::Kernel (*loop)(const hg::TensorMeta&);
+  hg::Kernel (*onednn)(const hg::TensorMeta&);
+};
+
+template <hg::act::Act A>
+hg::Kernel act_loop(const hg::TensorMeta& m) {
+  return hg::act::activation_loop(A, false, m.dtype, m.numel());
+}
+template <dnnl::algorithm Alg, int Alpha = 0>
+hg::Kernel act_onednn(const hg::TensorMeta& m) {
+  return hg::kernels::dnnl_eltwise(Alg, m.dtype, m.numel(), Alpha);
+}
+template <bool Log>
+hg::Kernel softmax_loop(const hg::TensorMeta& m) {
+  return hg::kernels::softmax_loop(m, static_cast<int64_t>(m.shape.size()) - 1, Log);
+}
+template <bool Log>
+hg::Kernel softmax_onednn(const hg::TensorMeta& m) {
+  return hg::kernels::dnnl_softmax(m.shape, m.dtype, static_cast<int64_t>(m.shape.size()) - 1, Log);
+}
+
+using Act = hg::act::Act;
+using alg = dnnl::algorithm;
+const EltwiseOp kEltwiseOps[] = {
+    {"relu", [](const hg::Tensor& x) { return hg::ops::relu(x); }, hg::kernels::relu_loop,
+     act_onednn<alg::eltwise_relu>},
+    {"gelu_erf", [](const hg::Tensor& x) { return hg::ops::gelu(x); }, act_loop<Act::GeluErf>,
+     act_onednn<alg::eltwise_gelu_erf>},
+    {"gelu_tanh", [](const hg::Tensor& x) { return hg::ops::gelu(x, "tanh"); }, act_loop<Act::GeluTanh>,
+     act_onednn<alg::eltwise_gelu_tanh>},
+    {"silu", [](const hg::Tensor& x) { return hg::ops::silu(x); }, act_loop<Act::Silu>,
+     act_onednn<alg::eltwise_swish, 1>},
+    {"tanh", [](const hg::Tensor& x) { return hg::ops::tanh(x); }, act_loop<Act::Tanh>,
+     act_onednn<alg::eltwise_tanh>},
+    {"sigmoid", [](const hg::Tensor& x) { return hg::ops::sigmoid(x); }, act_loop<Act::Sigmoid>,
+     act_onednn<alg::eltwise_logistic>},
+    {"softmax", [](const hg::Tensor& x) { return hg::ops::softmax(x, -1); }, softmax_loop<false>,
+     softmax_onednn<false>},
+    {"log_softmax", [](const hg::Tensor& x) { return hg::ops::log_softmax(x, -1); }, softmax_loop<true>,
+     softmax_onednn<true>},
+};
+
+struct EltwiseShape {
+  const char* name;
+  hg::Shape shape;
+  hg::DType dtype;
+};
+// 1x64: a tiny tensor (where per-call overhead decides); 64x1000: classifier logits;
+// 256x4096: a wide MLP activation; 4x128x128: BERT's attention scores (4 heads, 128 tokens).
+const EltwiseShape kEltwiseShapes[] = {{"1x64", {1, 64}, hg::DType::F32},
+                                       {"64x1000", {64, 1000}, hg::DType::F32},
+                                       {"256x4096", {256, 4096}, hg::DType::F32},
+                                       {"4x128x128", {4, 128, 128}, hg::DType::F32},
+                                       {"256x4096_bf16", {256, 4096}, hg::DType::BF16}};
+
+void set_bytes(benchmark::State& st, const hg::TensorMeta& m) {
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(2 * m.bytes()));
+}
+
+void eltwise_eager(benchmark::State& st, EltwiseOp op, EltwiseShape sh) {
+  hg::NoGradGuard g;
+  const hg::Tensor x = rand_tensor(sh.shape).to(sh.dtype);
+  for (auto _ : st) benchmark::DoNotOptimize(op.eager(x));
+  set_bytes(st, x.meta());
+}
+
+void eltwise_kernel(benchmark::State& st, hg::Kernel (*make)(const hg::TensorMeta&), EltwiseShape sh) {
+  const hg::Tensor x = rand_tensor(sh.shape).to(sh.dtype), y = hg::Tensor::empty(sh.shape, sh.dtype);
+  const hg::Kernel k = make(x.meta());
+  if (!k) return st.SkipWithError("no optimised oneDNN implementation");
+  const void* in[] = {x.raw_data()};
+  void* out = y.raw_data();
+  for (auto _ : st) k(in, out);
+  set_bytes(st, x.meta());
+}
+
+const bool kEltwiseRegistered = [] {
+  for (const EltwiseShape& sh : kEltwiseShapes)
+    for (const EltwiseOp& op : kEltwiseOps) {
+      const std::string suffix = std::string("/") + op.name + "/" + sh.name;
+      benchmark::RegisterBenchmark(("BM_EltwiseHgraph" + suffix).c_str(), eltwise_eager, op, sh)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("BM_EltwiseLoop" + suffix).c_str(), eltwise_kernel, op.loop, sh)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("BM_EltwiseOneDnn" + suffix).c_str(), eltwise_kernel, op.onednn, sh)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
   return true;
 }();
 

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """PyTorch peer for bench/ops_bench.cpp (same shapes): eager dispatch of tiny ops and matmul
-GFLOP/s, plus conv2d on ResNet-18 layer shapes when asked.
+GFLOP/s, plus conv2d on ResNet-18 layer shapes and the activations / softmax when asked.
 
-Usage: /usr/bin/python3 bench/torch_ops.py THREADS [conv]  -> JSON lines
+Usage: /usr/bin/python3 bench/torch_ops.py THREADS [conv] [eltwise]  -> JSON lines
 {"name": ..., "us": median microseconds, "gflops": ...}"""
 import json, sys, time
 
@@ -36,7 +36,13 @@ def main():
             us = median_us(lambda: torch.matmul(x, y), 3, reps)
             out.append({"name": f"Matmul/{n}", "us": us, "gflops": 2 * n ** 3 / us / 1e3})
             n *= 2
-        if len(sys.argv) > 2 and sys.argv[2] == "conv":
+        if "eltwise" in sys.argv[2:]:
+            for shape_name, shape, dtype in ELTWISE_SHAPES:
+                x = torch.rand(*shape).mul_(8).sub_(4).to(dtype)
+                for op_name, f in ELTWISE_OPS:
+                    us = median_us(lambda: f(x), 20, max(50, int(2e5 / max(1, x.numel() // 1000))))
+                    out.append({"name": f"Eltwise/{op_name}/{shape_name}", "us": us})
+        if "conv" in sys.argv[2:]:
             for name, c_in, c_out, k, s, hw in CONV_SHAPES:
                 x = torch.rand(1, c_in, hw, hw)
                 w = torch.rand(c_out, c_in, k, k)
@@ -48,6 +54,26 @@ def main():
     for o in out:
         print(json.dumps(o))
 
+
+F = torch.nn.functional
+# The activations and softmax of bench/ops_bench.cpp (softmax over the last dim).
+ELTWISE_OPS = [
+    ("relu", torch.relu),
+    ("gelu_erf", F.gelu),
+    ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh")),
+    ("silu", F.silu),
+    ("tanh", torch.tanh),
+    ("sigmoid", torch.sigmoid),
+    ("softmax", lambda x: torch.softmax(x, -1)),
+    ("log_softmax", lambda x: torch.log_softmax(x, -1)),
+]
+ELTWISE_SHAPES = [
+    ("1x64", (1, 64), torch.float32),
+    ("64x1000", (64, 1000), torch.float32),
+    ("256x4096", (256, 4096), torch.float32),
+    ("4x128x128", (4, 128, 128), torch.float32),
+    ("256x4096_bf16", (256, 4096), torch.bfloat16),
+]
 
 # ResNet-18 conv layers at batch 1, 224x224 input: (name, in, out, kernel, stride, input size)
 CONV_SHAPES = [

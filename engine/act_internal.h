@@ -10,10 +10,13 @@ namespace hg::act {
 
 using Metas = std::vector<TensorMeta>;
 
-// Element-wise activations: F32 (SIMD), F64 (libm), BF16/F16 (computed as F32). Forward
-// input: x. Backward inputs: grad, x.
+// Element-wise activations. Forward input: x. Backward inputs: grad, x. prepare_activation
+// picks oneDNN's eltwise primitive (kernels_eltwise.h) or our loops, whichever
+// bench/ops_bench.cpp measured faster; activation_loop is ours: F32 (SIMD), F64 (libm),
+// BF16/F16 (computed as F32).
 enum class Act { GeluErf, GeluTanh, Silu, Tanh, Sigmoid };
 Kernel prepare_activation(Act act, bool backward, const Metas& in, const TensorMeta& out);
+Kernel activation_loop(Act act, bool backward, DType t, int64_t n);
 
 // inputs: x (any float), seed (I64 scalar); floats {p}. Keeps element i when the counter hash
 // of (seed, i) is >= p and scales it by 1/(1-p). The same kernel is its own backward.

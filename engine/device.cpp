@@ -29,8 +29,12 @@ std::string Device::str() const { return kind == DeviceKind::CPU ? "cpu" : "hpu:
 
 // ---- MemoryPool --------------------------------------------------------------------------
 
+namespace {
+constexpr size_t kSmallBlock = size_t{64} << 10;  // below: free lists per 64-byte class
+}
+
 size_t MemoryPool::block_size(size_t bytes) {
-  if (bytes < (size_t{64} << 10)) return (bytes + 63) / 64 * 64 + 64;
+  if (bytes < kSmallBlock) return (bytes + 63) / 64 * 64 + 64;
   size_t r = size_t{64} << 10;  // large blocks: the next size of the form 2^k or 1.5 * 2^k
   while (r < bytes) r = (r & (r - 1)) ? (r / 3) * 4 : r + r / 2;
   return r;
@@ -52,8 +56,13 @@ void* MemoryPool::allocate(size_t bytes) {
     s_.num_allocs++;
     s_.active_allocs++;
     s_.max_alloc_size = std::max(s_.max_alloc_size, b);
-    auto it = cache_.find(block);
-    if (it != cache_.end()) {
+    if (block < kSmallBlock) {
+      if (!small_.empty() && small_[block / 64]) {
+        p = small_[block / 64];
+        small_[block / 64] = *static_cast<void**>(p);
+        cached_bytes_ -= block;
+      }
+    } else if (auto it = cache_.find(block); it != cache_.end()) {
       p = it->second;
       cached_bytes_ -= block;
       cache_.erase(it);
@@ -77,8 +86,14 @@ void MemoryPool::release(void* p, size_t bytes) {
     s_.in_use -= static_cast<int64_t>(bytes);
     s_.num_frees++;
     s_.active_allocs--;
-    if (block >= (size_t{64} << 10) && cached_bytes_ + block <= cache_limit_) {
-      cache_.emplace(block, p);
+    if (cached_bytes_ + block <= cache_limit_) {
+      if (block < kSmallBlock) {
+        if (small_.empty()) small_.assign(kSmallBlock / 64 + 2, nullptr);
+        *static_cast<void**>(p) = small_[block / 64];
+        small_[block / 64] = p;
+      } else {
+        cache_.emplace(block, p);
+      }
       cached_bytes_ += block;
       return;
     }
@@ -90,6 +105,12 @@ void MemoryPool::empty_cache() {
   std::lock_guard lk(mu_);
   for (auto& [size, p] : cache_) std::free(p);
   cache_.clear();
+  for (void*& head : small_)
+    while (head) {
+      void* next = *static_cast<void**>(head);
+      std::free(head);
+      head = next;
+    }
   cached_bytes_ = 0;
 }
 

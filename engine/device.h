@@ -22,6 +22,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 namespace hg {
 
@@ -44,10 +45,11 @@ struct MemoryStats {
           max_alloc_size = 0;
 };
 
-// A counted pool over host memory with a hard capacity. Freed blocks of 64 KiB and more are
-// kept (up to `cache_limit` bytes) and reused for requests of the same rounded size, so
-// eager ops do not pay fresh page faults for every large output; small blocks go straight
-// back to malloc, which caches them itself.
+// A counted pool over host memory with a hard capacity. Freed blocks are kept (up to
+// `cache_limit` bytes) and reused for requests of the same rounded size, so eager ops pay
+// neither fresh page faults for large outputs nor malloc's aligned-allocation path for small
+// ones: blocks under 64 KiB sit on intrusive free lists per 64-byte size class (no
+// allocation to cache them), larger ones in a size-keyed map.
 class MemoryPool {
  public:
   MemoryPool(std::string name, int64_t capacity, size_t cache_limit = size_t{256} << 20)
@@ -65,7 +67,8 @@ class MemoryPool {
   mutable std::mutex mu_;
   int64_t capacity_;
   size_t cache_limit_, cached_bytes_ = 0;
-  std::multimap<size_t, void*> cache_;  // block size -> free block
+  std::multimap<size_t, void*> cache_;  // block size -> free block (64 KiB and more)
+  std::vector<void*> small_;            // per size class (block / 64): a free list linked through the blocks
   MemoryStats s_;
 };
 

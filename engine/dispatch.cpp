@@ -33,22 +33,67 @@ void ensure_builtins() {
 
 std::atomic<LazyBackend*> g_lazy{nullptr};
 
+// The eager kernel cache's key: the op, its input metas and attributes, compared
+// structurally (floats by bit pattern, like append_attrs_key). Lookups go through KeyRef and
+// a precomputed hash, so a hit builds no key and allocates nothing.
+struct KeyRef {
+  const OpSchema* op;
+  const std::vector<TensorMeta>* in;
+  const Attrs* attrs;
+  size_t hash;
+};
+struct Key {
+  const OpSchema* op;
+  std::vector<TensorMeta> in;
+  Attrs attrs;
+  size_t hash;
+  KeyRef ref() const { return {op, &in, &attrs, hash}; }
+};
+
+size_t key_hash(const OpSchema* op, const std::vector<TensorMeta>& in, const Attrs& a) {
+  uint64_t h = std::bit_cast<uintptr_t>(op);
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ull + (h >> 29); };
+  for (const auto& m : in) {
+    mix(static_cast<uint64_t>(m.dtype) + (m.shape.size() << 8));
+    for (int64_t d : m.shape) mix(static_cast<uint64_t>(d));
+  }
+  mix(a.ints.size());
+  for (int64_t v : a.ints) mix(static_cast<uint64_t>(v));
+  for (double v : a.floats) mix(std::bit_cast<uint64_t>(v));
+  return static_cast<size_t>(h);
+}
+
+bool same_bits(const std::vector<double>& x, const std::vector<double>& y) {
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (std::bit_cast<uint64_t>(x[i]) != std::bit_cast<uint64_t>(y[i])) return false;
+  return true;
+}
+
+struct KeyHash {
+  using is_transparent = void;
+  size_t operator()(const KeyRef& k) const { return k.hash; }
+  size_t operator()(const Key& k) const { return k.hash; }
+};
+struct KeyEq {
+  using is_transparent = void;
+  bool operator()(const KeyRef& x, const KeyRef& y) const {
+    return x.hash == y.hash && x.op == y.op && *x.in == *y.in && x.attrs->ints == y.attrs->ints &&
+           same_bits(x.attrs->floats, y.attrs->floats);
+  }
+  bool operator()(const Key& x, const KeyRef& y) const { return (*this)(x.ref(), y); }
+  bool operator()(const KeyRef& x, const Key& y) const { return (*this)(x, y.ref()); }
+  bool operator()(const Key& x, const Key& y) const { return (*this)(x.ref(), y.ref()); }
+};
+
 struct KernelCache {
   std::shared_mutex mu;
-  std::unordered_map<std::string, Kernel> map;
+  std::unordered_map<Key, Kernel, KeyHash, KeyEq> map;
 };
 
 KernelCache& kernel_cache() {
   static KernelCache c;
   return c;
-}
-
-std::string kernel_key(const OpSchema& op, const std::vector<TensorMeta>& in, const Attrs& a) {
-  std::string k = op.name;
-  for (const auto& m : in) k += "|" + meta_str(m);
-  k += "|";
-  append_attrs_key(k, a);
-  return k;
 }
 
 }  // namespace
@@ -88,15 +133,15 @@ std::string op_context(const OpSchema& op, const std::vector<TensorMeta>& in) {
 const Kernel& cached_kernel(const OpSchema& op, const std::vector<TensorMeta>& in, const TensorMeta& out,
                            const Attrs& a) {
   auto& c = kernel_cache();
-  const std::string key = kernel_key(op, in, a);
+  const KeyRef ref{&op, &in, &a, key_hash(&op, in, a)};
   {
     std::shared_lock lk(c.mu);
-    auto it = c.map.find(key);
+    auto it = c.map.find(ref);
     if (it != c.map.end()) return it->second;
   }
   Kernel k = op.prepare(in, out, a);
   std::unique_lock lk(c.mu);
-  return c.map.emplace(key, std::move(k)).first->second;
+  return c.map.emplace(Key{&op, in, a, ref.hash}, std::move(k)).first->second;
 }
 
 size_t kernel_cache_size() {

@@ -1,5 +1,9 @@
 #include "engine/dnnl_context.h"
 
+#include <atomic>
+#include <unordered_map>
+#include <omp.h>
+
 namespace hg::kernels {
 
 dnnl::engine& dnnl_engine() {
@@ -14,6 +18,52 @@ dnnl::stream& dnnl_stream() {
 
 dnnl::memory::data_type dnnl_dtype(DType t) {
   return t == DType::BF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+}
+
+namespace {
+
+// One thread's memory objects for one DnnlCall, in the C API's argument form (execute through
+// the C++ map overload would copy the map into a fresh vector on every call).
+struct Bound {
+  std::vector<dnnl::memory> mems;
+  std::vector<dnnl_exec_arg_t> exec_args;
+};
+
+struct ThreadBindings {
+  std::unordered_map<uint64_t, Bound> map;
+  uint64_t last_id = 0;  // one-entry cache in front of the map
+  Bound* last = nullptr;
+};
+
+}  // namespace
+
+DnnlCall::DnnlCall(dnnl::primitive prim, Args args, bool single_thread)
+    : prim_(std::move(prim)), args_(std::move(args)), single_thread_(single_thread) {
+  static std::atomic<uint64_t> next_id{1};
+  id_ = next_id++;
+}
+
+void DnnlCall::run(const void* const* ptrs) const {
+  thread_local ThreadBindings tb;
+  Bound* b = tb.last_id == id_ ? tb.last : nullptr;
+  if (!b) {
+    if (tb.map.size() > 4096) tb.map.clear();  // calls of freed kernels leave entries behind
+    auto [it, fresh] = tb.map.try_emplace(id_);
+    b = &it->second;
+    if (fresh) {
+      for (const auto& [arg, md] : args_) b->mems.emplace_back(md, dnnl_engine(), nullptr);
+      for (size_t i = 0; i < args_.size(); ++i) b->exec_args.push_back({args_[i].first, b->mems[i].get()});
+    }
+    tb.last_id = id_, tb.last = b;
+  }
+  for (size_t i = 0; i < b->mems.size(); ++i)
+    dnnl_memory_set_data_handle_v2(b->mems[i].get(), const_cast<void*>(ptrs[i]), nullptr);
+  dnnl::stream& s = dnnl_stream();
+  const int threads = single_thread_ ? omp_get_max_threads() : 1;
+  if (threads > 1) omp_set_num_threads(1);  // this thread's setting only
+  dnnl_primitive_execute(prim_.get(), s.get(), static_cast<int>(b->exec_args.size()), b->exec_args.data());
+  dnnl_stream_wait(s.get());
+  if (threads > 1) omp_set_num_threads(threads);
 }
 
 }  // namespace hg::kernels

@@ -1,9 +1,18 @@
-// Internal: the one oneDNN engine of the process, a stream per thread, and the dtype mapping
-// that every oneDNN kernel (matmul, bmm, conv, pooling, norms) shares.
+// Internal: the one oneDNN engine of the process, a stream per thread, the dtype mapping
+// that every oneDNN kernel (matmul, bmm, conv, pooling, norms, eltwise, softmax) shares, and
+// DnnlCall, a prepared primitive whose memory objects are bound once per thread.
 //
 //   dnnl::memory m(md, hg::kernels::dnnl_engine(), ptr);
 //   prim.execute(hg::kernels::dnnl_stream(), args);
+//
+//   hg::kernels::DnnlCall call(prim, {{DNNL_ARG_SRC, x_md}, {DNNL_ARG_DST, y_md}});
+//   const void* ptrs[] = {x, y};
+//   call.run(ptrs);                                   // pointers in the order of the arguments
 #pragma once
+#include <cstdint>
+#include <utility>
+#include <vector>
+
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "engine/dtype.h"
@@ -13,5 +22,23 @@ namespace hg::kernels {
 dnnl::engine& dnnl_engine();
 dnnl::stream& dnnl_stream();                  // one per thread
 dnnl::memory::data_type dnnl_dtype(DType t);  // F32 or BF16 (callers check dtypes in infer)
+
+// A primitive and its arguments (no scratchpad). Each thread that runs it creates its memory
+// objects on its first call; later calls only swap their data handles and execute, with no
+// allocation. `single_thread`: run on one OpenMP thread (small problems, where a fork/join
+// costs more than it gives). Copyable; copies share the primitive.
+class DnnlCall {
+ public:
+  using Args = std::vector<std::pair<int, dnnl::memory::desc>>;
+  DnnlCall(dnnl::primitive prim, Args args, bool single_thread = false);
+  // ptrs[i]: the data of args[i]. Waits for the primitive to finish.
+  void run(const void* const* ptrs) const;
+
+ private:
+  dnnl::primitive prim_;
+  Args args_;
+  uint64_t id_;  // unique per constructed call: the key of each thread's memory objects
+  bool single_thread_;
+};
 
 }  // namespace hg::kernels

@@ -14,7 +14,9 @@ Kernel prepare_linear(const std::vector<TensorMeta>& in, const TensorMeta& out, 
 // element-wise (kernels_pointwise.cpp)
 Kernel prepare_binary(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // a.ints[0]: BinaryOp
 Kernel prepare_scale(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+// relu: oneDNN's eltwise for F32/BF16 or relu_loop (any dtype), whichever was measured faster
 Kernel prepare_relu(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+Kernel relu_loop(const TensorMeta& x);
 Kernel prepare_relu_backward(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
 Kernel prepare_copy(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
 Kernel prepare_expand(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
@@ -25,7 +27,10 @@ Kernel prepare_sum_to(const std::vector<TensorMeta>& in, const TensorMeta& out, 
 // sum/mean/amax over axes and argmax: kernels_reduce_axes.cpp (attrs: kernels_shape.h)
 Kernel prepare_reduce(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
 Kernel prepare_argmax(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+// softmax: oneDNN's primitive (kernels_eltwise.h) or softmax_loop, whichever bench/ops_bench.cpp
+// measured faster; softmax_loop is ours (every float dtype, sums in double).
 Kernel prepare_softmax(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // ints[1]: log
+Kernel softmax_loop(const TensorMeta& x, int64_t dim, bool log);
 Kernel prepare_softmax_backward(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
 
 enum class BinaryOp : int64_t { Add = 0, Sub = 1, Mul = 2, Div = 3 };  // integer division by 0 gives 0

@@ -13,6 +13,7 @@
 #include "engine/dtype_dispatch.h"
 #include "engine/generator.h"
 #include "engine/kernels.h"
+#include "engine/kernels_eltwise.h"
 
 namespace hg::act {
 
@@ -271,8 +272,28 @@ void for_each_gather(const Shape& shape, const Shape& xstrides, int64_t dim, F&&
 
 }  // namespace
 
+Kernel activation_loop(Act act, bool bw, DType t, int64_t n) {
+  return visit_float(t, [&]<class T>(Type<T>) { return activation_typed<T>(act, n, bw); });
+}
+
+namespace {
+dnnl::algorithm dnnl_algorithm(Act act) {
+  switch (act) {
+    case Act::GeluErf: return dnnl::algorithm::eltwise_gelu_erf;
+    case Act::GeluTanh: return dnnl::algorithm::eltwise_gelu_tanh;
+    case Act::Silu: return dnnl::algorithm::eltwise_swish;  // x * sigmoid(alpha x), alpha = 1
+    case Act::Tanh: return dnnl::algorithm::eltwise_tanh;
+    case Act::Sigmoid: return dnnl::algorithm::eltwise_logistic;
+  }
+  return dnnl::algorithm::undef;
+}
+}  // namespace
+
 Kernel prepare_activation(Act act, bool bw, const Metas&, const TensorMeta& out) {
-  return visit_float(out.dtype, [&]<class T>(Type<T>) { return activation_typed<T>(act, out.numel(), bw); });
+  if (!bw && kernels::dnnl_float(out.dtype))
+    if (Kernel k = kernels::dnnl_eltwise(dnnl_algorithm(act), out.dtype, out.numel(), act == Act::Silu ? 1.f : 0.f))
+      return k;
+  return activation_loop(act, bw, out.dtype, out.numel());
 }
 
 Kernel prepare_dropout(const Metas&, const TensorMeta& out, const Attrs& a) {

@@ -24,20 +24,6 @@ dnnl::memory::desc operand_md(const Shape& shape, size_t rank, bool transposed, 
   return dnnl::memory::desc(dims, t, strides);
 }
 
-struct BmmKernel {
-  dnnl::matmul prim;
-  dnnl::memory::desc a_md, b_md, c_md;
-  void operator()(const void* const* in, void* out) const {
-    auto& eng = dnnl_engine();
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(a_md, eng, const_cast<void*>(in[0]))},
-                                               {DNNL_ARG_WEIGHTS, dnnl::memory(b_md, eng, const_cast<void*>(in[1]))},
-                                               {DNNL_ARG_DST, dnnl::memory(c_md, eng, out)}};
-    auto& s = dnnl_stream();
-    prim.execute(s, args);
-    s.wait();
-  }
-};
-
 }  // namespace
 
 // inputs: a, b (same dtype, F32 or BF16); ints: trans_a, trans_b. Shapes were checked by infer.
@@ -49,16 +35,19 @@ Kernel prepare_bmm(const Metas& in, const TensorMeta& out, const Attrs& a) {
   if (k == 0) return [bytes = out.bytes()](const void* const*, void* o) { std::memset(o, 0, bytes); };
   const auto t = dnnl_dtype(out.dtype);
   const size_t rank = out.shape.size();
-  BmmKernel bk;
-  bk.a_md = operand_md(in[0].shape, rank, ta, t);
-  bk.b_md = operand_md(in[1].shape, rank, tb, t);
-  bk.c_md = dnnl::memory::desc(out.shape, t, contiguous_strides(out.shape));
+  const auto a_md = operand_md(in[0].shape, rank, ta, t), b_md = operand_md(in[1].shape, rank, tb, t);
+  const dnnl::memory::desc c_md(out.shape, t, contiguous_strides(out.shape));
+  dnnl::matmul prim;
   try {
-    bk.prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(bk.a_md, bk.b_md, bk.c_md), dnnl_engine()));
+    prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), dnnl_engine()));
   } catch (const dnnl::error& e) {
     throw InternalError(std::string("bmm: oneDNN has no matmul for these operands: ") + e.what());
   }
-  return bk;
+  DnnlCall call(prim, {{DNNL_ARG_SRC, a_md}, {DNNL_ARG_WEIGHTS, b_md}, {DNNL_ARG_DST, c_md}});
+  return [call](const void* const* inp, void* o) {
+    const void* ptrs[] = {inp[0], inp[1], o};
+    call.run(ptrs);
+  };
 }
 
 }  // namespace hg::kernels

@@ -1,8 +1,5 @@
 // matmul and linear through oneDNN primitives (created once per prepared kernel).
-#include <atomic>
 #include <cstring>
-#include <unordered_map>
-#include <omp.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -25,54 +22,6 @@ dnnl::memory::desc matrix_md(int64_t r, int64_t c, bool transposed, dt type) {
   return dnnl::memory::desc({r, c}, type, transposed ? dnnl::memory::dims{1, r} : dnnl::memory::dims{c, 1});
 }
 
-// Memory objects bound to one primitive on one thread; only their data handles change per call.
-struct BoundArgs {
-  std::unordered_map<int, dnnl::memory> args;
-  dnnl::memory *a, *b, *c, *bias = nullptr;
-};
-
-struct MatmulKernel {
-  dnnl::matmul prim;
-  dnnl::memory::desc a_md, b_md, bias_md, c_md;
-  bool has_bias;
-  uint64_t id;  // unique per prepared kernel: the key of each thread's bound memory objects
-
-  BoundArgs& bound() const {
-    thread_local std::unordered_map<uint64_t, BoundArgs> per_thread;
-    if (per_thread.size() > 4096) per_thread.clear();  // kernels of freed graphs leave entries behind
-    auto [it, fresh] = per_thread.try_emplace(id);
-    BoundArgs& b = it->second;
-    if (fresh) {
-      auto& eng = dnnl_engine();
-      b.args = {{DNNL_ARG_SRC, dnnl::memory(a_md, eng, nullptr)},
-                {DNNL_ARG_WEIGHTS, dnnl::memory(b_md, eng, nullptr)},
-                {DNNL_ARG_DST, dnnl::memory(c_md, eng, nullptr)}};
-      if (has_bias) b.args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_md, eng, nullptr));
-      b.a = &b.args.at(DNNL_ARG_SRC);
-      b.b = &b.args.at(DNNL_ARG_WEIGHTS);
-      b.c = &b.args.at(DNNL_ARG_DST);
-      if (has_bias) b.bias = &b.args.at(DNNL_ARG_BIAS);
-    }
-    return b;
-  }
-
-  bool single_thread;  // small problems: an OpenMP fork/join costs more than it gives
-
-  void operator()(const void* const* in, void* out) const {
-    BoundArgs& b = bound();
-    b.a->set_data_handle(const_cast<void*>(in[0]));
-    b.b->set_data_handle(const_cast<void*>(in[1]));
-    b.c->set_data_handle(out);
-    if (b.bias) b.bias->set_data_handle(const_cast<void*>(in[2]));
-    auto& s = dnnl_stream();
-    const int threads = omp_get_max_threads();
-    if (single_thread && threads > 1) omp_set_num_threads(1);  // this thread's setting only
-    prim.execute(s, b.args);
-    s.wait();
-    if (single_thread && threads > 1) omp_set_num_threads(threads);
-  }
-};
-
 // C = op(A) op(B) (+ bias, ReLU) for F64: a plain loop, used for gradient checks.
 Kernel make_matmul_f64(int64_t m, int64_t k, int64_t n, bool ta, bool tb, bool bias, bool relu) {
   return [=](const void* const* in, void* out) {
@@ -91,25 +40,33 @@ Kernel make_matmul_f64(int64_t m, int64_t k, int64_t n, bool ta, bool tb, bool b
 Kernel make_matmul(DType type, int64_t m, int64_t k, int64_t n, bool ta, bool tb, bool bias, bool relu) {
   if (type == DType::F64) return make_matmul_f64(m, k, n, ta, tb, bias, relu);
   const dt t = dnnl_dtype(type);
-  static std::atomic<uint64_t> next_id{1};
-  MatmulKernel mk;
-  mk.id = next_id++;
-  mk.single_thread = m * k * n < kSingleThreadWork;
-  mk.a_md = matrix_md(m, k, ta, t);
-  mk.b_md = matrix_md(k, n, tb, t);
-  mk.c_md = matrix_md(m, n, false, t);
-  mk.has_bias = bias;
-  if (bias) mk.bias_md = dnnl::memory::desc({1, n}, t, dnnl::memory::dims{n, 1});
+  const auto a_md = matrix_md(m, k, ta, t), b_md = matrix_md(k, n, tb, t), c_md = matrix_md(m, n, false, t);
   dnnl::primitive_attr attr;
   if (relu) {
     dnnl::post_ops po;
     po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
     attr.set_post_ops(po);
   }
-  auto desc = bias ? dnnl::matmul::desc(mk.a_md, mk.b_md, mk.bias_md, mk.c_md)
-                   : dnnl::matmul::desc(mk.a_md, mk.b_md, mk.c_md);
-  mk.prim = dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, dnnl_engine()));
-  return mk;
+  DnnlCall::Args args{{DNNL_ARG_SRC, a_md}, {DNNL_ARG_WEIGHTS, b_md}};
+  dnnl::matmul::desc desc(a_md, b_md, c_md);
+  if (bias) {
+    const dnnl::memory::desc bias_md({1, n}, t, dnnl::memory::dims{n, 1});
+    desc = dnnl::matmul::desc(a_md, b_md, bias_md, c_md);
+    args.emplace_back(DNNL_ARG_BIAS, bias_md);
+  }
+  args.emplace_back(DNNL_ARG_DST, c_md);
+  DnnlCall call(dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, dnnl_engine())), std::move(args),
+                m * k * n < kSingleThreadWork);
+  // inputs a, b (, bias): the call's argument order is src, weights (, bias), dst
+  if (bias)
+    return [call](const void* const* in, void* out) {
+      const void* ptrs[] = {in[0], in[1], in[2], out};
+      call.run(ptrs);
+    };
+  return [call](const void* const* in, void* out) {
+    const void* ptrs[] = {in[0], in[1], out};
+    call.run(ptrs);
+  };
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "engine/dtype_dispatch.h"
 #include "engine/kernels.h"
+#include "engine/kernels_eltwise.h"
 
 namespace hg::kernels {
 
@@ -99,11 +100,17 @@ Kernel prepare_scale(const std::vector<TensorMeta>&, const TensorMeta& out, cons
   });
 }
 
-Kernel prepare_relu(const std::vector<TensorMeta>&, const TensorMeta& out, const Attrs&) {
-  return visit_dtype(out.dtype, [&]<class T>(Type<T>) -> Kernel {
+Kernel relu_loop(const TensorMeta& x) {
+  return visit_dtype(x.dtype, [&]<class T>(Type<T>) -> Kernel {
     using C = compute_t<T>;
-    return unary_kernel<T>(out.numel(), [](C x) { return std::max(x, C(0)); });
+    return unary_kernel<T>(x.numel(), [](C v) { return std::max(v, C(0)); });
   });
+}
+
+Kernel prepare_relu(const std::vector<TensorMeta>&, const TensorMeta& out, const Attrs&) {
+  if (dnnl_float(out.dtype))
+    if (Kernel k = dnnl_eltwise(dnnl::algorithm::eltwise_relu, out.dtype, out.numel())) return k;
+  return relu_loop(out);
 }
 
 // inputs: grad, x
