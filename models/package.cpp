@@ -1,10 +1,10 @@
 #include "models/package.h"
 
-#include <cstring>
-
 #include "engine/atomic_file.h"
 #include "engine/error.h"
 #include "models/module.h"
+#include "models/state_dict.h"
+#include "models/zoo.h"
 
 namespace hg::models {
 
@@ -60,6 +60,18 @@ int64_t json_int(const Json& l, const char* key, const std::filesystem::path& fi
   return v;
 }
 
+// Loads every state_dict tensor of `net` from the package's weights (dtype and shape checked;
+// no tensor left over).
+std::unique_ptr<Module> load_weights(std::unique_ptr<Module> net, const ModelPackage& p) {
+  const auto wfile = (p.dir / "weights.safetensors").string();
+  try {
+    net->load_state_dict(tensors_from(p.weights, wfile));
+  } catch (const InvalidArgument& e) {
+    throw FormatError(wfile + ": " + e.what());
+  }
+  return net;
+}
+
 }  // namespace
 
 ModelPackage load_package(const std::filesystem::path& dir) {
@@ -95,8 +107,9 @@ ModelPackage load_package(const std::filesystem::path& dir) {
 std::unique_ptr<Module> build_module(const ModelPackage& p) {
   const auto file = p.dir / "model.json";
   const Json& g = p.spec.graph;
-  if (need(g, "type", Json::value_t::string, file, "graph").get<std::string>() != "sequential")
-    bad(file, "graph.type", "is not \"sequential\"");
+  const std::string type = need(g, "type", Json::value_t::string, file, "graph").get<std::string>();
+  if (type == "zoo") return load_weights(zoo::build(p.spec, file.string()), p);
+  if (type != "sequential") bad(file, "graph.type", "is '" + type + "', not \"sequential\" or \"zoo\"");
   const Json& layers = need(g, "layers", Json::value_t::array, file, "graph");
   if (p.spec.inputs.size() != 1 || p.spec.outputs.size() != 1)
     bad(file, "inputs", "a sequential graph has exactly one input and one output");
@@ -124,36 +137,12 @@ std::unique_ptr<Module> build_module(const ModelPackage& p) {
   if (out_width != width)
     bad(file, "outputs[0].shape", "has " + std::to_string(out_width) + " elements per sample but the graph produces " +
                                       std::to_string(width));
-  // Weights: every parameter present with its dtype and shape, nothing else.
-  const auto wfile = (p.dir / "weights.safetensors").string();
-  auto params = net->named_parameters();
-  for (auto& [name, t] : params) {
-    const safetensors::Entry* e = p.weights.find(name);
-    if (!e) throw FormatError(wfile + ": tensor '" + name + "' is missing");
-    if (e->dtype != "F32") throw FormatError(wfile + ": tensor '" + name + "' has dtype " + e->dtype + ", expected F32");
-    if (e->shape != t->shape())
-      throw FormatError(wfile + ": tensor '" + name + "' has shape " + shape_str(e->shape) + ", expected " +
-                        shape_str(t->shape()));
-    std::memcpy(t->data<float>(), e->data.data(), e->data.size());
-  }
-  for (const auto& e : p.weights.entries) {
-    bool used = false;
-    for (auto& [name, t] : params) used |= name == e.name;
-    if (!used) throw FormatError(wfile + ": tensor '" + e.name + "' is not a parameter of the model");
-  }
-  return net;
+  return load_weights(std::move(net), p);
 }
 
 void save_package(const std::filesystem::path& dir, const Module& m, const PackageSpec& spec) {
   std::filesystem::create_directories(dir);
-  safetensors::File w;
-  w.metadata["format"] = "pt";
-  for (const auto& [name, t] : m.named_parameters()) {
-    Tensor c = t->contiguous();
-    const auto* p = reinterpret_cast<const uint8_t*>(c.data<float>());
-    w.entries.push_back({name, "F32", c.shape(), std::vector<uint8_t>(p, p + c.meta().bytes())});
-  }
-  safetensors::write(dir / "weights.safetensors", w);
+  safetensors::write(dir / "weights.safetensors", to_safetensors(m.state_dict()));
   Json io_in = Json::array(), io_out = Json::array();
   for (const auto& s : spec.inputs) io_in.push_back({{"name", s.name}, {"datatype", s.datatype}, {"shape", s.shape}});
   for (const auto& s : spec.outputs) io_out.push_back({{"name", s.name}, {"datatype", s.datatype}, {"shape", s.shape}});

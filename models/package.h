@@ -10,7 +10,10 @@
 //   "graph": {"type": "sequential", "layers": [{"op": "linear", "name": "0", "in_features": 64,
 //             "out_features": 32}, {"op": "relu", "name": "1"}, ...]},
 //   "metadata": {...free-form object...}}
-// Weights use PyTorch state_dict names ("0.weight", "0.bias", ...), F32.
+//   or "graph": {"type": "zoo", "model": "lenet5" | "resnet18" | "bert_classifier", "config": {...}}
+//   (models/zoo.h).
+// Weights: the module's state_dict (PyTorch names "0.weight", "0.bias", ...; buffers too, in
+// their dtypes).
 #pragma once
 #include <filesystem>
 #include <memory>
