@@ -3,10 +3,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/ops.h"
 #include "models/attention.h"
 #include "models/module.h"
+#include "tests/golden.h"
 
 namespace hg {
 namespace {
@@ -151,6 +155,44 @@ TEST(Module, TrainEvalReachesEveryChild) {
   EXPECT_EQ(enc.forward(x).to_vector(), enc.forward(x).to_vector());
   enc.train();
   EXPECT_NE(enc.forward(x).to_vector(), enc.forward(x).to_vector());
+}
+
+TEST(Module, TrainingStepReachesEveryParameter) {
+  Block b;
+  b.train();
+  Tensor loss = ops::sum(ops::mul(b.forward(Tensor::from_vector({1, 2, 3, 4, 5, 6, 7, 8}, {2, 2, 1, 2})),
+                                  Tensor::from_vector({1, -1, 2, 0.5, 3, 1, -2, 1}, {2, 2, 1, 2})));
+  loss.backward();
+  for (auto& [n, t] : b.named_parameters())
+    if (n != "scale") EXPECT_TRUE(t->grad().defined()) << n;
+  EXPECT_EQ(b.state_dict()[7].second.to_indices(), (std::vector<int64_t>{1}));  // bn.num_batches_tracked
+}
+
+// The training-mode attention (explicit softmax, dropout on the weights) agrees with the fused
+// eval-mode kernel when dropout drops nothing, for every kind of mask; p = 1 drops everything.
+TEST(Module, AttentionTrainingPathMatchesFusedKernel) {
+  NoGradGuard g;
+  std::vector<float> qv(2 * 3 * 8), kv(2 * 4 * 8);
+  for (size_t i = 0; i < qv.size(); ++i) qv[i] = std::sin(0.37f * i);
+  for (size_t i = 0; i < kv.size(); ++i) kv[i] = std::cos(0.21f * i);
+  const Tensor q = Tensor::from_vector(qv, {2, 3, 8}), k = Tensor::from_vector(kv, {2, 4, 8});
+  const Tensor add_mask = Tensor::from_vector({0, -1, 0.5, -1e9, 0, 0, -2, 0, 1, 0, 0, 0}, {3, 4});
+  std::vector<int64_t> allow = {1, 0, 1, 1, 1, 1, 0, 1, 0, 1, 1, 1};
+  const Tensor bool_mask = Tensor::from_indices(allow, {3, 4}).to(DType::BOOL);
+  MultiheadAttention mha(8, 2, /*dropout=*/1e-12, 5);
+  for (int c = 0; c < 4; ++c) {
+    const Tensor mask = c == 1 ? add_mask : c == 2 ? bool_mask : Tensor();
+    const Tensor key = c == 3 ? q : k;  // c == 3: causal self-attention
+    mha.eval();
+    const auto fused = mha.attend(q, key, key, mask, c == 3).to_vector();
+    mha.train();
+    test::expect_close(mha.attend(q, key, key, mask, c == 3).to_vector(), fused, 1e-5, "mask case " + std::to_string(c));
+  }
+  MultiheadAttention all(8, 2, 1.0, 5);
+  const std::vector<float> bias = {1, 2, 3, 4, 5, 6, 7, 8};  // out_proj.bias: the output when every weight is dropped
+  all.state_dict()[3].second.copy_from(Tensor::from_vector(bias, {8}));
+  const auto out = all.attend(q, k, k).to_vector();
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_FLOAT_EQ(out[i], bias[i % 8]) << i;
 }
 
 TEST(Module, LayerArgumentsAreChecked) {
