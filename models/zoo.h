@@ -40,7 +40,8 @@ class LeNet5 : public Module {
 
 // torchvision.models.resnet18: conv1, bn1, relu, maxpool, layer1..layer4 (two BasicBlocks
 // each: conv1, bn1, relu, conv2, bn2[, downsample.0 (1x1 conv), downsample.1 (bn)]), avgpool,
-// fc. Parameters are initialised with the layers' defaults, not torchvision's.
+// fc. Initialised as torchvision does (convolutions kaiming-normal with fan_out, BatchNorm 1
+// and 0, fc the Linear default), from our generator.
 class ResNet18 : public Module {
  public:
   explicit ResNet18(int64_t num_classes = 1000, uint64_t seed = 0);

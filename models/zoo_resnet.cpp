@@ -1,14 +1,23 @@
+#include <cmath>
+
 #include "engine/error.h"
 #include "engine/ops.h"
+#include "models/init.h"
 #include "models/zoo.h"
 
 namespace hg::models::zoo {
 
 namespace {
 
+// A bias-free k x k convolution with padding k / 2, initialised as torchvision does:
+// N(0, 2 / fan_out), fan_out = out * k * k (kaiming normal, mode "fan_out", relu gain).
 std::shared_ptr<Conv2d> conv(int64_t in, int64_t out, int64_t k, int64_t stride, uint64_t seed) {
-  return std::make_shared<Conv2d>(
+  auto c = std::make_shared<Conv2d>(
       in, out, ops::Size2{k, k}, Conv2dOptions{.stride = {stride, stride}, .padding = {k / 2, k / 2}, .bias = false}, seed);
+  std::mt19937_64 rng(seed);
+  Tensor& w = *c->named_parameters()[0].second;
+  w.copy_from(init::normal(rng, w.shape(), std::sqrt(2.0f / static_cast<float>(out * k * k))));
+  return c;
 }
 
 // torchvision's BasicBlock: relu(bn2(conv2(relu(bn1(conv1(x))))) + downsample(x)).

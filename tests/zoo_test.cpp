@@ -144,6 +144,23 @@ TEST(Zoo, ResNet18At224MatchesPyTorch) {
   expect_matches(m->forward(io["input224"]), io["output224"], 1e-4, "resnet18 224x224");
 }
 
+TEST(Zoo, ResNet18InitialisesLikeTorchvision) {
+  auto m = zoo::resnet18();
+  const StateDict list = m->state_dict();
+  const Tensors sd(list.begin(), list.end());
+  auto stddev = [](const std::vector<float>& v) {
+    double s = 0, s2 = 0;
+    for (float x : v) s += x, s2 += double(x) * x;
+    const double mean = s / v.size();
+    return std::sqrt(s2 / v.size() - mean * mean);
+  };
+  // kaiming normal, fan_out: std = sqrt(2 / (out * k * k)).
+  EXPECT_NEAR(stddev(sd.at("conv1.weight").to_vector()), std::sqrt(2.0 / (64 * 49)), 0.03 * std::sqrt(2.0 / (64 * 49)));
+  EXPECT_NEAR(stddev(sd.at("layer4.1.conv2.weight").to_vector()), std::sqrt(2.0 / (512 * 9)), 0.01 * std::sqrt(2.0 / (512 * 9)));
+  EXPECT_EQ(sd.at("layer2.0.downsample.1.weight").to_vector(), std::vector<float>(128, 1.0f));
+  EXPECT_EQ(sd.at("layer2.0.downsample.1.running_var").to_vector(), std::vector<float>(128, 1.0f));
+}
+
 TEST(Zoo, BatchNormTrainingMatchesPyTorch) {
   for (Device d : {Device::cpu(), Device::hpu(0)}) {
     auto t = load("batchnorm");
