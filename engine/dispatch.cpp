@@ -161,9 +161,13 @@ Tensor dispatch(const OpSchema& op, std::vector<Tensor> inputs, const Attrs& att
   for (size_t i = 0; i < inputs.size(); ++i)
     if (!inputs[i].defined()) throw InvalidArgument("op '" + op.name + "': input " + std::to_string(i) + " is undefined");
   apply_autocast(op, inputs);
-  std::vector<TensorMeta> metas;
-  metas.reserve(inputs.size());
-  for (const auto& t : inputs) metas.push_back(t.meta());
+  // The metas live in a per-thread vector reused across calls (copy-assigning a meta reuses
+  // its shape's capacity), so a steady stream of eager ops allocates none for them. A nested
+  // dispatch (autocast, materialising a lazy input) finds it moved out and makes its own.
+  thread_local std::vector<TensorMeta> spare_metas;
+  std::vector<TensorMeta> metas = std::move(spare_metas);
+  metas.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) metas[i] = inputs[i].meta();
   const Device dev = inputs[0].device();
   for (size_t i = 1; i < inputs.size(); ++i)
     if (inputs[i].device() != dev)
@@ -205,6 +209,7 @@ Tensor dispatch(const OpSchema& op, std::vector<Tensor> inputs, const Attrs& att
     }
   }
   record_grad(op, inputs, attrs, out);
+  spare_metas = std::move(metas);
   return out;
 }
 
