@@ -3,6 +3,7 @@
 #include "engine/atomic_file.h"
 #include "engine/error.h"
 #include "models/module.h"
+#include "models/op_graph.h"
 #include "models/state_dict.h"
 #include "models/zoo.h"
 
@@ -37,7 +38,11 @@ std::vector<IOSpec> parse_io(const Json& j, const char* key, const std::filesyst
     s.name = need(arr[i], "name", Json::value_t::string, file, where).get<std::string>();
     if (s.name.empty()) bad(file, where + ".name", "is empty");
     s.datatype = need(arr[i], "datatype", Json::value_t::string, file, where).get<std::string>();
-    if (s.datatype != "FP32") bad(file, where + ".datatype", "is '" + s.datatype + "' (this version serves FP32)");
+    try {
+      dtype_from_kserve(s.datatype);
+    } catch (const DTypeError&) {
+      bad(file, where + ".datatype", "is '" + s.datatype + "', not a KServe datatype (FP32, INT64, ...)");
+    }
     const Json& shape = need(arr[i], "shape", Json::value_t::array, file, where);
     for (size_t d = 0; d < shape.size(); ++d) {
       if (!shape[d].is_number_integer() || shape[d].get<int64_t>() < -1 || shape[d].get<int64_t>() == 0)
@@ -72,7 +77,23 @@ std::unique_ptr<Module> load_weights(std::unique_ptr<Module> net, const ModelPac
   return net;
 }
 
+constexpr std::pair<DType, const char*> kKServeTypes[] = {
+    {DType::F32, "FP32"}, {DType::I64, "INT64"}, {DType::I32, "INT32"}, {DType::U8, "UINT8"},
+    {DType::BOOL, "BOOL"}, {DType::F64, "FP64"},  {DType::F16, "FP16"},  {DType::BF16, "BF16"}};
+
 }  // namespace
+
+std::string kserve_datatype(DType t) {
+  for (const auto& [d, name] : kKServeTypes)
+    if (d == t) return name;
+  throw DTypeError(std::string("dtype ") + dtype_name(t) + " has no KServe datatype");
+}
+
+DType dtype_from_kserve(const std::string& datatype) {
+  for (const auto& [d, name] : kKServeTypes)
+    if (datatype == name) return d;
+  throw DTypeError("'" + datatype + "' is not a KServe datatype hgraph serves");
+}
 
 ModelPackage load_package(const std::filesystem::path& dir) {
   const auto file = dir / "model.json";
@@ -109,7 +130,8 @@ std::unique_ptr<Module> build_module(const ModelPackage& p) {
   const Json& g = p.spec.graph;
   const std::string type = need(g, "type", Json::value_t::string, file, "graph").get<std::string>();
   if (type == "zoo") return load_weights(zoo::build(p.spec, file.string()), p);
-  if (type != "sequential") bad(file, "graph.type", "is '" + type + "', not \"sequential\" or \"zoo\"");
+  if (type == "ops") return build_op_graph_module(p);
+  if (type != "sequential") bad(file, "graph.type", "is '" + type + "', not \"sequential\", \"zoo\" or \"ops\"");
   const Json& layers = need(g, "layers", Json::value_t::array, file, "graph");
   if (p.spec.inputs.size() != 1 || p.spec.outputs.size() != 1)
     bad(file, "inputs", "a sequential graph has exactly one input and one output");

@@ -30,9 +30,14 @@ class Module;
 
 inline constexpr int kPackageFormatVersion = 1;
 
+// KServe datatype spellings of the engine's dtypes: F32 <-> "FP32", I64 <-> "INT64", BOOL,
+// UINT8, INT32, FP64, FP16, BF16. Both throw hg::DTypeError for anything else.
+std::string kserve_datatype(DType t);
+DType dtype_from_kserve(const std::string& datatype);
+
 struct IOSpec {
   std::string name;
-  std::string datatype;  // KServe spelling: "FP32"
+  std::string datatype;  // KServe spelling: "FP32", "INT64", ...
   Shape shape;           // -1 marks the batch dimension
 };
 

@@ -6,8 +6,10 @@
 
 #include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/ops.h"
 #include "graphs/hpu_graph.h"
 #include "models/module.h"
+#include "models/onnx_import.h"
 
 namespace hg::models {
 
@@ -22,7 +24,7 @@ int64_t sample_size(const IOSpec& s) { return numel(Shape(s.shape.begin() + 1, s
 struct Bucket {
   int64_t batch;
   std::mutex mu;
-  Tensor input;
+  std::vector<Tensor> inputs, outputs;  // static buffers of the captured graph
   std::unique_ptr<graphs::HPUGraph> graph;
   double capture_ms = 0;
 };
@@ -33,20 +35,41 @@ struct Predictor::Impl {
   std::unique_ptr<Module> module;
   std::vector<std::unique_ptr<Bucket>> buckets;  // ascending batch
 
+  void check_outputs(const Bucket& b) const {
+    const auto& specs = package.spec.outputs;
+    if (b.outputs.size() != specs.size())
+      throw InvalidArgument("Predictor: the model returns " + std::to_string(b.outputs.size()) + " outputs, the package declares " +
+                            std::to_string(specs.size()));
+    for (size_t j = 0; j < specs.size(); ++j) {
+      Shape want = specs[j].shape;
+      want[0] = b.batch;
+      const TensorMeta meta{want, dtype_from_kserve(specs[j].datatype)};
+      if (b.outputs[j].meta() != meta)
+        throw InvalidArgument("Predictor: output '" + specs[j].name + "' is " + meta_str(b.outputs[j].meta()) +
+                              ", the package declares " + meta_str(meta));
+    }
+  }
+
   BucketInfo capture(Bucket& b) {  // caller holds b.mu
     if (!b.graph) {
       std::lock_guard lk(capture_mutex());
       const auto t0 = std::chrono::steady_clock::now();
-      Shape shape = package.spec.inputs[0].shape;
-      shape[0] = b.batch;
-      b.input = Tensor::zeros(shape, DType::F32, opt.device);
+      b.inputs.clear();
+      for (const auto& io : package.spec.inputs) {
+        Shape shape = io.shape;
+        shape[0] = b.batch;
+        b.inputs.push_back(Tensor::zeros(shape, dtype_from_kserve(io.datatype), opt.device));
+      }
       auto g = std::make_unique<graphs::HPUGraph>(opt.device);
       NoGradGuard no_grad;
       g->capture_begin();
       try {
-        Tensor out = module->forward(b.input);  // alive at capture_end: the graph's output
+        b.outputs = module->forward_all(b.inputs);  // alive at capture_end: the graph's outputs
+        for (auto& o : b.outputs) o = ops::contiguous(o);
+        check_outputs(b);
         g->capture_end();
       } catch (...) {
+        b.outputs.clear();
         g.reset();
         throw;
       }
@@ -62,7 +85,8 @@ Predictor::~Predictor() = default;
 
 std::unique_ptr<Predictor> Predictor::load(const std::filesystem::path& dir, const PredictorOptions& opt) {
   auto impl = std::make_unique<Impl>();
-  impl->package = load_package(dir);
+  const bool onnx = !std::filesystem::exists(dir / "model.json") && std::filesystem::exists(dir / "model.onnx");
+  impl->package = onnx ? import_onnx(dir / "model.onnx") : load_package(dir);
   impl->opt = opt;
   impl->module = build_module(impl->package);
   impl->module->eval();
@@ -82,6 +106,8 @@ std::unique_ptr<Predictor> Predictor::load(const std::filesystem::path& dir, con
 const ModelPackage& Predictor::package() const { return impl_->package; }
 int64_t Predictor::input_size(size_t i) const { return sample_size(impl_->package.spec.inputs.at(i)); }
 int64_t Predictor::output_size(size_t i) const { return sample_size(impl_->package.spec.outputs.at(i)); }
+DType Predictor::input_dtype(size_t i) const { return dtype_from_kserve(impl_->package.spec.inputs.at(i).datatype); }
+DType Predictor::output_dtype(size_t i) const { return dtype_from_kserve(impl_->package.spec.outputs.at(i).datatype); }
 
 std::vector<BucketInfo> Predictor::capture_all() {
   std::vector<BucketInfo> r;
@@ -92,11 +118,13 @@ std::vector<BucketInfo> Predictor::capture_all() {
   return r;
 }
 
-void Predictor::run(const std::vector<const float*>& inputs, int64_t batch, const std::vector<float*>& outputs) {
-  if (inputs.size() != 1 || outputs.size() != 1)
-    throw InvalidArgument("Predictor::run: the model has one input and one output");
+void Predictor::run(const std::vector<const void*>& inputs, int64_t batch, const std::vector<void*>& outputs) {
+  const auto& spec = impl_->package.spec;
+  if (inputs.size() != spec.inputs.size() || outputs.size() != spec.outputs.size())
+    throw InvalidArgument("Predictor::run: the model has " + std::to_string(spec.inputs.size()) + " inputs and " +
+                          std::to_string(spec.outputs.size()) + " outputs, got " + std::to_string(inputs.size()) + " and " +
+                          std::to_string(outputs.size()));
   if (batch <= 0) throw InvalidArgument("Predictor::run: batch must be positive");
-  const int64_t in_sz = input_size(0), out_sz = output_size(0);
   for (int64_t done = 0; done < batch;) {
     const int64_t left = batch - done;
     auto it = std::find_if(impl_->buckets.begin(), impl_->buckets.end(), [&](auto& b) { return b->batch >= left; });
@@ -104,12 +132,17 @@ void Predictor::run(const std::vector<const float*>& inputs, int64_t batch, cons
     const int64_t n = std::min(left, b.batch);
     std::lock_guard lk(b.mu);
     impl_->capture(b);
-    float* in = b.input.data<float>();  // waits for earlier replays on the device
-    std::memcpy(in, inputs[0] + done * in_sz, sizeof(float) * n * in_sz);
-    std::memset(in + n * in_sz, 0, sizeof(float) * (b.batch - n) * in_sz);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const size_t sample = dtype_size(b.inputs[i].dtype()) * input_size(i);
+      auto* in = static_cast<uint8_t*>(b.inputs[i].raw_data());  // waits for earlier replays on the device
+      std::memcpy(in, static_cast<const uint8_t*>(inputs[i]) + done * sample, n * sample);
+      std::memset(in + n * sample, 0, (b.batch - n) * sample);  // zero padding (valid token ids too)
+    }
     b.graph->replay();
-    const float* out = b.graph->static_outputs()[0].data<float>();
-    std::memcpy(outputs[0] + done * out_sz, out, sizeof(float) * n * out_sz);
+    for (size_t j = 0; j < outputs.size(); ++j) {
+      const size_t sample = dtype_size(b.outputs[j].dtype()) * output_size(j);
+      std::memcpy(static_cast<uint8_t*>(outputs[j]) + done * sample, b.outputs[j].raw_data(), n * sample);
+    }
     done += n;
   }
 }

@@ -9,6 +9,10 @@ Writes into OUT_DIR, for MODEL in lenet5, resnet18, bert_classifier, layers:
   MODEL_io.safetensors  "input" and "output" of the eval-mode forward (resnet18 also
                         "input224"/"output224"; layers: a Sequential of Conv2d, BatchNorm2d,
                         SiLU, AvgPool2d, GELU, Flatten, Linear, Tanh, Linear, Sigmoid)
+  MODEL_grad.safetensors  "weight" R (random, the shape of the output) and "grad.NAME", the
+                        gradient of sum(R * output) for every parameter NAME (lenet5 and
+                        bert_classifier in eval mode, layers in training mode: BatchNorm with
+                        batch statistics; also its "output")
   keys.json             {MODEL: [state_dict keys in PyTorch's order]}
   attention.safetensors "mha.*" an nn.MultiheadAttention(16, 4, batch_first) with "mha_query"
                         [2, 3, 16], "mha_kv" [2, 5, 16], "mha_cross" = mha(query, kv, kv) and
@@ -64,17 +68,28 @@ def save_model(out, name, model, io, keys):
     keys[name] = list(model.state_dict().keys())
 
 
+def save_grads(out, name, model, x):
+    """Gradients of sum(R * model(x)) for a fixed random R."""
+    model.zero_grad()
+    y = model(x)
+    r = torch.randn_like(y)
+    (y * r).sum().backward()
+    grads = {"grad." + k: p.grad for k, p in model.named_parameters()}
+    write_safetensors(os.path.join(out, name + "_grad.safetensors"), {"weight": r, "output": y.detach(), **grads})
+
+
 def prefixed(prefix, module):
     return {prefix + k: v for k, v in module.state_dict().items()}
 
 
 def make(out):
-    keys = {}
+    keys, grads = {}, {}
     with torch.no_grad():
         torch.manual_seed(0)
         net = perturb(LeNet5())
         x = torch.randn(3, 1, 32, 32)
         save_model(out, "lenet5", net, {"input": x, "output": net(x)}, keys)
+        grads["lenet5"] = (net, x)
 
         torch.manual_seed(1)
         net = perturb(resnet18())
@@ -85,6 +100,7 @@ def make(out):
         net = perturb(BertClassifier())
         ids = torch.randint(0, 1000, (2, 16))
         save_model(out, "bert_classifier", net, {"input": ids, "output": net(ids)}, keys)
+        grads["bert_classifier"] = (net, ids)
 
         torch.manual_seed(3)
         net = perturb(nn.Sequential(nn.Conv2d(2, 4, 3, stride=2, padding=1), nn.BatchNorm2d(4), nn.SiLU(),
@@ -92,6 +108,7 @@ def make(out):
                                     nn.Linear(5, 3), nn.Sigmoid()))
         x = torch.randn(2, 2, 8, 8)
         save_model(out, "layers", net, {"input": x, "output": net(x)}, keys)
+        grads["layers"] = (net.train(), x)
 
         torch.manual_seed(4)
         mha = perturb(nn.MultiheadAttention(16, 4, batch_first=True))
@@ -106,6 +123,10 @@ def make(out):
         write_safetensors(os.path.join(out, "attention.safetensors"), att)
         keys["mha"] = list(mha.state_dict().keys())
         keys["tel"] = list(tel.state_dict().keys())
+
+    torch.manual_seed(6)
+    for name, (net, x) in grads.items():
+        save_grads(out, name, net, x)
 
     torch.manual_seed(5)
     bn = perturb(nn.BatchNorm2d(3)).train()

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
+#include <type_traits>
 
 #include "engine/error.h"
 
@@ -141,17 +142,20 @@ constexpr int kMaxNesting = 100;
 
 // Flattens nested `data` arrays row-major into out (up to `limit` values); returns how many
 // leaves there are. Throws HttpFailure for a non-number leaf or too deep nesting.
-void flatten(const json& j, std::vector<float>& out, size_t limit, size_t& count, int depth,
-             const std::string& input) {
+// T: float (FP32: any JSON number) or int64_t (INT64: integers only).
+template <class T>
+void flatten(const json& j, std::vector<T>& out, size_t limit, size_t& count, int depth, const std::string& input) {
   if (j.is_array()) {
     if (depth >= kMaxNesting) fail(400, "input '" + input + "': 'data' is nested deeper than 100 levels");
     for (const auto& x : j) flatten(x, out, limit, count, depth + 1, input);
     return;
   }
-  if (!j.is_number())
+  constexpr bool integer = std::is_same_v<T, int64_t>;
+  if (integer ? !(j.is_number_integer() || j.is_number_unsigned()) : !j.is_number())
     fail(400, "input '" + input + "': data element " + std::to_string(count) + " is " +
-                  std::string(j.type_name()) + ", expected a number (datatype FP32)");
-  if (count < limit) out.push_back(static_cast<float>(j.get<double>()));
+                  (j.is_number() ? "a non-integer number" : std::string(j.type_name())) +
+                  (integer ? ", expected an integer (datatype INT64)" : ", expected a number (datatype FP32)"));
+  if (count < limit) out.push_back(integer ? static_cast<T>(j.get<int64_t>()) : static_cast<T>(j.get<double>()));
   ++count;
 }
 
@@ -166,11 +170,21 @@ uint64_t element_count(const Shape& s) {
   return n;
 }
 
+// Tensor data of a served datatype: FP32 or INT64 (model_repository.cpp checks models for these).
+struct TensorData {
+  bool int64 = false;
+  std::vector<float> f32;
+  std::vector<int64_t> i64;
+  const void* ptr() const { return int64 ? static_cast<const void*>(i64.data()) : f32.data(); }
+  void* ptr() { return int64 ? static_cast<void*>(i64.data()) : f32.data(); }
+  size_t size() const { return int64 ? i64.size() : f32.size(); }
+};
+
 struct ParsedInput {
   bool present = false;
   Shape shape;
   int64_t batch = 1;
-  std::vector<float> data;
+  TensorData data;
 };
 
 void parse_input(const json& in, size_t index, const ModelEntry& e, std::vector<ParsedInput>& parsed,
@@ -224,9 +238,15 @@ void parse_input(const json& in, size_t index, const ModelEntry& e, std::vector<
   const uint64_t want = element_count(p.shape);
   // A JSON number takes at least one byte plus a separator: never reserve more than that.
   const size_t limit = static_cast<size_t>(std::min<uint64_t>(want, body_bytes / 2 + 1));
-  p.data.reserve(limit);
   size_t got = 0;
-  flatten(*data, p.data, limit, got, 0, name);
+  p.data.int64 = io.datatype == "INT64";
+  if (p.data.int64) {
+    p.data.i64.reserve(limit);
+    flatten(*data, p.data.i64, limit, got, 0, name);
+  } else {
+    p.data.f32.reserve(limit);
+    flatten(*data, p.data.f32, limit, got, 0, name);
+  }
   if (got != want)
     fail(400, "input '" + name + "': shape " + shape_text(p.shape) + " needs " + std::to_string(want) +
                   " elements, 'data' has " + std::to_string(got));
@@ -310,13 +330,16 @@ HttpResponse infer(const ModelRepository& repo, const Route& route, const HttpRe
   }
   body = json();  // free the parsed request before running
 
-  std::vector<const float*> in_ptrs;
-  for (auto& p : parsed) in_ptrs.push_back(p.data.data());
-  std::vector<std::vector<float>> outputs(spec.outputs.size());
-  std::vector<float*> out_ptrs;
+  std::vector<const void*> in_ptrs;
+  for (auto& p : parsed) in_ptrs.push_back(p.data.ptr());
+  std::vector<TensorData> outputs(spec.outputs.size());
+  std::vector<void*> out_ptrs;
   for (size_t j = 0; j < spec.outputs.size(); ++j) {
-    outputs[j].resize(static_cast<size_t>(batch * e.model->output_size(j)));
-    out_ptrs.push_back(outputs[j].data());
+    const auto n = static_cast<size_t>(batch * e.model->output_size(j));
+    outputs[j].int64 = spec.outputs[j].datatype == "INT64";
+    if (outputs[j].int64) outputs[j].i64.resize(n);
+    else outputs[j].f32.resize(n);
+    out_ptrs.push_back(outputs[j].ptr());
   }
   try {
     e.model->run(in_ptrs, batch, out_ptrs);
@@ -353,10 +376,11 @@ HttpResponse infer(const ModelRepository& repo, const Route& route, const HttpRe
     out += ",\"shape\":";
     out += shape_text(shape);
     out += ",\"data\":[";
-    const auto& v = outputs[selected[s]];
+    const TensorData& v = outputs[selected[s]];
     for (size_t i = 0; i < v.size(); ++i) {
       if (i) out += ',';
-      append_float(out, v[i]);
+      if (v.int64) out += std::to_string(v.i64[i]);
+      else append_float(out, v.f32[i]);
     }
     out += "]}";
   }

@@ -19,8 +19,8 @@ class PredictorModel final : public ServedModel {
   const models::PackageSpec& spec() const override { return p_->package().spec; }
   int64_t input_size(size_t i) const override { return p_->input_size(i); }
   int64_t output_size(size_t i) const override { return p_->output_size(i); }
-  void run(const std::vector<const float*>& inputs, int64_t batch,
-           const std::vector<float*>& outputs) override {
+  void run(const std::vector<const void*>& inputs, int64_t batch,
+           const std::vector<void*>& outputs) override {
     p_->run(inputs, batch, outputs);
   }
 
@@ -39,14 +39,14 @@ std::optional<int64_t> parse_version(std::string_view s) {
   return v;
 }
 
-// The server speaks FP32 with at most one variable (batch) dimension per tensor.
+// The server speaks FP32 and INT64 with at most one variable (batch) dimension per tensor.
 void check_servable(const models::PackageSpec& spec) {
   if (spec.inputs.empty() || spec.outputs.empty())
     throw InvalidArgument("model declares no inputs or no outputs");
   auto check = [](const models::IOSpec& io, const char* kind) {
-    if (io.datatype != "FP32")
+    if (io.datatype != "FP32" && io.datatype != "INT64")
       throw InvalidArgument(std::string(kind) + " '" + io.name + "' has datatype " + io.datatype +
-                            "; only FP32 is served");
+                            "; only FP32 and INT64 are served");
     if (std::count(io.shape.begin(), io.shape.end(), int64_t{-1}) > 1)
       throw InvalidArgument(std::string(kind) + " '" + io.name +
                             "' has more than one variable dimension");

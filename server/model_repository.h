@@ -1,4 +1,5 @@
-// A Triton-style model repository: DIR/<model>/<version>/model.json, highest version served.
+// A Triton-style model repository: DIR/<model>/<version>/model.json (or model.onnx, imported at
+// load), highest version served.
 //
 //   hg::models::PredictorOptions popt;                       // device, batch buckets
 //   auto repo = hg::server::ModelRepository::load("models/repository", popt, &std::cerr);
@@ -34,10 +35,10 @@ class ServedModel {
   // Elements of one sample of input/output i (the shape without the batch dimension).
   virtual int64_t input_size(size_t i) const = 0;
   virtual int64_t output_size(size_t i) const = 0;
-  // Thread-safe. inputs[i] holds batch * input_size(i) floats; outputs[j] receives
-  // batch * output_size(j). Throws hg::Error on failure.
-  virtual void run(const std::vector<const float*>& inputs, int64_t batch,
-                   const std::vector<float*>& outputs) = 0;
+  // Thread-safe. inputs[i] holds batch * input_size(i) elements of the datatype spec() declares
+  // (FP32: float, INT64: int64_t); outputs[j] receives batch * output_size(j). Throws hg::Error on failure.
+  virtual void run(const std::vector<const void*>& inputs, int64_t batch,
+                   const std::vector<void*>& outputs) = 0;
 };
 
 // "1,2,4,8" -> {1, 2, 4, 8}; throws hg::InvalidArgument naming a bad entry.

@@ -501,7 +501,9 @@ class TwoInputModel : public hg::server::ServedModel {
   const hg::models::PackageSpec& spec() const override { return spec_; }
   int64_t input_size(size_t i) const override { return i == 0 ? 2 : 3; }
   int64_t output_size(size_t j) const override { return j == 0 ? 1 : 2; }
-  void run(const std::vector<const float*>& in, int64_t batch, const std::vector<float*>& out) override {
+  void run(const std::vector<const void*>& in_raw, int64_t batch, const std::vector<void*>& out_raw) override {
+    const float* in[2] = {static_cast<const float*>(in_raw[0]), static_cast<const float*>(in_raw[1])};
+    float* out[2] = {static_cast<float*>(out_raw[0]), static_cast<float*>(out_raw[1])};
     for (int64_t r = 0; r < batch; ++r) {
       out[0][r] = in[0][r * 2] + in[0][r * 2 + 1] + in[1][r * 3] + in[1][r * 3 + 1] + in[1][r * 3 + 2];
       out[1][r * 2] = 2 * in[0][r * 2];

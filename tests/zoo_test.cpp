@@ -43,11 +43,11 @@ Tensors with_prefix(const Tensors& t, const std::string& prefix) {
   return r;
 }
 
-// |got - want| <= rtol * (|want| + max |want|): relative to the output's scale.
-void expect_matches(const Tensor& got, const Tensor& want, double rtol, const std::string& what) {
+// |got - want| <= rtol * (|want| + max(max |want|, floor)): relative to the tensor's scale.
+void expect_matches(const Tensor& got, const Tensor& want, double rtol, const std::string& what, float floor = 0) {
   ASSERT_EQ(got.shape(), want.shape()) << what;
   const std::vector<float> w = want.to_vector();
-  float scale = 0;
+  float scale = floor;
   for (float v : w) scale = std::max(scale, std::fabs(v));
   test::expect_close(got.to_vector(), w, rtol, what, rtol * scale);
 }
@@ -130,6 +130,27 @@ TEST_P(ZooModes, AttentionLayersMatchPyTorch) {
   tel.eval();
   tel.to(d);
   expect_matches(tel.forward(t["tel_in"].to(d)), t["tel_out"], 1e-4, "norm-first encoder layer");
+}
+
+// Backward through every module: gradients of sum(R * output) vs PyTorch's (lenet5 and BERT in
+// eval mode; the layers Sequential in training mode, so BatchNorm uses batch statistics).
+TEST_P(ZooModes, GradientsMatchPyTorch) {
+  test::ModeGuard mode(GetParam());
+  const Device d = test::device_of(GetParam());
+  for (const char* name : {"lenet5", "bert_classifier", "layers"}) {
+    auto m = loaded(name);
+    if (std::string(name) == "layers") m->train();
+    m->to(d);
+    auto g = load(std::string(name) + "_grad");
+    const Tensor y = m->forward(load(std::string(name) + "_io")["input"].to(d));
+    expect_matches(y, g["output"], 1e-4, std::string(name) + " output");
+    ops::sum(ops::mul(y, g["weight"].to(d))).backward();
+    for (auto& [k, p] : m->named_parameters()) {
+      ASSERT_TRUE(p->grad().defined()) << name << " " << k;
+      // floor: the conv bias before a training-mode BatchNorm has gradient 0 (PyTorch: +-1e-8)
+      expect_matches(p->grad(), g.at("grad." + k), 1e-4, std::string(name) + " grad of " + k, 1e-3f);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ZooModes, ::testing::Values(Mode::Cpu, Mode::HpuEager, Mode::HpuLazy),

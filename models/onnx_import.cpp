@@ -1,0 +1,355 @@
+#include "models/onnx_import.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "engine/atomic_file.h"
+#include "engine/error.h"
+#include "models/onnx_ops.h"
+#include "models/state_dict.h"
+
+namespace hg::models {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+constexpr int64_t kProbe[2] = {2, 3};
+constexpr int64_t kMaxElements = int64_t{1} << 40;  // per tensor  // the batch sizes the graph is run at to find batch-dependent values
+
+enum class Kind { Const, Meta, Runtime };  // Meta: known at import but batch-dependent (shape arithmetic)
+
+struct Val {
+  Kind kind;
+  Tensor probe[2];   // the value at each probe batch (both the same tensor for constants)
+  std::string name;  // graph value or constant name
+};
+
+bool same_value(const Tensor& a, const Tensor& b) {
+  if (a.meta() != b.meta()) return false;
+  const Tensor ca = a.contiguous(), cb = b.contiguous();
+  return std::memcmp(ca.raw_data(), cb.raw_data(), ca.meta().bytes()) == 0;
+}
+
+struct Importer {
+  fs::path file;
+  int64_t opset = 0;
+  std::map<std::string, Val> vals;
+  std::map<fs::path, std::vector<uint8_t>> external;  // external data files read so far
+  OpGraph graph;
+  std::vector<std::pair<std::string, Tensor>> constants;
+  std::set<std::string> constant_names;
+
+  [[noreturn]] void fail(const std::string& why) const { throw FormatError(file.string() + ": " + why); }
+  std::string node_ctx(const OpNode& n) const {
+    return "node '" + n.name + "' (op " + n.op + ", opset " + std::to_string(opset) + ")";
+  }
+
+  const std::vector<uint8_t>& external_file(const std::string& location, const std::string& tensor) {
+    const fs::path rel(location);
+    if (location.empty() || rel.is_absolute() || location.find("..") != std::string::npos)
+      fail("tensor '" + tensor + "': external data location '" + location + "' must be a relative path below the model");
+    const fs::path path = file.parent_path() / rel;
+    auto it = external.find(path);
+    if (it != external.end()) return it->second;
+    try {
+      return external[path] = read_file(path);
+    } catch (const Error& e) {
+      fail("tensor '" + tensor + "': external data: " + e.what());
+    }
+  }
+
+  Tensor tensor_from_proto(const onnx::TensorProto& t) {
+    const std::string what = "tensor '" + t.name() + "'";
+    DType dt;
+    try {
+      dt = dtype_from_onnx(t.data_type());
+    } catch (const Error& e) {
+      fail(what + ": " + e.what());
+    }
+    Shape shape;
+    int64_t n = 1;
+    for (int64_t d : t.dims()) {
+      if (d < 0 || (d > 0 && n > kMaxElements / d)) fail(what + ": bad dimension " + std::to_string(d));
+      shape.push_back(d);
+      n *= d;
+    }
+    const size_t bytes = static_cast<size_t>(n) * dtype_size(dt);
+    auto count = [&](int64_t have, const char* field) {
+      if (have != n) fail(what + ": " + field + " holds " + std::to_string(have) + " values, the shape " + shape_str(shape) +
+                          " needs " + std::to_string(n));
+    };
+    // Sizes are checked before the tensor is allocated: a corrupt header cannot ask for terabytes.
+    const bool external = t.data_location() == onnx::TensorProto::EXTERNAL;
+    if (!external && t.has_raw_data() && t.raw_data().size() != bytes)
+      fail(what + ": raw_data has " + std::to_string(t.raw_data().size()) + " bytes, the shape " + shape_str(shape) +
+           " needs " + std::to_string(bytes));
+    if (!external && !t.has_raw_data()) {
+      if (dt == DType::F32) count(t.float_data_size(), "float_data");
+      else if (dt == DType::F64) count(t.double_data_size(), "double_data");
+      else if (dt == DType::I64) count(t.int64_data_size(), "int64_data");
+      else count(t.int32_data_size(), "int32_data");
+    }
+    const std::vector<uint8_t>* ext = nullptr;
+    int64_t offset = 0;
+    if (external) {
+      std::string location;
+      int64_t length = -1;
+      for (const auto& kv : t.external_data()) {
+        try {
+          if (kv.key() == "location") location = kv.value();
+          else if (kv.key() == "offset") offset = std::stoll(kv.value());
+          else if (kv.key() == "length") length = std::stoll(kv.value());
+        } catch (const std::exception&) {
+          fail(what + ": external data field '" + kv.key() + "' is not a number: '" + kv.value() + "'");
+        }
+      }
+      ext = &external_file(location, t.name());
+      if (length < 0) length = static_cast<int64_t>(ext->size()) - offset;
+      if (offset < 0 || static_cast<size_t>(length) != bytes || static_cast<uint64_t>(offset) + bytes > ext->size())
+        fail(what + ": external data at offset " + std::to_string(offset) + ", length " + std::to_string(length) + " in '" +
+             location + "' (" + std::to_string(ext->size()) + " bytes) does not hold the " + std::to_string(bytes) +
+             " bytes of " + shape_str(shape));
+    }
+    Tensor r = Tensor::empty(shape, dt, Device::cpu());
+    auto* out = static_cast<uint8_t*>(r.raw_data());
+    if (!bytes) return r;
+    if (external) {
+      std::memcpy(out, ext->data() + offset, bytes);
+    } else if (t.has_raw_data()) {
+      std::memcpy(out, t.raw_data().data(), bytes);
+    } else if (dt == DType::F32) {
+      std::memcpy(out, t.float_data().data(), bytes);
+    } else if (dt == DType::F64) {
+      std::memcpy(out, t.double_data().data(), bytes);
+    } else if (dt == DType::I64) {
+      std::memcpy(out, t.int64_data().data(), bytes);
+    } else {  // I32, U8, BOOL, F16, BF16: int32_data holds one value (or 16-bit pattern) each
+      const size_t es = dtype_size(dt);
+      for (int64_t k = 0; k < n; ++k) {
+        const int32_t v = t.int32_data(static_cast<int>(k));
+        std::memcpy(out + k * es, &v, es);  // little-endian: the low bytes
+      }
+    }
+    return r;
+  }
+
+  Json attr_json(const onnx::AttributeProto& a, const OpNode& n) {
+    using A = onnx::AttributeProto;
+    switch (a.type()) {
+      case A::FLOAT: return a.f();
+      case A::INT: return a.i();
+      case A::STRING: return a.s();
+      case A::FLOATS: return std::vector<double>(a.floats().begin(), a.floats().end());
+      case A::INTS: return std::vector<int64_t>(a.ints().begin(), a.ints().end());
+      case A::TENSOR: {
+        const Tensor t = tensor_from_proto(a.t());
+        return {{"dtype", dtype_name(t.dtype())}, {"shape", t.shape()}, {"data", t.to(DType::F64).to_vector()}};
+      }
+      default: fail(node_ctx(n) + ": attribute '" + a.name() + "' has an unsupported type");
+    }
+  }
+
+  void add_const(const std::string& name, const Tensor& t) { vals[name] = Val{Kind::Const, {t, t}, name}; }
+
+  void constant_node(const onnx::NodeProto& np, const OpNode& n) {
+    if (np.attribute_size() != 1 || np.output_size() != 1) fail(node_ctx(n) + ": needs one attribute and one output");
+    const auto& a = np.attribute(0);
+    Tensor t;
+    if (a.name() == "value") t = tensor_from_proto(a.t());
+    else if (a.name() == "value_float") t = Tensor::from_vector({a.f()}, {});
+    else if (a.name() == "value_floats") t = Tensor::from_vector({a.floats().begin(), a.floats().end()}, {a.floats_size()});
+    else if (a.name() == "value_int") t = Tensor::from_indices({a.i()}, {});
+    else if (a.name() == "value_ints") t = Tensor::from_indices({a.ints().begin(), a.ints().end()}, {a.ints_size()});
+    else fail(node_ctx(n) + ": attribute '" + a.name() + "' is not supported");
+    add_const(np.output(0), t);
+  }
+
+  // A value known at import goes into attrs[attr] as a flat list; entries that differ between
+  // the probes are linear in the batch: {"batch": a, "plus": c}.
+  void fold_host_input(OpNode& n, const HostInput& h, const Val& v) {
+    const Tensor& p0 = v.probe[0];
+    if (p0.shape() != v.probe[1].shape())
+      fail(node_ctx(n) + ": input '" + n.inputs[h.slot] + "' (" + h.attr + ") changes its length with the batch size");
+    Json list = Json::array();
+    if (is_floating(p0.dtype())) {
+      if (v.kind != Kind::Const) fail(node_ctx(n) + ": input '" + n.inputs[h.slot] + "' (" + h.attr + ") depends on the batch size");
+      for (float x : p0.to_vector()) list.push_back(static_cast<double>(x));
+    } else {
+      const auto a = p0.to(DType::I64).to_indices(), b = v.probe[1].to(DType::I64).to_indices();
+      for (size_t k = 0; k < a.size(); ++k) {
+        if (a[k] == b[k]) {
+          list.push_back(a[k]);
+        } else {
+          const int64_t slope = (b[k] - a[k]) / (kProbe[1] - kProbe[0]);
+          list.push_back({{"batch", slope}, {"plus", a[k] - slope * kProbe[0]}});
+        }
+      }
+    }
+    n.attrs[h.attr] = list;
+    n.attrs[std::string(h.attr) + "_shape"] = p0.shape();
+    n.attrs[std::string(h.attr) + "_dtype"] = dtype_name(p0.dtype());
+    n.inputs[h.slot].clear();
+  }
+
+  void import_node(const onnx::NodeProto& np) {
+    OpNode n;
+    n.op = np.op_type();
+    n.name = !np.name().empty() ? np.name() : np.output_size() ? np.output(0) : n.op;
+    if ((!np.domain().empty() && np.domain() != "ai.onnx") || (n.op != "Constant" && !is_supported_onnx_op(n.op)))
+      throw InvalidArgument(file.string() + ": unsupported ONNX op '" + (np.domain().empty() ? "" : np.domain() + ".") +
+                            n.op + "' (node '" + n.name + "', opset " + std::to_string(opset) + ")");
+    if (n.op == "Constant") return constant_node(np, n);
+    for (const auto& a : np.attribute()) n.attrs[a.name()] = attr_json(a, n);
+    n.inputs.assign(np.input().begin(), np.input().end());
+    n.outputs.assign(np.output().begin(), np.output().end());
+    for (const auto& i : n.inputs)
+      if (!i.empty() && !vals.count(i)) fail(node_ctx(n) + ": input '" + i + "' is defined by no initializer, input or earlier node");
+    for (const HostInput& h : host_inputs(n.op)) {
+      if (h.slot >= static_cast<int>(n.inputs.size()) || n.inputs[h.slot].empty()) continue;
+      const Val& v = vals.at(n.inputs[h.slot]);
+      if (v.kind != Kind::Runtime) fold_host_input(n, h, v);
+      else if (h.required)
+        fail(node_ctx(n) + ": input '" + n.inputs[h.slot] + "' (" + h.attr + ") depends on the input data; not supported");
+    }
+    bool runtime = false;
+    for (const auto& i : n.inputs) runtime |= !i.empty() && vals.at(i).kind == Kind::Runtime;
+    runtime &= n.op != "Shape";
+    if (runtime && (n.op == "Identity" || n.op == "Dropout") && n.outputs.size() == 1) {
+      vals[n.outputs[0]] = vals.at(n.inputs[0]);  // an alias, no node
+      return;
+    }
+    std::vector<Tensor> out[2];
+    for (int k = 0; k < 2; ++k) {
+      std::vector<Tensor> in;
+      for (const auto& i : n.inputs) in.push_back(i.empty() ? Tensor() : vals.at(i).probe[k]);
+      try {
+        out[k] = run_onnx_node(n, in, kProbe[k]);
+      } catch (const std::exception& e) {  // hg::Error, or bad_alloc for absurd shapes
+        fail(node_ctx(n) + ": " + e.what());
+      }
+    }
+    if (!runtime) {
+      for (size_t o = 0; o < n.outputs.size(); ++o) {
+        const bool same = same_value(out[0][o], out[1][o]);
+        vals[n.outputs[o]] = Val{same ? Kind::Const : Kind::Meta, {out[0][o], same ? out[0][o] : out[1][o]}, n.outputs[o]};
+      }
+      return;
+    }
+    for (auto& i : n.inputs) {
+      if (i.empty()) continue;
+      const Val& v = vals.at(i);
+      if (v.kind == Kind::Meta)
+        fail(node_ctx(n) + ": input '" + i + "' is computed from the batch size and used as data; not supported");
+      if (v.kind == Kind::Const && constant_names.insert(v.name).second) constants.emplace_back(v.name, v.probe[0].contiguous());
+      i = v.name;
+    }
+    for (size_t o = 0; o < n.outputs.size(); ++o) vals[n.outputs[o]] = Val{Kind::Runtime, {out[0][o], out[1][o]}, n.outputs[o]};
+    graph.nodes.push_back(std::move(n));
+  }
+
+  IOSpec input_spec(const onnx::ValueInfoProto& vi) {
+    const auto& tt = vi.type().tensor_type();
+    IOSpec s{vi.name(), "", {}};
+    DType dt;
+    try {
+      dt = dtype_from_onnx(tt.elem_type());
+    } catch (const Error& e) {
+      fail("input '" + vi.name() + "': " + e.what());
+    }
+    s.datatype = kserve_datatype(dt);
+    for (int d = 0; d < tt.shape().dim_size(); ++d) {
+      const auto& dim = tt.shape().dim(d);
+      const bool fixed = dim.has_dim_value() && dim.dim_value() > 0;
+      if (d == 0 && fixed)
+        fail("input '" + vi.name() + "' has a fixed batch dimension " + std::to_string(dim.dim_value()) +
+             "; export it with a dynamic batch (dynamic_axes={'" + vi.name() + "': {0: 'batch'}})");
+      if (d > 0 && !fixed) fail("input '" + vi.name() + "': dimension " + std::to_string(d) + " is dynamic; only the batch may be");
+      s.shape.push_back(d == 0 ? -1 : dim.dim_value());
+    }
+    if (s.shape.empty()) fail("input '" + vi.name() + "' has no batch dimension");
+    Val v{Kind::Runtime, {}, vi.name()};
+    for (int k = 0; k < 2; ++k) {
+      Shape shape = s.shape;
+      shape[0] = kProbe[k];
+      v.probe[k] = Tensor::zeros(shape, dt, Device::cpu());
+    }
+    vals[vi.name()] = v;
+    return s;
+  }
+
+  IOSpec output_spec(const std::string& name) {
+    auto it = vals.find(name);
+    if (it == vals.end()) fail("output '" + name + "' is produced by no node");
+    const Val& v = it->second;
+    if (v.kind != Kind::Runtime) fail("output '" + name + "' does not depend on the inputs");
+    IOSpec s{name, kserve_datatype(v.probe[0].dtype()), v.probe[0].shape()};
+    for (size_t d = 0; d < s.shape.size(); ++d)
+      if (s.shape[d] != v.probe[1].shape()[d]) {
+        if (d != 0 || s.shape[0] != kProbe[0] || v.probe[1].shape()[0] != kProbe[1])
+          fail("output '" + name + "': dimension " + std::to_string(d) + " varies with the batch but is not the batch");
+        s.shape[0] = -1;
+      }
+    if (s.shape.empty() || s.shape[0] != -1) fail("output '" + name + "' has no batch dimension");
+    graph.outputs.push_back(v.name);
+    return s;
+  }
+
+  // Drops nodes and constants no output needs.
+  void prune() {
+    std::set<std::string> needed(graph.outputs.begin(), graph.outputs.end());
+    std::vector<OpNode> kept;
+    for (auto it = graph.nodes.rbegin(); it != graph.nodes.rend(); ++it) {
+      bool used = false;
+      for (const auto& o : it->outputs) used |= needed.count(o) != 0;
+      if (!used) continue;
+      needed.insert(it->inputs.begin(), it->inputs.end());
+      kept.push_back(std::move(*it));
+    }
+    graph.nodes.assign(std::make_move_iterator(kept.rbegin()), std::make_move_iterator(kept.rend()));
+    std::erase_if(constants, [&](const auto& c) { return !needed.count(c.first); });
+  }
+};
+
+}  // namespace
+
+ModelPackage import_onnx(const fs::path& file) {
+  const std::vector<uint8_t> bytes = read_file(file);
+  onnx::ModelProto model;
+  if (bytes.size() > static_cast<size_t>(INT32_MAX) || !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    throw FormatError(file.string() + ": not a valid ONNX model (the protobuf message does not parse; truncated or corrupt, " +
+                      std::to_string(bytes.size()) + " bytes)");
+  Importer im;
+  im.file = file;
+  for (const auto& o : model.opset_import())
+    if (o.domain().empty() || o.domain() == "ai.onnx") im.opset = o.version();
+  if (!model.has_graph()) im.fail("the model has no graph");
+  if (im.opset < 13 || im.opset > 18) im.fail("opset " + std::to_string(im.opset) + " is not supported (13 to 18 are)");
+  const auto& g = model.graph();
+  ModelPackage p;
+  p.dir = file.parent_path();
+  p.spec.name = file.stem().string();
+  for (const auto& init : g.initializer()) im.add_const(init.name(), im.tensor_from_proto(init));
+  for (const auto& vi : g.input()) {
+    if (im.vals.count(vi.name())) continue;  // an initializer listed as an input (older exporters)
+    p.spec.inputs.push_back(im.input_spec(vi));
+    im.graph.inputs.push_back(vi.name());
+  }
+  if (p.spec.inputs.empty()) im.fail("the graph has no inputs");
+  for (const auto& np : g.node()) im.import_node(np);
+  for (const auto& vi : g.output()) p.spec.outputs.push_back(im.output_spec(vi.name()));
+  if (p.spec.outputs.empty()) im.fail("the graph has no outputs");
+  im.prune();
+  p.spec.graph = op_graph_to_json(im.graph);
+  p.spec.metadata = {{"source", "onnx"},
+                     {"onnx_file", file.filename().string()},
+                     {"opset", im.opset},
+                     {"producer", model.producer_name() + " " + model.producer_version()}};
+  p.weights = to_safetensors(im.constants);
+  return p;
+}
+
+}  // namespace hg::models

@@ -1,0 +1,26 @@
+// ONNX import: an .onnx file (as torch.onnx.export writes it, opsets 13-18, weights inline or in
+// external data files) becomes a model package in memory with an "ops" graph.
+//
+//   hg::models::ModelPackage p = hg::models::import_onnx("resnet18.onnx");
+//   p.spec.inputs[0].shape;                       // {-1, 3, 224, 224}: dynamic batch -> -1
+//   auto net = hg::models::build_module(p);       // an OpGraphModule, like any package's module
+//   hg::models::save_package("out/resnet18/1", *net, p.spec);   // what hgraph-convert does
+//
+// Import folds everything that does not depend on the inputs' data at import time: constants,
+// and the shape arithmetic torch emits (Shape, Gather, Unsqueeze, Concat, Range, Equal, Where,
+// Expand, ...). To tell batch-dependent shape values from constant ones it runs the graph on
+// the cpu at two probe batch sizes; values that differ become {"batch": a, "plus": c} entries
+// of the node attributes (e.g. Reshape's target shape), so the imported graph is static apart
+// from the batch. Errors (hg::Error) name the file, and for graph problems the node, its op
+// type and the opset: an unsupported op, a truncated or corrupt file, a missing external
+// data file, an input whose non-batch dimension is dynamic.
+#pragma once
+#include <filesystem>
+
+#include "models/package.h"
+
+namespace hg::models {
+
+ModelPackage import_onnx(const std::filesystem::path& file);
+
+}  // namespace hg::models

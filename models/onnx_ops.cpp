@@ -1,0 +1,413 @@
+#include "models/onnx_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+
+#include "engine/error.h"
+#include "engine/ops.h"
+
+namespace hg::models {
+
+namespace {
+
+using Json = nlohmann::json;
+using Ts = std::vector<Tensor>;
+
+struct Ctx {
+  const OpNode& n;
+  const Ts& in;
+  int64_t batch;
+
+  [[noreturn]] void fail(const std::string& why) const {
+    throw InvalidArgument("ONNX node '" + n.name + "' (op " + n.op + "): " + why);
+  }
+  bool has(size_t slot) const { return slot < in.size() && in[slot].defined(); }
+  const Tensor& x(size_t slot) const {
+    if (!has(slot)) fail("input " + std::to_string(slot) + " is missing");
+    return in[slot];
+  }
+  bool has_attr(const char* k) const { return n.attrs.contains(k); }
+  int64_t i(const char* k, int64_t dflt) const {
+    auto it = n.attrs.find(k);
+    if (it == n.attrs.end()) return dflt;
+    if (!it->is_number_integer()) fail(std::string("attribute '") + k + "' is not an integer");
+    return it->get<int64_t>();
+  }
+  double f(const char* k, double dflt) const {
+    auto it = n.attrs.find(k);
+    if (it == n.attrs.end()) return dflt;
+    if (!it->is_number()) fail(std::string("attribute '") + k + "' is not a number");
+    return it->get<double>();
+  }
+  std::string s(const char* k, const std::string& dflt) const {
+    auto it = n.attrs.find(k);
+    return it == n.attrs.end() || !it->is_string() ? dflt : it->get<std::string>();
+  }
+  // An integer list; {"batch": a, "plus": c} entries resolve to a * batch + c.
+  std::vector<int64_t> ints(const char* k) const {
+    std::vector<int64_t> r;
+    auto it = n.attrs.find(k);
+    if (it == n.attrs.end()) return r;
+    if (!it->is_array()) fail(std::string("attribute '") + k + "' is not a list");
+    for (const Json& e : *it) {
+      if (e.is_number_integer()) r.push_back(e.get<int64_t>());
+      else if (e.is_object() && e.value("batch", Json()).is_number_integer() && e.value("plus", Json()).is_number_integer())
+        r.push_back(e["batch"].get<int64_t>() * batch + e["plus"].get<int64_t>());
+      else fail(std::string("attribute '") + k + "' has a non-integer entry " + e.dump());
+    }
+    return r;
+  }
+  std::vector<double> reals(const char* k) const {
+    std::vector<double> r;
+    auto it = n.attrs.find(k);
+    if (it == n.attrs.end()) return r;
+    if (!it->is_array()) fail(std::string("attribute '") + k + "' is not a list");
+    for (const Json& e : *it) {
+      if (!e.is_number()) fail(std::string("attribute '") + k + "' has a non-numeric entry " + e.dump());
+      r.push_back(e.get<double>());
+    }
+    return r;
+  }
+  int64_t axis(int64_t a, int64_t rank) const {
+    if (a < -rank || a >= rank) fail("axis " + std::to_string(a) + " is out of range for rank " + std::to_string(rank));
+    return a < 0 ? a + rank : a;
+  }
+};
+
+using OpFn = std::function<Ts(const Ctx&)>;
+
+Shape resolve_reshape(const Ctx& c, const Tensor& x, std::vector<int64_t> shape) {
+  const bool allowzero = c.i("allowzero", 0) != 0;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] == 0 && !allowzero) {
+      if (static_cast<int64_t>(d) >= x.ndim()) c.fail("shape entry 0 at " + std::to_string(d) + " beyond the input's rank");
+      shape[d] = x.shape()[d];
+    }
+  return shape;
+}
+
+Tensor reshape_to(const Tensor& x, const Shape& s) { return ops::reshape(ops::contiguous(x), s); }
+
+Ts unsqueeze(const Ctx& c) {
+  const Tensor& x = c.x(0);
+  std::vector<int64_t> axes = c.ints("axes");
+  const int64_t rank = x.ndim() + static_cast<int64_t>(axes.size());
+  std::vector<bool> inserted(rank, false);
+  for (int64_t a : axes) inserted[c.axis(a, rank)] = true;
+  Shape s;
+  for (int64_t d = 0, k = 0; d < rank; ++d) s.push_back(inserted[d] ? 1 : x.shape()[k++]);
+  return {reshape_to(x, s)};
+}
+
+Ts squeeze(const Ctx& c) {
+  const Tensor& x = c.x(0);
+  std::vector<int64_t> axes = c.ints("axes");
+  std::vector<bool> drop(x.ndim(), axes.empty());
+  for (int64_t a : axes) {
+    const int64_t d = c.axis(a, x.ndim());
+    if (x.shape()[d] != 1) c.fail("cannot squeeze axis " + std::to_string(a) + " of size " + std::to_string(x.shape()[d]));
+    drop[d] = true;
+  }
+  Shape s;
+  for (int64_t d = 0; d < x.ndim(); ++d)
+    if (!(drop[d] && x.shape()[d] == 1)) s.push_back(x.shape()[d]);
+  return {reshape_to(x, s)};
+}
+
+Ts slice(const Ctx& c) {
+  Tensor x = c.x(0);
+  const auto starts = c.ints("starts"), ends = c.ints("ends");
+  auto axes = c.ints("axes"), steps = c.ints("steps");
+  if (axes.empty())
+    for (size_t k = 0; k < starts.size(); ++k) axes.push_back(static_cast<int64_t>(k));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    c.fail("starts, ends, axes and steps differ in length");
+  for (size_t k = 0; k < starts.size(); ++k) {
+    if (steps[k] <= 0) c.fail("negative or zero slice steps are not supported");
+    x = ops::slice(x, c.axis(axes[k], x.ndim()), starts[k], ends[k], steps[k]);
+  }
+  return {x};
+}
+
+// Gather with indices known at import: slices joined; with data-dependent indices: embedding.
+Ts gather(const Ctx& c) {
+  const Tensor& x = c.x(0);
+  const int64_t axis = c.axis(c.i("axis", 0), x.ndim());
+  if (c.has(1)) {
+    if (axis != 0 || x.ndim() != 2) c.fail("data-dependent indices are supported for axis 0 of a 2-D table only");
+    return {ops::embedding(c.x(1), x)};
+  }
+  const auto idx = c.ints("indices");
+  Ts parts;
+  const int64_t size = x.shape()[axis];
+  for (int64_t i : idx) {
+    if (i < -size || i >= size) c.fail("index " + std::to_string(i) + " is out of range for size " + std::to_string(size));
+    const int64_t k = i < 0 ? i + size : i;
+    parts.push_back(ops::slice(x, axis, k, k + 1));
+  }
+  Tensor joined = parts.empty() ? ops::slice(x, axis, 0, 0) : parts.size() == 1 ? parts[0] : ops::concat(parts, axis);
+  Shape s(x.shape().begin(), x.shape().begin() + axis);
+  for (int64_t d : c.ints("indices_shape")) s.push_back(d);
+  s.insert(s.end(), x.shape().begin() + axis + 1, x.shape().end());
+  return {reshape_to(joined, s)};
+}
+
+Ts shape_of(const Ctx& c) {
+  const Shape& s = c.x(0).shape();
+  const int64_t r = static_cast<int64_t>(s.size());
+  int64_t start = c.i("start", 0), end = c.i("end", r);
+  start = std::clamp(start < 0 ? start + r : start, int64_t{0}, r);
+  end = std::clamp(end < 0 ? end + r : end, int64_t{0}, r);
+  const std::vector<int64_t> v(s.begin() + start, s.begin() + std::max(start, end));
+  return {Tensor::from_indices(v, {static_cast<int64_t>(v.size())})};
+}
+
+Ts constant_of_shape(const Ctx& c) {
+  const Shape s = c.ints("shape");
+  DType t = DType::F32;
+  double v = 0;
+  if (c.has_attr("value")) {
+    const Json& val = c.n.attrs["value"];
+    t = dtype_from_name(val.value("dtype", "F32"));
+    v = val.contains("data") && !val["data"].empty() ? val["data"][0].get<double>() : 0.0;
+  }
+  return {Tensor::full(s, static_cast<float>(v)).to(t)};
+}
+
+Ts range(const Ctx& c) {
+  const auto a = c.reals("start"), b = c.reals("limit"), d = c.reals("delta");
+  if (a.size() != 1 || b.size() != 1 || d.size() != 1 || d[0] == 0) c.fail("start, limit and delta must be scalars, delta != 0");
+  const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((b[0] - a[0]) / d[0])));
+  const DType t = dtype_from_name(c.s("start_dtype", "I64"));
+  if (t == DType::I64 || t == DType::I32) {
+    std::vector<int64_t> v(n);
+    for (int64_t k = 0; k < n; ++k) v[k] = static_cast<int64_t>(a[0] + k * d[0]);
+    return {Tensor::from_indices(v, {n}).to(t)};
+  }
+  std::vector<float> v(n);
+  for (int64_t k = 0; k < n; ++k) v[k] = static_cast<float>(a[0] + k * d[0]);
+  return {Tensor::from_vector(v, {n}).to(t)};
+}
+
+Shape broadcast(const Ctx& c, const Shape& a, const Shape& b) {
+  Shape r(std::max(a.size(), b.size()), 1);
+  for (size_t k = 0; k < r.size(); ++k) {
+    const int64_t da = k < r.size() - a.size() ? 1 : a[k - (r.size() - a.size())];
+    const int64_t db = k < r.size() - b.size() ? 1 : b[k - (r.size() - b.size())];
+    if (da != db && da != 1 && db != 1) c.fail("shapes " + shape_str(a) + " and " + shape_str(b) + " do not broadcast");
+    r[k] = da == 1 ? db : da;
+  }
+  return r;
+}
+
+// Equal on the host (import-time shape arithmetic): both sides compared as doubles.
+Ts equal(const Ctx& c) {
+  const Shape s = broadcast(c, c.x(0).shape(), c.x(1).shape());
+  auto values = [&](const Tensor& t) {
+    Tensor e = ops::expand(t.to(DType::F64), s).contiguous();
+    const double* p = e.data<double>();
+    return std::vector<double>(p, p + e.numel());
+  };
+  const auto a = values(c.x(0)), b = values(c.x(1));
+  std::vector<int64_t> r(a.size());
+  for (size_t k = 0; k < a.size(); ++k) r[k] = a[k] == b[k];
+  return {Tensor::from_indices(r, s).to(DType::BOOL)};
+}
+
+Ts pow_op(const Ctx& c) {
+  const auto e = c.reals("exponent");
+  if (c.has(1) || e.size() != 1) c.fail("only a constant scalar exponent is supported");
+  if (e[0] == 2.0) return {ops::mul(c.x(0), c.x(0))};
+  if (e[0] == 1.0) return {c.x(0)};
+  return {ops::pow(c.x(0), e[0])};
+}
+
+Ts gemm(const Ctx& c) {
+  const double alpha = c.f("alpha", 1.0), beta = c.f("beta", 1.0);
+  const bool ta = c.i("transA", 0) != 0, tb = c.i("transB", 0) != 0;
+  const Tensor &a = c.x(0), &b = c.x(1);
+  if (alpha == 1.0 && !ta && tb && c.has(2) && c.x(2).ndim() == 1 && (beta == 1.0))
+    return {ops::linear(a, b, c.x(2))};
+  Tensor y = ops::matmul(a, b, ta, tb);
+  if (alpha != 1.0) y = ops::scale(y, alpha);
+  if (c.has(2)) y = ops::add(y, beta == 1.0 ? c.x(2) : ops::scale(c.x(2), beta));
+  return {y};
+}
+
+ops::Size2 pair(const Ctx& c, const char* k, int64_t dflt) {
+  auto v = c.ints(k);
+  if (v.empty()) return {dflt, dflt};
+  if (v.size() != 2) c.fail(std::string("attribute '") + k + "' must have 2 entries (2-D only)");
+  return {v[0], v[1]};
+}
+
+ops::Size2 pads(const Ctx& c) {
+  if (c.s("auto_pad", "NOTSET") != "NOTSET") c.fail("auto_pad is not supported (export with explicit pads)");
+  auto p = c.ints("pads");
+  if (p.empty()) return {0, 0};
+  if (p.size() != 4 || p[0] != p[2] || p[1] != p[3]) c.fail("only symmetric 2-D pads are supported");
+  return {p[0], p[1]};
+}
+
+ops::Size2 kernel(const Ctx& c) {
+  const auto k = c.ints("kernel_shape");
+  if (k.size() != 2) c.fail("kernel_shape must have 2 entries (2-D pooling only)");
+  return {k[0], k[1]};
+}
+
+void check_pool(const Ctx& c) {
+  if (c.i("ceil_mode", 0) != 0) c.fail("ceil_mode=1 is not supported");
+  const auto d = c.ints("dilations");
+  if (std::any_of(d.begin(), d.end(), [](int64_t v) { return v != 1; })) c.fail("dilated pooling is not supported");
+  if (c.n.outputs.size() > 1) c.fail("the Indices output is not supported");
+}
+
+Ts reduce(const Ctx& c, Tensor (*fn)(const Tensor&, const std::vector<int64_t>&, bool)) {
+  const auto axes = c.ints("axes");
+  if (axes.empty() && c.i("noop_with_empty_axes", 0)) return {c.x(0)};
+  return {fn(c.x(0), axes, c.i("keepdims", 1) != 0)};
+}
+
+Tensor mean_axes(const Tensor& x, const std::vector<int64_t>& a, bool k) { return ops::mean(x, a, k); }
+Tensor sum_axes(const Tensor& x, const std::vector<int64_t>& a, bool k) { return ops::sum(x, a, k); }
+Tensor max_axes(const Tensor& x, const std::vector<int64_t>& a, bool k) { return ops::max(x, a, k); }
+
+const std::map<std::string, OpFn>& op_table() {
+  static const std::map<std::string, OpFn> table = {
+      {"Identity", [](const Ctx& c) { return Ts{c.x(0)}; }},
+      {"Dropout", [](const Ctx& c) {
+         if (c.n.outputs.size() > 1) c.fail("the mask output is not supported");
+         return Ts{c.x(0)};
+       }},
+      {"Add", [](const Ctx& c) { return Ts{ops::add(c.x(0), c.x(1))}; }},
+      {"Sub", [](const Ctx& c) { return Ts{ops::sub(c.x(0), c.x(1))}; }},
+      {"Mul", [](const Ctx& c) { return Ts{ops::mul(c.x(0), c.x(1))}; }},
+      {"Div", [](const Ctx& c) { return Ts{ops::div(c.x(0), c.x(1))}; }},
+      {"Pow", pow_op},
+      {"Neg", [](const Ctx& c) { return Ts{ops::scale(c.x(0), -1.0)}; }},
+      {"Sqrt", [](const Ctx& c) { return Ts{ops::sqrt(c.x(0))}; }},
+      {"Erf", [](const Ctx& c) { return Ts{ops::erf(c.x(0))}; }},
+      {"Exp", [](const Ctx& c) { return Ts{ops::exp(c.x(0))}; }},
+      {"Relu", [](const Ctx& c) { return Ts{ops::relu(c.x(0))}; }},
+      {"Sigmoid", [](const Ctx& c) { return Ts{ops::sigmoid(c.x(0))}; }},
+      {"Tanh", [](const Ctx& c) { return Ts{ops::tanh(c.x(0))}; }},
+      {"Softmax", [](const Ctx& c) { return Ts{ops::softmax(c.x(0), c.i("axis", -1))}; }},
+      {"LogSoftmax", [](const Ctx& c) { return Ts{ops::log_softmax(c.x(0), c.i("axis", -1))}; }},
+      {"Cast", [](const Ctx& c) { return Ts{c.x(0).to(dtype_from_onnx(c.i("to", 1)))}; }},
+      {"Equal", equal},
+      {"Where", [](const Ctx& c) { return Ts{ops::where(c.x(0), c.x(1), c.x(2))}; }},
+      {"Shape", shape_of},
+      {"ConstantOfShape", constant_of_shape},
+      {"Range", range},
+      {"Reshape", [](const Ctx& c) { return Ts{reshape_to(c.x(0), resolve_reshape(c, c.x(0), c.ints("shape")))}; }},
+      {"Flatten", [](const Ctx& c) {
+         const Tensor& x = c.x(0);
+         const int64_t a = c.i("axis", 1), ax = a < 0 ? a + x.ndim() : a;
+         if (ax < 0 || ax > x.ndim()) c.fail("axis out of range");
+         const Shape& s = x.shape();
+         return Ts{reshape_to(x, {numel(Shape(s.begin(), s.begin() + ax)), numel(Shape(s.begin() + ax, s.end()))})};
+       }},
+      {"Transpose", [](const Ctx& c) {
+         auto perm = c.ints("perm");
+         if (perm.empty())
+           for (int64_t d = c.x(0).ndim(); d-- > 0;) perm.push_back(d);
+         return Ts{ops::permute(c.x(0), perm)};
+       }},
+      {"Unsqueeze", unsqueeze},
+      {"Squeeze", squeeze},
+      {"Concat", [](const Ctx& c) {
+         Ts xs;
+         for (size_t k = 0; k < c.in.size(); ++k) xs.push_back(c.x(k));
+         return Ts{ops::concat(xs, c.i("axis", 0))};
+       }},
+      {"Slice", slice},
+      {"Gather", gather},
+      {"Expand", [](const Ctx& c) { return Ts{ops::expand(c.x(0), broadcast(c, c.x(0).shape(), c.ints("shape")))}; }},
+      {"MatMul", [](const Ctx& c) { return Ts{ops::matmul(c.x(0), c.x(1))}; }},
+      {"Gemm", gemm},
+      {"Conv", [](const Ctx& c) {
+         if (c.x(1).ndim() != 4) c.fail("only 2-D convolutions are supported");
+         const Tensor bias = c.has(2) ? c.x(2) : Tensor();
+         return Ts{ops::conv2d(c.x(0), c.x(1), bias, pair(c, "strides", 1), pads(c), pair(c, "dilations", 1),
+                               c.i("group", 1))};
+       }},
+      {"MaxPool", [](const Ctx& c) {
+         check_pool(c);
+         if (c.i("storage_order", 0) != 0) c.fail("storage_order=1 is not supported");
+         return Ts{ops::max_pool2d(c.x(0), kernel(c), pair(c, "strides", 1), pads(c))};
+       }},
+      {"AveragePool", [](const Ctx& c) {
+         check_pool(c);
+         return Ts{ops::avg_pool2d(c.x(0), kernel(c), pair(c, "strides", 1), pads(c), c.i("count_include_pad", 0) != 0)};
+       }},
+      {"GlobalAveragePool", [](const Ctx& c) { return Ts{ops::adaptive_avg_pool2d(c.x(0), {1, 1})}; }},
+      {"BatchNormalization", [](const Ctx& c) {
+         if (c.i("training_mode", 0) != 0 || c.n.outputs.size() > 1) c.fail("training mode is not supported");
+         return Ts{ops::batch_norm(c.x(0), c.x(1), c.x(2), c.x(3), c.x(4), false, 0.1, c.f("epsilon", 1e-5))};
+       }},
+      {"LayerNormalization", [](const Ctx& c) {
+         const Tensor& x = c.x(0);
+         if (c.n.outputs.size() > 1) c.fail("the Mean and InvStdDev outputs are not supported");
+         const int64_t a = c.axis(c.i("axis", -1), x.ndim());
+         const Shape ns(x.shape().begin() + a, x.shape().end());
+         return Ts{ops::layer_norm(x, ns, c.x(1), c.has(2) ? c.x(2) : Tensor(), c.f("epsilon", 1e-5))};
+       }},
+      {"ReduceMean", [](const Ctx& c) { return reduce(c, mean_axes); }},
+      {"ReduceSum", [](const Ctx& c) { return reduce(c, sum_axes); }},
+      {"ReduceMax", [](const Ctx& c) { return reduce(c, max_axes); }},
+  };
+  return table;
+}
+
+}  // namespace
+
+DType dtype_from_onnx(int64_t t) {
+  switch (t) {
+    case 1: return DType::F32;
+    case 2: return DType::U8;
+    case 6: return DType::I32;
+    case 7: return DType::I64;
+    case 9: return DType::BOOL;
+    case 10: return DType::F16;
+    case 11: return DType::F64;
+    case 16: return DType::BF16;
+  }
+  throw DTypeError("ONNX element type " + std::to_string(t) + " is not supported");
+}
+
+const std::vector<HostInput>& host_inputs(const std::string& op) {
+  static const std::map<std::string, std::vector<HostInput>> table = {
+      {"Reshape", {{1, "shape", true}}},
+      {"Expand", {{1, "shape", true}}},
+      {"ConstantOfShape", {{0, "shape", true}}},
+      {"Unsqueeze", {{1, "axes", true}}},
+      {"Squeeze", {{1, "axes", true}}},
+      {"ReduceSum", {{1, "axes", true}}},
+      {"ReduceMean", {{1, "axes", true}}},
+      {"ReduceMax", {{1, "axes", true}}},
+      {"Slice", {{1, "starts", true}, {2, "ends", true}, {3, "axes", true}, {4, "steps", true}}},
+      {"Range", {{0, "start", true}, {1, "limit", true}, {2, "delta", true}}},
+      {"Gather", {{1, "indices", false}}},
+      {"Pow", {{1, "exponent", false}}},
+  };
+  static const std::vector<HostInput> none;
+  auto it = table.find(op);
+  return it == table.end() ? none : it->second;
+}
+
+bool is_supported_onnx_op(const std::string& op) { return op_table().count(op) != 0; }
+
+std::vector<Tensor> run_onnx_node(const OpNode& node, const std::vector<Tensor>& in, int64_t batch) {
+  auto it = op_table().find(node.op);
+  if (it == op_table().end()) throw InvalidArgument("ONNX node '" + node.name + "': unsupported op '" + node.op + "'");
+  Ctx c{node, in, batch};
+  Ts out = it->second(c);
+  if (out.size() != node.outputs.size()) c.fail("produces " + std::to_string(out.size()) + " outputs, the node names " +
+                                                std::to_string(node.outputs.size()));
+  return out;
+}
+
+}  // namespace hg::models

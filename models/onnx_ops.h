@@ -1,0 +1,34 @@
+// ONNX op semantics on engine ops: runs one OpNode (models/op_graph.h). Used by the importer
+// to fold constants and probe shapes on the cpu, and by OpGraphModule at run time (where the
+// engine ops trace into HPU graphs like any module's).
+//
+//   std::vector<hg::Tensor> out = hg::models::run_onnx_node(node, {x, w, b}, /*batch=*/8);
+//   for (const HostInput& h : host_inputs("Reshape")) ...   // slot 1 -> attr "shape"
+#pragma once
+#include <string>
+#include <vector>
+
+#include "engine/tensor.h"
+#include "models/op_graph.h"
+
+namespace hg::models {
+
+// An input slot whose value the importer reads on the host and stores in attrs[attr] (a flat
+// list), attrs[attr + "_shape"] and attrs[attr + "_dtype"]. required: the value must be known at
+// import (not computed from the graph inputs' data).
+struct HostInput {
+  int slot;
+  const char* attr;
+  bool required;
+};
+const std::vector<HostInput>& host_inputs(const std::string& op);
+
+bool is_supported_onnx_op(const std::string& op);
+// ONNX TensorProto element type -> DType; throws hg::DTypeError for types the engine lacks.
+DType dtype_from_onnx(int64_t onnx_type);
+
+// in[i]: the tensor of input slot i (undefined when absent or folded into attrs). `batch`
+// resolves symbolic attr entries. Throws hg::Error naming the node on unsupported attributes.
+std::vector<Tensor> run_onnx_node(const OpNode& node, const std::vector<Tensor>& in, int64_t batch);
+
+}  // namespace hg::models

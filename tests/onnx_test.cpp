@@ -1,0 +1,262 @@
+// ONNX import against PyTorch: the zoo models exported by torch.onnx.export at opsets 13-17
+// (scripts/testdata_onnx.py, run as a ctest fixture) run through Predictor (HPU graph capture,
+// batch buckets) and match torch within 1e-4 relative; external data; error messages for
+// unsupported ops and corrupt files; hgraph-convert round trip; the server loading model.onnx.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "engine/atomic_file.h"
+#include "engine/error.h"
+#include "golden.h"
+#include "models/module.h"
+#include "models/onnx_import.h"
+#include "models/predictor.h"
+#include "models/safetensors.h"
+#include "server/kserve.h"
+#include "server/model_repository.h"
+
+#ifndef HG_TESTDATA_DIR
+#error "HG_TESTDATA_DIR must be defined (tests/CMakeLists.txt)"
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+using hg::models::Predictor;
+
+fs::path data_dir() { return fs::path(HG_TESTDATA_DIR) / "onnx"; }
+
+// A fresh directory under the test temp dir.
+fs::path scratch(const std::string& name) {
+  fs::path d = fs::path(testing::TempDir()) / ("hg_onnx_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// The input batch and PyTorch's output of a case (scripts/testdata_onnx.py).
+struct Reference {
+  hg::safetensors::Entry input, output;
+};
+Reference reference(const std::string& c) {
+  const auto f = hg::safetensors::read(data_dir() / (c + ".safetensors"));
+  return {*f.find("input"), *f.find("output")};
+}
+
+std::vector<float> as_floats(const std::vector<uint8_t>& bytes) {
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), bytes.size());
+  return v;
+}
+
+// A version folder holding the case's export as model.onnx.
+fs::path onnx_version_dir(const std::string& c) {
+  const fs::path dir = scratch("repo_" + c) / c / "1";
+  fs::create_directories(dir);
+  fs::copy_file(data_dir() / (c + ".onnx"), dir / "model.onnx");
+  return dir;
+}
+
+std::vector<float> predict(Predictor& p, const Reference& ref) {
+  const int64_t batch = ref.input.shape[0];
+  std::vector<float> out(static_cast<size_t>(batch * p.output_size(0)));
+  p.run({ref.input.data.data()}, batch, {out.data()});
+  return out;
+}
+
+struct Case {
+  const char* name;
+  const char* input_datatype;
+};
+
+class OnnxModelTest : public testing::TestWithParam<Case> {};
+
+// Batch 3 through buckets {1, 2} (two replays) and {4} (one padded replay): the dynamic batch.
+TEST_P(OnnxModelTest, MatchesPyTorchThroughPredictor) {
+  const Case c = GetParam();
+  const Reference ref = reference(c.name);
+  const fs::path dir = onnx_version_dir(c.name);
+  for (const auto& buckets : {std::vector<int64_t>{1, 2}, std::vector<int64_t>{4}}) {
+    auto p = Predictor::load(dir, {hg::Device::hpu(0), buckets});
+    const auto& spec = p->package().spec;
+    ASSERT_EQ(spec.inputs.size(), 1u);
+    EXPECT_EQ(spec.inputs[0].datatype, c.input_datatype);
+    EXPECT_EQ(spec.inputs[0].shape[0], -1);
+    EXPECT_EQ(hg::Shape(spec.inputs[0].shape.begin() + 1, spec.inputs[0].shape.end()),
+              hg::Shape(ref.input.shape.begin() + 1, ref.input.shape.end()));
+    ASSERT_EQ(spec.outputs.size(), 1u);
+    EXPECT_EQ(spec.outputs[0].shape[0], -1);
+    EXPECT_EQ(spec.graph["type"], "ops");
+    hg::test::expect_close(predict(*p, ref), as_floats(ref.output.data), 1e-4,
+                           std::string(c.name) + " with " + std::to_string(buckets.size()) + " buckets", 1e-5);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, OnnxModelTest,
+                         testing::Values(Case{"mlp_op13", "FP32"}, Case{"lenet5_op14", "FP32"},
+                                         Case{"lenet5_op15", "FP32"}, Case{"resnet18_op17", "FP32"},
+                                         Case{"bert_op13", "INT64"}, Case{"bert_op16", "INT64"},
+                                         Case{"bert_op17", "INT64"}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// Shape arithmetic is folded at import: BERT's graph holds no Shape/Gather-on-shape nodes, and
+// its Reshape targets carry the batch as {"batch": a, "plus": c}.
+TEST(OnnxImportTest, ShapeSubgraphsAreFolded) {
+  const auto p = hg::models::import_onnx(data_dir() / "bert_op13.onnx");
+  bool symbolic = false;
+  for (const auto& n : p.spec.graph["nodes"]) {
+    for (const char* folded : {"Shape", "Constant", "ConstantOfShape", "Range", "Concat", "Unsqueeze"})
+      EXPECT_NE(n["op"], folded) << n.dump();
+    if (n["op"] == "Reshape")
+      for (const auto& e : n["attrs"]["shape"]) symbolic |= e.is_object() && e["batch"] == 1;
+  }
+  EXPECT_TRUE(symbolic);
+}
+
+// ONNX's external data (onnx.save(..., save_as_external_data=True)): same graph, same outputs.
+TEST(OnnxImportTest, ExternalDataLoads) {
+  const Reference ref = reference("mlp_op13");
+  const fs::path dir = scratch("external") / "1";
+  fs::create_directories(dir);
+  fs::copy_file(data_dir() / "mlp_external.onnx", dir / "model.onnx");
+  fs::copy_file(data_dir() / "mlp_external.data", dir / "mlp_external.data");
+  auto p = Predictor::load(dir, {hg::Device::hpu(0), {4}});
+  hg::test::expect_close(predict(*p, ref), as_floats(ref.output.data), 1e-4, "mlp from external data", 1e-5);
+  EXPECT_EQ(p->package().weights.entries.size(), 4u);
+}
+
+TEST(OnnxImportTest, MissingOrShortExternalDataNamesTheTensor) {
+  const fs::path dir = scratch("external_bad");
+  fs::copy_file(data_dir() / "mlp_external.onnx", dir / "model.onnx");
+  try {
+    hg::models::import_onnx(dir / "model.onnx");
+    FAIL() << "no error without the data file";
+  } catch (const hg::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mlp_external.data"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tensor '"), std::string::npos) << e.what();
+  }
+  auto data = hg::read_file(data_dir() / "mlp_external.data");
+  data.resize(data.size() / 2);
+  hg::write_file_atomic(dir / "mlp_external.data", {data});
+  try {
+    hg::models::import_onnx(dir / "model.onnx");
+    FAIL() << "no error for a truncated data file";
+  } catch (const hg::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not hold"), std::string::npos) << e.what();
+  }
+}
+
+TEST(OnnxImportTest, UnsupportedOpNamesOpNodeAndOpset) {
+  try {
+    hg::models::import_onnx(data_dir() / "unsupported.onnx");
+    FAIL() << "Det imported";
+  } catch (const hg::Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("unsupported ONNX op 'Det'"), std::string::npos) << m;
+    EXPECT_NE(m.find("node 'det_node'"), std::string::npos) << m;
+    EXPECT_NE(m.find("opset 15"), std::string::npos) << m;
+    EXPECT_NE(m.find("unsupported.onnx"), std::string::npos) << m;
+  }
+}
+
+// Truncations at several points and garbage bytes: an hg::Error naming the file, never a crash.
+TEST(OnnxImportTest, CorruptFilesRaiseErrorsNamingTheFile) {
+  const auto bytes = hg::read_file(data_dir() / "lenet5_op15.onnx");
+  const fs::path bad = scratch("corrupt") / "bad.onnx";
+  for (size_t cut : {size_t{0}, size_t{7}, size_t{100}, bytes.size() / 3, bytes.size() / 2, bytes.size() - 1}) {
+    hg::write_file_atomic(bad, {hg::ByteSpan(bytes.data(), cut)});
+    try {
+      hg::models::import_onnx(bad);
+      ADD_FAILURE() << "a file truncated to " << cut << " bytes imported";
+    } catch (const hg::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("bad.onnx"), std::string::npos) << e.what();
+    }
+  }
+  std::vector<uint8_t> garbage(4096);
+  for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = static_cast<uint8_t>(i * 2654435761u >> 13);
+  hg::write_file_atomic(bad, {garbage});
+  EXPECT_THROW(hg::models::import_onnx(bad), hg::Error);
+  EXPECT_THROW(hg::models::import_onnx(bad.parent_path() / "missing.onnx"), hg::IoError);
+}
+
+// hgraph-convert writes a package; load_package + Predictor give the same outputs as torch.
+TEST(OnnxConvertTest, ConvertedPackageRoundTrips) {
+  const Reference ref = reference("bert_op17");
+  const fs::path out = scratch("convert") / "bert" / "1";
+  fs::create_directories(out.parent_path());
+  const std::string cmd = std::string(HG_CONVERT_BIN) + " " + (data_dir() / "bert_op17.onnx").string() + " " +
+                          out.string() + " --name bert > " + (out.parent_path() / "log.txt").string() + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const auto pkg = hg::models::load_package(out);
+  EXPECT_EQ(pkg.spec.name, "bert");
+  EXPECT_EQ(pkg.spec.graph["type"], "ops");
+  EXPECT_EQ(pkg.spec.inputs[0].datatype, "INT64");
+  EXPECT_EQ(pkg.spec.metadata["opset"], 17);
+  auto p = Predictor::load(out, {hg::Device::hpu(0), {4}});
+  hg::test::expect_close(predict(*p, ref), as_floats(ref.output.data), 1e-4, "converted bert", 1e-5);
+  // A bad argument: exit status 1 and the error on stderr.
+  const std::string bad = std::string(HG_CONVERT_BIN) + " " + (data_dir() / "unsupported.onnx").string() + " " +
+                          (out.parent_path() / "x").string() + " 2> " + (out.parent_path() / "err.txt").string();
+  EXPECT_NE(std::system(bad.c_str()), 0);
+  std::ifstream err(out.parent_path() / "err.txt");
+  const std::string text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("Det"), std::string::npos) << text;
+}
+
+// The server's repository loads a version folder holding model.onnx and serves INT64 inputs.
+TEST(OnnxServeTest, RepositoryServesModelOnnxWithInt64Inputs) {
+  const Reference ref = reference("bert_op13");
+  const fs::path dir = onnx_version_dir("bert_op13");
+  auto repo = hg::server::ModelRepository::load(dir.parent_path().parent_path(), {hg::Device::hpu(0), {1, 4}}, nullptr);
+  const auto& e = repo.resolve("bert_op13", std::nullopt);
+  ASSERT_TRUE(e.ready()) << e.reason;
+  nlohmann::json ids = nlohmann::json::array();
+  std::vector<int64_t> v(ref.input.data.size() / sizeof(int64_t));
+  std::memcpy(v.data(), ref.input.data.data(), ref.input.data.size());
+  nlohmann::json body = {{"inputs", {{{"name", "input"}, {"datatype", "INT64"}, {"shape", ref.input.shape}, {"data", v}}}}};
+  hg::server::KServeHandler h(repo, {});
+  auto r = h.handle({"POST", "/v2/models/bert_op13/infer", body.dump(), {}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto j = nlohmann::json::parse(r.body);
+  EXPECT_EQ(j["outputs"][0]["datatype"], "FP32");
+  hg::test::expect_close(j["outputs"][0]["data"].get<std::vector<float>>(), as_floats(ref.output.data), 1e-4,
+                         "served bert", 1e-5);
+  body["inputs"][0]["data"][0] = 1.5;  // INT64 takes integers only
+  auto bad = h.handle({"POST", "/v2/models/bert_op13/infer", body.dump(), {}});
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("INT64"), std::string::npos) << bad.body;
+}
+
+
+// model.json's "ops" graph is validated on load: errors name the file and the field.
+TEST(OnnxConvertTest, OpsGraphValidationNamesTheField) {
+  const fs::path dir = scratch("ops_invalid");
+  const auto p = hg::models::import_onnx(data_dir() / "lenet5_op15.onnx");
+  hg::models::save_package(dir, *hg::models::build_module(p), p.spec);
+  const auto original = nlohmann::json::parse(hg::read_file(dir / "model.json"));
+  auto expect_error = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& field) {
+    nlohmann::json j = original;
+    edit(j);
+    hg::write_file_atomic(dir / "model.json", {hg::as_bytes(j.dump())});
+    try {
+      hg::models::load_package(dir);
+      ADD_FAILURE() << "loaded with a bad " << field;
+    } catch (const hg::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("model.json: field '" + field + "'"), std::string::npos) << e.what();
+    }
+  };
+  expect_error([](auto& j) { j["graph"]["nodes"][1]["op"] = "Det"; }, "graph.nodes[1].op");
+  expect_error([](auto& j) { j["graph"]["nodes"][2]["inputs"][0] = "nowhere"; }, "graph.nodes[2].inputs[0]");
+  expect_error([](auto& j) { j["graph"]["outputs"][0] = "nothing"; }, "graph.outputs[0]");
+  expect_error([](auto& j) { j["graph"]["nodes"][0].erase("outputs"); }, "graph.nodes[0].outputs");
+  expect_error([](auto& j) { j["inputs"][0]["datatype"] = "STRING"; }, "inputs[0].datatype");
+}
+
+}  // namespace
