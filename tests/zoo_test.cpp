@@ -16,6 +16,7 @@
 #include "graphs/hpu_graph.h"
 #include "models/attention.h"
 #include "models/package.h"
+#include "models/predictor.h"
 #include "models/state_dict.h"
 #include "models/zoo.h"
 #include "tests/golden.h"
@@ -256,11 +257,12 @@ PackageSpec spec_for(const std::string& name) {
   s.name = name;
   if (name == "lenet5") s.inputs = {{"image", "FP32", {-1, 1, 32, 32}}}, s.outputs = {{"logits", "FP32", {-1, 10}}};
   if (name == "resnet18") s.inputs = {{"image", "FP32", {-1, 3, 64, 64}}}, s.outputs = {{"logits", "FP32", {-1, 1000}}};
+  if (name == "bert_classifier") s.inputs = {{"ids", "INT64", {-1, 16}}}, s.outputs = {{"logits", "FP32", {-1, 2}}};
   return s;
 }
 
 TEST(Zoo, PackagesRoundTrip) {
-  for (const char* name : {"lenet5", "resnet18"}) {
+  for (const char* name : {"lenet5", "resnet18", "bert_classifier"}) {
     const auto dir = temp_dir(name);
     auto m = loaded(name);
     save_package(dir, *m, spec_for(name));
@@ -319,6 +321,21 @@ TEST(Zoo, PackageErrorsNameTheField) {
     EXPECT_THAT(e.what(), HasSubstr("tensor 'fc3.weight' has shape [7, 84], expected [10, 84]"));
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST(Zoo, PredictorServesZooPackages) {
+  for (const char* name : {"lenet5", "bert_classifier"}) {
+    const auto dir = temp_dir(std::string("predictor_") + name);
+    save_package(dir, *loaded(name), spec_for(name));
+    auto pred = Predictor::load(dir, {.device = Device::hpu(0), .batch_buckets = {1, 2}});
+    auto io = load(std::string(name) + "_io");
+    const Tensor x = io["input"].contiguous();
+    const int64_t batch = x.dim(0);  // lenet5: 3 = 2 + 1 through two buckets
+    std::vector<float> out(static_cast<size_t>(batch * pred->output_size(0)));
+    pred->run({x.raw_data()}, batch, {out.data()});
+    test::expect_close(out, io["output"].to_vector(), 1e-4, std::string(name) + " through Predictor", 1e-5);
+    std::filesystem::remove_all(dir);
+  }
 }
 
 TEST(Zoo, HpuGraphReplayEqualsEager) {
