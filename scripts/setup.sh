@@ -2,6 +2,7 @@
 # Installs every Debian package hgraph's build and tests need; with --with-python also the
 # ones for the test-data, golden-data and peer-benchmark scripts (python3-torch,
 # torchvision, onnx, sklearn); the test suite generates its PyTorch data at test time.
+# --with-fuzz adds clang and libFuzzer for scripts/fuzz.sh.
 # Safe to run again: packages already present are skipped.
 set -euo pipefail
 build_pkgs=(cmake g++ make pkg-config libdnnl-dev libtbb-dev libcpprest-dev libssl-dev
@@ -10,8 +11,15 @@ build_pkgs=(cmake g++ make pkg-config libdnnl-dev libtbb-dev libcpprest-dev libs
             protobuf-compiler curl)
 tool_pkgs=(python3 python3-numpy python3-torch python3-torchvision python3-onnx python3-sklearn
            libopenblas0-openmp)
+fuzz_pkgs=(clang-14 libclang-rt-14-dev libomp-14-dev)
 want=("${build_pkgs[@]}")
-[[ "${1:-}" == --with-python ]] && want+=("${tool_pkgs[@]}")
+for arg in "$@"; do
+  case "$arg" in
+    --with-python) want+=("${tool_pkgs[@]}") ;;
+    --with-fuzz) want+=("${fuzz_pkgs[@]}") ;;
+    *) echo "setup: unknown option $arg (use --with-python, --with-fuzz)" >&2; exit 2 ;;
+  esac
+done
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds hgraph-fuzz with clang + libFuzzer + ASan/UBSan (build-fuzz/) and fuzzes each loader
+# for a fixed time: `bash scripts/fuzz.sh [seconds per target, default 60] [target...]`.
+# Seeds come from fuzz/corpus/<target>/ (committed; scripts/fuzz_seeds.py writes them); new
+# inputs go to build-fuzz/corpus/<target>/, findings to build-fuzz/findings/. Exits non-zero
+# if any target finds a crash.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-60}
+shift || true
+targets=("$@")
+((${#targets[@]})) || targets=(safetensors package)
+bash scripts/setup.sh --with-fuzz
+cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHG_FUZZ=ON \
+  -DCMAKE_CXX_COMPILER=clang++-14 -DHG_BUILD_BENCH=OFF > /dev/null
+cmake --build build-fuzz -j2 --target hgraph-fuzz
+status=0
+for t in "${targets[@]}"; do
+  mkdir -p "build-fuzz/corpus/$t" "build-fuzz/findings/$t"
+  echo "fuzz: $t for ${seconds}s"
+  if ! HG_FUZZ_TARGET=$t ASAN_OPTIONS=detect_leaks=0 build-fuzz/fuzz/hgraph-fuzz \
+      -max_total_time="$seconds" -rss_limit_mb=4096 -malloc_limit_mb=1024 -print_final_stats=1 \
+      -artifact_prefix="build-fuzz/findings/$t/" "build-fuzz/corpus/$t" "fuzz/corpus/$t" \
+      > "build-fuzz/$t.log" 2>&1; then
+    echo "fuzz: $t FOUND A PROBLEM, see build-fuzz/$t.log and build-fuzz/findings/$t/"
+    status=1
+  fi
+  grep -E "^stat::number_of_executed_units|^stat::new_units_added" "build-fuzz/$t.log" | sed "s/^/  $t /"
+done
+exit $status

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora for hgraph-fuzz (fuzz/corpus/<target>/): valid files from the repo
+and hand-made broken ones (header length beyond the file, overlapping or out-of-range offsets,
+dtype/shape mismatch, truncated JSON). Run from anywhere: /usr/bin/python3 scripts/fuzz_seeds.py"""
+import json
+import pathlib
+import struct
+
+root = pathlib.Path(__file__).resolve().parent.parent
+corpus = root / "fuzz" / "corpus"
+mark = b"\n--hgraph-fuzz-weights--\n"
+
+
+def st(header, data=b""):
+    h = json.dumps(header).encode()
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def write(target, name, data):
+    d = corpus / target
+    d.mkdir(parents=True, exist_ok=True)
+    (d / name).write_bytes(data)
+
+
+f32 = lambda n: b"\0\0\x80\x3f" * n  # n ones
+ok = {"a": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+      "b": {"dtype": "I64", "shape": [1], "data_offsets": [16, 24]},
+      "__metadata__": {"source": "seed"}}
+seeds = {
+    "valid_small": st(ok, f32(4) + struct.pack("<q", 7)),
+    "header_beyond_file": struct.pack("<Q", 1 << 40) + b"{}",
+    "overlap": st({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                   "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, f32(3)),
+    "out_of_range": st({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 160]}}, f32(4)),
+    "dtype_shape_mismatch": st({"a": {"dtype": "F64", "shape": [4], "data_offsets": [0, 16]}}, f32(4)),
+    "huge_shape": st({"a": {"dtype": "F32", "shape": [1 << 31, 1 << 31, 1 << 31], "data_offsets": [0, 4]}}, f32(1)),
+    "negative_dim": st({"a": {"dtype": "U8", "shape": [-1], "data_offsets": [0, 1]}}, b"x"),
+    "truncated_json": struct.pack("<Q", 20) + b'{"a": {"dtype": "F3',
+    "empty": b"",
+}
+for name, data in seeds.items():
+    write("safetensors", name, data)
+for src in [root / "tests" / "data" / "reference.safetensors",
+            root / "models" / "repository" / "digits_mlp" / "1" / "weights.safetensors"]:
+    write("safetensors", src.parent.name + "_" + src.name, src.read_bytes())
+
+pkg = root / "models" / "repository" / "digits_mlp" / "1"
+model = (pkg / "model.json").read_bytes()
+weights = (pkg / "weights.safetensors").read_bytes()
+write("package", "digits_mlp", model + mark + weights)
+write("package", "json_only", model)
+write("package", "truncated_json", model[: len(model) // 2] + mark + weights)
+write("package", "truncated_weights", model + mark + weights[: len(weights) // 3])
+j = json.loads(model)
+j["graph"]["layers"][0]["in_features"] = 63
+write("package", "wrong_width", json.dumps(j).encode() + mark + weights)
+j = json.loads(model)
+j["format_version"] = 99
+write("package", "wrong_version", json.dumps(j).encode() + mark + weights)
+j = json.loads(model)
+j["inputs"][0]["shape"] = [-1, "64"]
+write("package", "shape_string", json.dumps(j).encode() + mark + weights)
+print("seed corpora in", corpus)

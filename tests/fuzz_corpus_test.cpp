@@ -1,0 +1,31 @@
+// Replays the committed fuzz seed corpora (fuzz/corpus/<target>/) through the loaders, as
+// hgraph-fuzz does: every file must load or be rejected with hg::Error, nothing else.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <vector>
+
+#include "fuzz/fuzz_inputs.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+size_t replay(const char* target_name) {
+  const hg::fuzz::Target target = hg::fuzz::parse_target(target_name);
+  size_t n = 0;
+  for (const auto& e : fs::directory_iterator(fs::path(HG_SOURCE_DIR) / "fuzz" / "corpus" / target_name)) {
+    std::ifstream in(e.path(), std::ios::binary);
+    const std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    EXPECT_NO_THROW(hg::fuzz::load(target, bytes.data(), bytes.size())) << e.path();
+    ++n;
+  }
+  return n;
+}
+
+TEST(FuzzCorpus, SafetensorsSeedsLoadOrRaiseHgError) { EXPECT_GE(replay("safetensors"), 10u); }
+TEST(FuzzCorpus, PackageSeedsLoadOrRaiseHgError) { EXPECT_GE(replay("package"), 7u); }
+
+}  // namespace
