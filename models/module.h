@@ -28,7 +28,11 @@ using StateDict = std::vector<std::pair<std::string, Tensor>>;
 
 class Module {
  public:
+  Module() = default;
   virtual ~Module() = default;
+  // Not copyable: layers keep pointers to their own parameters.
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
   virtual Tensor forward(const Tensor& x) = 0;
   // Every input to every output. Default: exactly one input (hg::InvalidArgument otherwise),
   // returns {forward(inputs[0])}. Multi-input modules override it.
