@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/error.h"
+#include "models/onnx_import.h"
 #include "models/package.h"
 #include "models/safetensors.h"
 
@@ -43,12 +44,20 @@ void load_package(std::string_view input) {
   models::load_package(scratch_dir());
 }
 
+// An ONNX input is the .onnx file itself (external data, if it names any, is looked up
+// beside it in the scratch directory and is normally absent: that error path is fuzzed too).
+void load_onnx(std::string_view input) {
+  write_bytes(scratch_dir() / "model.onnx", input);
+  models::import_onnx(scratch_dir() / "model.onnx");
+}
+
 }  // namespace
 
 Target parse_target(std::string_view name) {
   if (name == "safetensors") return Target::Safetensors;
   if (name == "package") return Target::Package;
-  std::fprintf(stderr, "HG_FUZZ_TARGET must be safetensors or package (got '%.*s')\n",
+  if (name == "onnx") return Target::Onnx;
+  std::fprintf(stderr, "HG_FUZZ_TARGET must be safetensors, package or onnx (got '%.*s')\n",
                static_cast<int>(name.size()), name.data());
   std::exit(2);
 }
@@ -61,6 +70,9 @@ void load(Target t, const uint8_t* data, size_t size) {
         break;
       case Target::Package:
         load_package(std::string_view(reinterpret_cast<const char*>(data), size));
+        break;
+      case Target::Onnx:
+        load_onnx(std::string_view(reinterpret_cast<const char*>(data), size));
         break;
     }
   } catch (const Error&) {

@@ -9,12 +9,12 @@
 
 namespace hg::fuzz {
 
-enum class Target { Safetensors, Package };
+enum class Target { Safetensors, Package, Onnx };
 
 // A package input is model.json, optionally followed by this line and weights.safetensors.
 inline constexpr std::string_view kWeightsMark = "\n--hgraph-fuzz-weights--\n";
 
-Target parse_target(std::string_view name);  // "safetensors" | "package"; exits otherwise
+Target parse_target(std::string_view name);  // "safetensors" | "package" | "onnx"; exits otherwise
 // Runs the loader on the bytes; hg::Error is caught (the expected outcome of bad input),
 // everything else propagates.
 void load(Target t, const uint8_t* data, size_t size);

@@ -60,4 +60,46 @@ write("package", "wrong_version", json.dumps(j).encode() + mark + weights)
 j = json.loads(model)
 j["inputs"][0]["shape"] = [-1, "64"]
 write("package", "shape_string", json.dumps(j).encode() + mark + weights)
+
+# ONNX: small exports (an MLP at opset 13, a conv net at 17), an op we do not import, and
+# broken files (truncated, a byte flipped in the protobuf framing, external data pointing
+# outside the model directory).
+import io
+import torch
+import onnx
+from onnx import helper, TensorProto
+
+
+def export(model, x, opset):
+    buf = io.BytesIO()
+    torch.onnx.export(model.eval(), x, buf, opset_version=opset, input_names=["input"], output_names=["output"],
+                      dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+    return buf.getvalue()
+
+
+torch.manual_seed(0)
+mlp = export(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)), torch.randn(2, 8), 13)
+conv = export(torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2), torch.nn.ReLU(),
+                                  torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(2, 3)),
+              torch.randn(1, 1, 8, 8), 17)
+write("onnx", "mlp_opset13.onnx", mlp)
+write("onnx", "conv_opset17.onnx", conv)
+write("onnx", "truncated.onnx", mlp[: len(mlp) // 2])
+flipped = bytearray(conv)
+flipped[len(flipped) // 3] ^= 0xFF
+write("onnx", "flipped_byte.onnx", bytes(flipped))
+node = helper.make_node("NonMaxSuppression", ["x", "s"], ["y"], name="nms0")
+g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 4]),
+                                    helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 1, 4])],
+                      [helper.make_tensor_value_info("y", TensorProto.INT64, [None, 3])])
+write("onnx", "unsupported_op.onnx", helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
+w = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], [0.0] * 16)
+w.data_location = TensorProto.EXTERNAL
+for k, v in (("location", "../../etc/passwd"), ("offset", "0"), ("length", "64")):
+    e = w.external_data.add()
+    e.key, e.value = k, v
+g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])], initializer=[w])
+write("onnx", "external_outside.onnx", helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
 print("seed corpora in", corpus)
