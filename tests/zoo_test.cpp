@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 
 #include "engine/autograd.h"
 #include "engine/error.h"
@@ -33,6 +34,9 @@ const std::string kDir = std::string(HG_TESTDATA_DIR) + "/zoo/";
 
 Tensors load(const std::string& name) {
   const std::string path = kDir + name + ".safetensors";
+  if (!std::filesystem::exists(path))
+    throw std::runtime_error(path + " is missing: run /usr/bin/python3 scripts/testdata_zoo.py " + kDir +
+                             " (ctest runs it as the testdata_zoo fixture)");
   return tensors_from(safetensors::read(path), path);
 }
 
