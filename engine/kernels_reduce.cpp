@@ -64,10 +64,23 @@ Kernel prepare_sum_to(const std::vector<TensorMeta>& in, const TensorMeta& out, 
 // prepare_reduce and prepare_argmax (axis reductions) are in kernels_reduce_axes.cpp.
 
 namespace {
-// Writes softmax (or log-softmax) of one strided row into `y` (compute type C: float for
-// F32/BF16/F16, double for F64); sums accumulate in double.
-// sum_j exp(x[j] - mx) over a contiguous F32 row: exp4 four lanes at a time, summed in double.
-double sum_exp(const float* x, int64_t n, float mx) {
+
+// Contiguous F32 rows, four lanes at a time: the max (NaN ignored, as std::max folds it) and
+// sum_j exp(x[j] - mx) with exp4 (act_math.h, 2e-7 relative), summed in double.
+float max_f32(const float* x, int64_t n) {
+  act::f32x4 m = act::splat4(-std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    act::f32x4 v;
+    std::memcpy(&v, x + j, sizeof v);
+    m = v > m ? v : m;
+  }
+  float r = std::max(std::max(m[0], m[1]), std::max(m[2], m[3]));
+  for (; j < n; ++j) r = std::max(r, x[j]);
+  return r;
+}
+
+double sum_exp_f32(const float* x, int64_t n, float mx) {
   const act::f32x4 m = act::splat4(mx);
   double s = 0;
   int64_t j = 0;
@@ -81,17 +94,30 @@ double sum_exp(const float* x, int64_t n, float mx) {
   return s;
 }
 
+// Writes softmax (or log-softmax) of one strided row into `y` (compute type C: float for
+// F32/BF16/F16, double for F64); sums accumulate in double. Contiguous F32 rows take the
+// four-lane path above.
 template <class T, class C = compute_t<T>>
 void softmax_row(const T* x, C* y, int64_t n, int64_t st, bool log) {
+  constexpr bool f32 = std::is_same_v<T, float>;
+  const bool fast = f32 && st == 1;
   C mx = -std::numeric_limits<C>::infinity();
-  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, static_cast<C>(load(x[j * st])));
+  if constexpr (f32)
+    if (fast) mx = max_f32(x, n);
+  if (!fast)
+    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, static_cast<C>(load(x[j * st])));
   double s = 0;
-  if constexpr (std::is_same_v<T, float>)
-    if (st == 1 && std::isfinite(mx)) s = sum_exp(x, n, mx);  // >= 1: the max contributes e^0
+  if constexpr (f32)
+    if (fast && std::isfinite(mx)) s = sum_exp_f32(x, n, mx);  // >= 1: the max contributes e^0
   if (s == 0)  // other dtypes, strided rows, rows whose max is infinite or NaN
     for (int64_t j = 0; j < n; ++j) s += std::exp(static_cast<double>(load(x[j * st]) - mx));
   if (log) {
     const C lse = mx + static_cast<C>(std::log(s));
+    if constexpr (f32)
+      if (fast) {
+        for (int64_t j = 0; j < n; ++j) y[j] = x[j] - lse;
+        return;
+      }
     for (int64_t j = 0; j < n; ++j) y[j] = load(x[j * st]) - lse;
   } else {
     for (int64_t j = 0; j < n; ++j) y[j] = static_cast<C>(std::exp(static_cast<double>(load(x[j * st]) - mx)) / s);
@@ -105,8 +131,10 @@ Kernel softmax_loop(const TensorMeta& x, int64_t dim, bool log) {
     return [sp, log](const void* const* inp, void* o) {
       const T* x = static_cast<const T*>(inp[0]);
       T* y = static_cast<T*>(o);
-      std::vector<compute_t<T>> row(static_cast<size_t>(sp.n));
+      std::vector<compute_t<T>> row(sp.inner == 1 && std::is_same_v<T, compute_t<T>> ? 0 : static_cast<size_t>(sp.n));
       for_each_row(sp, [&](int64_t off, int64_t n, int64_t st) {
+        if constexpr (std::is_same_v<T, compute_t<T>>)
+          if (st == 1) return softmax_row(x + off, y + off, n, st, log);  // straight into the output
         softmax_row(x + off, row.data(), n, st, log);
         for (int64_t j = 0; j < n; ++j) y[off + j * st] = store<T>(row[j]);
       });
