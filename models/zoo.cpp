@@ -101,7 +101,8 @@ std::unique_ptr<Module> build(const PackageSpec& spec, const std::string& file) 
     return bert_classifier({.vocab = c["vocab"], .d_model = c["d_model"], .nhead = c["nhead"], .layers = c["layers"],
                             .ff = c["ff"], .max_len = c["max_len"], .classes = c["classes"]});
   }
-  bad(file, "graph.model", "names an unknown zoo model '" + model + "' (lenet5, resnet18, bert_classifier)");
+  if (model == "gpt") return build_gpt(spec, file);
+  bad(file, "graph.model", "names an unknown zoo model '" + model + "' (lenet5, resnet18, bert_classifier, gpt)");
 }
 
 }  // namespace hg::models::zoo

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "models/attention.h"
+#include "models/gpt.h"
 #include "models/module.h"
 #include "models/package.h"
 
@@ -82,5 +83,10 @@ std::unique_ptr<BertClassifier> bert_classifier(const BertConfig& c = {}, uint64
 // keys, non-positive values and inputs/outputs that do not fit the model raise hg::FormatError
 // naming `file` and the field.
 std::unique_ptr<Module> build(const PackageSpec& spec, const std::string& file);
+
+// GPT (models/gpt.h; defined in models/gpt.cpp). build_gpt: graph {"type": "zoo", "model": "gpt", "config":
+// GPTConfig fields}, input INT64 [-1, S] (S <= max_len), output FP32 [-1, S, vocab]; FormatError naming file and field.
+std::unique_ptr<GPT> gpt(const GPTConfig& c = {}, uint64_t seed = 0);
+std::unique_ptr<GPT> build_gpt(const PackageSpec& spec, const std::string& file);
 
 }  // namespace hg::models::zoo

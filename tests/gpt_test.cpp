@@ -1,0 +1,389 @@
+// GPT decoder (models/gpt.h): logits vs PyTorch (scripts/torch_gpt.py, data from
+// scripts/testdata_gpt.py), KV-cache decoding vs full recomputation, generation, the byte
+// tokenizer (vs Python's UTF-8 replacement) and sampling; on cpu and hpu (eager).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <unistd.h>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/ops.h"
+#include "golden.h"
+#include "graphs/hpu_graph.h"
+#include "models/gpt.h"
+#include "models/package.h"
+#include "models/state_dict.h"
+#include "models/zoo.h"
+
+using namespace hg;
+using namespace hg::models;
+using ::testing::HasSubstr;
+
+namespace {
+
+std::filesystem::path data_dir() { return std::filesystem::path(HG_TESTDATA_DIR) / "gpt"; }
+
+void require(const std::filesystem::path& path) {
+  if (!std::filesystem::exists(path))
+    throw std::runtime_error(path.string() + " is missing: run /usr/bin/python3 scripts/testdata_gpt.py " +
+                             data_dir().string() + " (ctest runs it as a fixture)");
+}
+
+std::map<std::string, Tensor> read_data(const std::string& name) {
+  require(data_dir() / name);
+  return tensors_from(safetensors::read(data_dir() / name), name);
+}
+
+nlohmann::json read_json(const std::string& name) {
+  require(data_dir() / name);
+  return nlohmann::json::parse(std::ifstream(data_dir() / name));
+}
+
+Tensor io(const std::string& name) { return read_data("io.safetensors").at(name); }
+
+// The PyTorch model's weights, on `d`.
+std::unique_ptr<GPT> torch_gpt(Device d) {
+  auto gpt = std::make_unique<GPT>();
+  gpt->load_state_dict(read_data("weights.safetensors"));
+  gpt->to(d);
+  gpt->eval();
+  return gpt;
+}
+
+std::vector<float> row(const std::vector<float>& v, size_t index, size_t width) {
+  return {v.begin() + static_cast<std::ptrdiff_t>(index * width), v.begin() + static_cast<std::ptrdiff_t>((index + 1) * width)};
+}
+
+template <class F>
+void expect_error(F f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no hg::Error, expected one containing: " << needle;
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr(needle));
+  }
+}
+
+class GPTTest : public ::testing::TestWithParam<test::Mode> {
+ protected:
+  Device dev() const { return test::device_of(GetParam()); }
+  test::ModeGuard mode_{GetParam()};
+};
+
+TEST(GPT, StateDictKeysAreTorchs) {
+  const auto weights = read_data("weights.safetensors");
+  const auto want = read_json("keys.json").get<std::vector<std::string>>();
+  GPT gpt;
+  std::vector<std::string> got;
+  for (auto& [name, t] : gpt.state_dict()) {
+    got.push_back(name);
+    EXPECT_EQ(t.shape(), weights.count(name) ? weights.at(name).shape() : Shape{}) << name;
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got[2], "blocks.0.ln1.weight");
+}
+
+TEST_P(GPTTest, LogitsMatchPyTorch) {
+  auto gpt = torch_gpt(dev());
+  const Tensor ids = io("ids"), want = io("logits");
+  NoGradGuard g;
+  const Tensor got = gpt->forward(ids.to(dev()));
+  EXPECT_EQ(got.shape(), (Shape{2, 24, 256}));
+  test::expect_close(got.to_vector(), want.to_vector(), 1e-4, "gpt logits", 1e-5);
+}
+
+// Prefill 5 tokens, then decode the rest of the two sequences token by token (across the
+// attention buckets 16 and 32): every step's logits equal the full forward's at that position.
+TEST_P(GPTTest, DecodeWithCacheEqualsFullRecomputation) {
+  auto gpt = torch_gpt(dev());
+  const Tensor ids = Tensor::from_indices([] {
+    std::vector<int64_t> v;
+    for (int64_t i = 0; i < 2 * 40; ++i) v.push_back((i * 37 + 11) % 256);
+    return v;
+  }(), {2, 40});
+  NoGradGuard g;
+  const std::vector<float> full = gpt->forward(ids.to(dev())).to_vector();  // [2, 40, 256]
+  auto expect_step = [&](const Tensor& logits, int64_t pos) {
+    ASSERT_EQ(logits.shape(), (Shape{2, 256}));
+    const auto got = logits.to_vector();
+    for (size_t n = 0; n < 2; ++n)
+      test::expect_close(row(got, n, 256), row(full, n * 40 + static_cast<size_t>(pos), 256), 1e-4,
+                         "sequence " + std::to_string(n) + " position " + std::to_string(pos), 1e-5);
+  };
+  KVCache cache = gpt->new_cache(2);
+  expect_step(gpt->prefill(ops::slice(ids, 1, 0, 5).to(dev()), cache), 4);
+  EXPECT_EQ(cache.length, 5);
+  for (int64_t t = 5; t < 40; ++t) {
+    expect_step(gpt->decode_step(ops::slice(ids, 1, t, t + 1), cache), t);
+    EXPECT_EQ(cache.length, t + 1);
+  }
+}
+
+TEST_P(GPTTest, GreedyGenerationMatchesPyTorch) {
+  auto gpt = torch_gpt(dev());
+  const std::vector<int64_t> prompt = io("prompt").to_indices(), greedy = io("greedy").to_indices();
+  const std::vector<int64_t> want(greedy.begin() + static_cast<std::ptrdiff_t>(prompt.size()), greedy.end());
+  EXPECT_EQ(gpt->generate_ids(prompt, static_cast<int64_t>(want.size())), want);
+  // Full recomputation (argmax of forward's last position) gives the same tokens.
+  std::vector<int64_t> ids = prompt;
+  {
+    NoGradGuard g;
+    while (ids.size() < greedy.size()) {
+      const Tensor l = gpt->forward(Tensor::from_indices(ids, {1, static_cast<int64_t>(ids.size())}, dev()));
+      ids.push_back(argmax_token(row(l.to_vector(), ids.size() - 1, 256)));
+    }
+  }
+  EXPECT_EQ(ids, greedy);
+  // The text interface gives the same bytes.
+  const Utf8Text text = gpt->generate(decode_bytes(prompt), static_cast<int64_t>(want.size()));
+  EXPECT_EQ(text.text, decode_utf8(decode_bytes(want)).text);
+}
+
+TEST_P(GPTTest, SamplingIsReproducibleAndTopK1IsGreedy) {
+  auto gpt = torch_gpt(dev());
+  SamplingOptions o{.greedy = false, .temperature = 1.0, .top_k = 0, .top_p = 0.95, .seed = 7};
+  const Utf8Text a = gpt->generate("Hello", 24, o), b = gpt->generate("Hello", 24, o);
+  EXPECT_EQ(a.text, b.text);
+  EXPECT_EQ(a.invalid_offsets, b.invalid_offsets);
+  int differ = 0;
+  for (uint64_t s = 8; s < 12; ++s) {
+    o.seed = s;
+    differ += gpt->generate("Hello", 24, o).text != a.text;
+  }
+  EXPECT_GE(differ, 3) << "sampling with other seeds almost always gives other text (random weights)";
+  const auto greedy = gpt->generate_ids(encode_bytes("Hello"), 24);
+  for (uint64_t s = 0; s < 3; ++s)
+    EXPECT_EQ(gpt->generate_ids(encode_bytes("Hello"), 24, {.greedy = false, .temperature = 0.7, .top_k = 1, .seed = s}),
+              greedy);
+}
+
+// A decode step captured once in an HPU graph (bucket 16) and replayed for the next positions of
+// that bucket through its static inputs gives the eager steps' logits.
+TEST(GPT, DecodeStepReplaysAsAnHPUGraph) {
+  const Device d = Device::hpu(0);
+  auto gpt = torch_gpt(d);
+  const std::vector<int64_t> prompt = encode_bytes("Hello, graph"), next = encode_bytes("!?.");
+  KVCache eager = gpt->new_cache(1);
+  gpt->prefill(Tensor::from_indices(prompt, {1, 12}, d), eager);
+  KVCache captured = eager;  // its own buffers: the graph's static cache inputs
+  for (size_t l = 0; l < eager.k.size(); ++l) {
+    captured.k[l] = eager.k[l].clone();
+    captured.v[l] = eager.v[l].clone();
+  }
+  DecodeInputs in = gpt->decode_inputs(Tensor::from_indices({next[0]}, {1}), captured);
+  KVCache work = captured;  // decode() replaces its tensors by the graph's outputs
+  graphs::HPUGraph g(d);
+  g.capture_begin();
+  const Tensor out = gpt->decode(in, work);
+  g.capture_end();
+  for (size_t t = 0; t < next.size(); ++t) {
+    if (t > 0) {  // new inputs through the static buffers; the updated cache becomes the next input
+      const DecodeInputs step = gpt->decode_inputs(Tensor::from_indices({next[t]}, {1}), captured);
+      in.tokens.copy_from(step.tokens);
+      in.position.copy_from(step.position);
+      in.write.copy_from(step.write);
+      in.attend.copy_from(step.attend);
+      g.replay();
+    }
+    for (size_t l = 0; l < work.k.size(); ++l) {
+      captured.k[l].copy_from(work.k[l]);
+      captured.v[l].copy_from(work.v[l]);
+    }
+    ++captured.length;
+    const std::vector<float> want = gpt->decode_step(Tensor::from_indices({next[t]}, {1}), eager).to_vector();
+    test::expect_close(out.to_vector(), want, 1e-5, "replayed step " + std::to_string(t), 1e-6);
+  }
+}
+
+TEST(GPT, ZooBuilderChecksThePackageSpec) {
+  PackageSpec s;
+  s.graph = GPT({.d_model = 32, .max_len = 64}).spec();
+  s.inputs = {{"ids", "INT64", {-1, 16}}};
+  s.outputs = {{"logits", "FP32", {-1, 16, 256}}};
+  auto gpt = zoo::build_gpt(s, "model.json");
+  EXPECT_EQ(gpt->config().to_json(), (GPTConfig{.d_model = 32, .max_len = 64}).to_json());
+  auto expect_bad = [&](PackageSpec bad, const std::string& needle) {
+    expect_error([&] { zoo::build_gpt(bad, "model.json"); }, needle);
+  };
+  auto b = s;
+  b.graph["config"]["nhead"] = 5;
+  expect_bad(b, "model.json: field 'graph.config' is invalid: gpt config: d_model 32 is not divisible by nhead 5");
+  b = s;
+  b.inputs[0].shape = {-1, 65};
+  expect_bad(b, "field 'inputs[0].shape' is [-1, 65], gpt takes token ids [-1, S] with 1 <= S <= max_len (64)");
+  b = s;
+  b.inputs[0].datatype = "FP32";
+  expect_bad(b, "field 'inputs[0].datatype' is FP32");
+  b = s;
+  b.outputs[0].shape = {-1, 256};
+  expect_bad(b, "field 'outputs[0].shape' is [-1, 256], gpt produces logits [-1, 16, 256]");
+}
+
+// model.json {"type": "zoo", "model": "gpt"} + weights.safetensors give back the same model.
+TEST(GPT, PackageRoundTrip) {
+  const auto dir = std::filesystem::temp_directory_path() / ("hgraph_test_gpt_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  PackageSpec s;
+  s.name = "gpt";
+  s.inputs = {{"ids", "INT64", {-1, 24}}};
+  s.outputs = {{"logits", "FP32", {-1, 24, 256}}};
+  save_package(dir, *torch_gpt(Device::cpu()), s);
+  const ModelPackage p = load_package(dir);
+  EXPECT_EQ(p.spec.graph["model"], "gpt");
+  auto net = build_module(p);
+  NoGradGuard g;
+  test::expect_close(net->forward_all({io("ids")})[0].to_vector(), io("logits").to_vector(), 1e-4, "packaged gpt", 1e-5);
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, GPTTest, ::testing::Values(test::Mode::Cpu, test::Mode::HpuEager, test::Mode::HpuLazy),
+                         [](const auto& info) {
+                           return info.param == test::Mode::Cpu ? "Cpu" : info.param == test::Mode::HpuEager ? "HpuEager" : "HpuLazy";
+                         });
+
+TEST(GPT, BadInputRaisesErrors) {
+  GPT gpt({.d_model = 16, .nhead = 2, .layers = 1, .ff = 32, .max_len = 20});
+  std::vector<int64_t> long_prompt(21, 65);
+  KVCache cache;
+  expect_error([&] { gpt.prefill(Tensor::from_indices(long_prompt, {1, 21}), cache); },
+               "prompt of 21 tokens exceeds max_len 20");
+  expect_error([&] { gpt.forward(Tensor::from_indices(long_prompt, {1, 21})); }, "sequence of 21 tokens exceeds max_len 20");
+  expect_error([&] { gpt.generate_ids(std::vector<int64_t>(15, 65), 6); },
+               "prompt of 15 tokens + 6 new tokens exceeds max_len 20");
+  expect_error([&] { gpt.forward(Tensor::from_indices({1, 256, 3}, {1, 3})); },
+               "token 256 at flat index 1 of [1, 3] is outside the vocabulary [0, 256)");
+  expect_error([&] { gpt.generate_ids({72, -1}, 2); }, "prompt token -1 at position 1 is outside the vocabulary");
+  expect_error([&] { gpt.generate_ids({}, 2); }, "the prompt is empty");
+  expect_error([&] { gpt.forward(Tensor::from_vector({1, 2}, {1, 2})); }, "token ids must be I64, got F32");
+  cache = gpt.new_cache(1);
+  expect_error([&] { gpt.decode_step(Tensor::from_indices({66, 67}, {2}), cache); }, "tokens must be [1] or [1, 1]");
+  gpt.prefill(Tensor::from_indices(std::vector<int64_t>(19, 65), {1, 19}), cache);
+  expect_error([&] { gpt.decode_step(Tensor::from_indices({300}, {1}), cache); }, "token 300 at flat index 0");
+  gpt.decode_step(Tensor::from_indices({66}, {1}), cache);
+  EXPECT_EQ(cache.length, 20);
+  expect_error([&] { gpt.decode_step(Tensor::from_indices({66}, {1}), cache); },
+               "the cache holds 20 positions and max_len is 20: no room for another token");
+  KVCache other = GPT({.layers = 2}).new_cache(1);
+  expect_error([&] { gpt.decode_step(Tensor::from_indices({66}, {1}), other); }, "the cache does not match the model");
+  expect_error([&] { Sampler({.greedy = false, .top_p = 0}); }, "top_p must be in (0, 1]");
+  expect_error([&] { Sampler({.greedy = false, .temperature = 0}); }, "temperature must be a finite number > 0");
+  expect_error([&] { Sampler({.top_k = -1}); }, "top_k must be >= 0");
+}
+
+TEST(GPT, ConfigJsonAndSpec) {
+  const GPTConfig c{.d_model = 64, .nhead = 8, .max_len = 32};
+  const GPTConfig back = GPTConfig::from_json(c.to_json());
+  EXPECT_EQ(back.to_json(), c.to_json());
+  EXPECT_EQ(GPT(c).spec(), (nlohmann::json{{"type", "zoo"}, {"model", "gpt"}, {"config", c.to_json()}}));
+  EXPECT_EQ(GPTConfig::from_json(nlohmann::json::object()).to_json(), GPTConfig{}.to_json());
+  expect_error([] { GPTConfig::from_json({{"heads", 4}}); }, "unknown field 'heads'");
+  expect_error([] { GPTConfig::from_json({{"d_model", 1.5}}); }, "field 'd_model' must be an integer");
+  expect_error([] { GPTConfig::from_json({{"d_model", 130}}); }, "d_model 130 is not divisible by nhead 4");
+  expect_error([] { GPTConfig::from_json({{"layers", 0}}); }, "layers must be > 0, got 0");
+}
+
+TEST(GPT, AttentionBucketsAreStatic) {
+  GPT gpt({.d_model = 16, .nhead = 2, .layers = 1, .ff = 32, .max_len = 100});
+  EXPECT_EQ(gpt.bucket(0), 16);
+  EXPECT_EQ(gpt.bucket(15), 16);
+  EXPECT_EQ(gpt.bucket(16), 32);
+  EXPECT_EQ(gpt.bucket(63), 64);
+  EXPECT_EQ(gpt.bucket(64), 100);
+  EXPECT_EQ(gpt.bucket(99), 100);
+  KVCache cache = gpt.new_cache(3);
+  cache.length = 20;
+  const DecodeInputs in = gpt.decode_inputs(Tensor::from_indices({1, 2, 3}, {3}), cache);
+  EXPECT_EQ(in.tokens.shape(), (Shape{3, 1}));
+  EXPECT_EQ(in.position.to_indices(), std::vector<int64_t>{20});
+  EXPECT_EQ(in.write.shape(), (Shape{1, 1, 100, 1}));
+  EXPECT_EQ(in.attend.shape(), (Shape{1, 1, 1, 32}));
+  const std::vector<float> write = in.write.to(DType::F32).to_vector(), attend = in.attend.to(DType::F32).to_vector();
+  for (size_t i = 0; i < write.size(); ++i) EXPECT_EQ(write[i], i == 20 ? 1.0f : 0.0f) << i;
+  for (size_t i = 0; i < attend.size(); ++i) EXPECT_EQ(attend[i], i <= 20 ? 1.0f : 0.0f) << i;
+}
+
+TEST(ByteTokenizer, RoundTripsAnyBytes) {
+  const std::string text = "h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80 \xe4\xb8\xad";  // é € 😀 中
+  const auto ids = encode_bytes(text);
+  EXPECT_EQ(ids.size(), text.size());
+  EXPECT_EQ(ids[1], 0xc3);
+  EXPECT_EQ(decode_bytes(ids), text);
+  const Utf8Text t = decode_utf8(decode_bytes(ids));
+  EXPECT_EQ(t.text, text);
+  EXPECT_TRUE(t.invalid_offsets.empty());
+  std::vector<int64_t> all(256);
+  for (int64_t i = 0; i < 256; ++i) all[static_cast<size_t>(i)] = i;
+  EXPECT_EQ(encode_bytes(decode_bytes(all)), all);
+  expect_error([] { decode_bytes({65, 256}); }, "token 256 at position 1 is outside the vocabulary [0, 256)");
+  expect_error([] { decode_bytes({-3}); }, "token -3 at position 0");
+}
+
+TEST(ByteTokenizer, ReplacesInvalidUtf8AsPython) {
+  const auto cases = read_json("tokenizer.json");
+  ASSERT_GE(cases.size(), 10u);
+  for (const auto& c : cases) {
+    const std::string in = decode_bytes(c["bytes"].get<std::vector<int64_t>>());
+    const std::string want = decode_bytes(c["replaced"].get<std::vector<int64_t>>());
+    EXPECT_EQ(decode_utf8(in).text, want) << c["bytes"].dump();
+  }
+  EXPECT_EQ(decode_utf8("a\x80" "b").invalid_offsets, (std::vector<size_t>{1}));
+  EXPECT_EQ(decode_utf8("\xe2\x82x\xf0\x9f\x98").invalid_offsets, (std::vector<size_t>{0, 3}));
+  EXPECT_EQ(decode_utf8("\xed\xa0\x80").invalid_offsets, (std::vector<size_t>{0, 1, 2}));
+}
+
+// A hand-made distribution: p = {0.1, 0.4, 0.2, 0.3} over tokens 0..3.
+std::vector<float> hand_logits() { return {std::log(0.1f), std::log(0.4f), std::log(0.2f), std::log(0.3f)}; }
+
+void expect_probs(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6) << what << " token " << i;
+}
+
+TEST(Sampling, TopKAndTopPKeepTheRightSets) {
+  const auto l = hand_logits();
+  SamplingOptions o{.greedy = false};
+  expect_probs(sampling_distribution(l, o), {0.1, 0.4, 0.2, 0.3}, "no filter");
+  o.top_k = 2;
+  expect_probs(sampling_distribution(l, o), {0, 0.4 / 0.7, 0, 0.3 / 0.7}, "top_k 2");
+  o.top_k = 0;
+  o.top_p = 0.3;  // 0.4 alone reaches it
+  expect_probs(sampling_distribution(l, o), {0, 1, 0, 0}, "top_p 0.3");
+  o.top_p = 0.5;  // 0.4 < 0.5 <= 0.4 + 0.3
+  expect_probs(sampling_distribution(l, o), {0, 0.4 / 0.7, 0, 0.3 / 0.7}, "top_p 0.5");
+  o.top_p = 0.7;  // exactly 0.4 + 0.3: the smallest set reaching it has two tokens
+  expect_probs(sampling_distribution(l, o), {0, 0.4 / 0.7, 0, 0.3 / 0.7}, "top_p 0.7");
+  o.top_p = 0.71;
+  expect_probs(sampling_distribution(l, o), {0, 0.4 / 0.9, 0.2 / 0.9, 0.3 / 0.9}, "top_p 0.71");
+  o.top_k = 3;  // top-k first (0.4, 0.3, 0.2 renormalised), then top-p 0.75 of those: 4/9 + 3/9 >= 0.75
+  o.top_p = 0.75;
+  expect_probs(sampling_distribution(l, o), {0, 0.4 / 0.7, 0, 0.3 / 0.7}, "top_k 3 then top_p 0.75");
+  o = {.greedy = false, .temperature = 2.0};  // p^(1/2), renormalised
+  const double z = std::sqrt(0.1) + std::sqrt(0.4) + std::sqrt(0.2) + std::sqrt(0.3);
+  expect_probs(sampling_distribution(l, o), {std::sqrt(0.1) / z, std::sqrt(0.4) / z, std::sqrt(0.2) / z, std::sqrt(0.3) / z},
+               "temperature 2");
+  expect_probs(sampling_distribution(l, SamplingOptions{}), {0, 1, 0, 0}, "greedy");
+  // Ties: the lower token index ranks first.
+  expect_probs(sampling_distribution({1, 2, 2, 0}, {.greedy = false, .top_k = 1}), {0, 1, 0, 0}, "tie");
+  EXPECT_EQ(argmax_token({1, 2, 2, 0}), 1);
+  expect_error([] { argmax_token({1, NAN}); }, "logit 1 is NaN");
+}
+
+TEST(Sampling, DrawsFollowTheDistribution) {
+  Sampler s({.greedy = false, .top_p = 0.71, .seed = 3});
+  std::vector<int> count(4);
+  const int draws = 20000;
+  for (int i = 0; i < draws; ++i) ++count[static_cast<size_t>(s.next(hand_logits()))];
+  EXPECT_EQ(count[0], 0) << "token 0 is outside the top-p set";
+  EXPECT_NEAR(count[1] / double(draws), 0.4 / 0.9, 0.02);
+  EXPECT_NEAR(count[2] / double(draws), 0.2 / 0.9, 0.02);
+  EXPECT_NEAR(count[3] / double(draws), 0.3 / 0.9, 0.02);
+  Sampler a({.greedy = false, .seed = 11}), b({.greedy = false, .seed = 11});
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(a.next(hand_logits()), b.next(hand_logits()));
+}
+
+}  // namespace
