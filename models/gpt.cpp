@@ -265,6 +265,15 @@ Tensor GPT::decode_step(const Tensor& tokens, KVCache& cache) {
 
 std::vector<int64_t> GPT::generate_ids(const std::vector<int64_t>& prompt, int64_t max_new_tokens,
                                        const SamplingOptions& options) {
+  KVCache cache;
+  return generate_with(
+      prompt, max_new_tokens, options, [&](const Tensor& ids) { return prefill(ids, cache); },
+      [&](const Tensor& token) { return decode_step(token, cache); });
+}
+
+std::vector<int64_t> GPT::generate_with(const std::vector<int64_t>& prompt, int64_t max_new_tokens,
+                                        const SamplingOptions& options, const std::function<Tensor(const Tensor&)>& first,
+                                        const std::function<Tensor(const Tensor&)>& next) {
   Sampler sampler(options);
   if (prompt.empty()) throw InvalidArgument("gpt generate: the prompt is empty (at least one token is needed)");
   const auto p = static_cast<int64_t>(prompt.size());
@@ -279,11 +288,10 @@ std::vector<int64_t> GPT::generate_ids(const std::vector<int64_t>& prompt, int64
                             std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(config_.vocab) + ")");
   std::vector<int64_t> out;
   if (max_new_tokens == 0) return out;
-  KVCache cache;
-  Tensor logits = prefill(Tensor::from_indices(prompt, {1, p}, device()), cache);
+  Tensor logits = first(Tensor::from_indices(prompt, {1, p}, device()));
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     out.push_back(sampler.next(logits.to_vector()));
-    if (i + 1 < max_new_tokens) logits = decode_step(Tensor::from_indices({out.back()}, {1}), cache);
+    if (i + 1 < max_new_tokens) logits = next(Tensor::from_indices({out.back()}, {1}));
   }
   return out;
 }

@@ -19,6 +19,7 @@
 // one-hot position mask (`where`), attention reads the first `bucket` cache positions under a
 // mask of the valid ones. decode() is that step as a function of static-shape inputs.
 #pragma once
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <vector>
@@ -92,6 +93,11 @@ class GPT : public Module {
   // The same over text, with the byte tokenizer; the continuation is returned as UTF-8 with
   // ill-formed bytes replaced (and their offsets reported).
   Utf8Text generate(std::string_view prompt, int64_t max_new_tokens, const SamplingOptions& options = {});
+  // The generation loop (with generate_ids' checks) over any prefill/step pair: first(ids [1, P])
+  // and next(token [1]) return logits [1, vocab]. GPTGraphDecoder (models/gpt_graphs.h) uses it.
+  std::vector<int64_t> generate_with(const std::vector<int64_t>& prompt, int64_t max_new_tokens,
+                                     const SamplingOptions& options, const std::function<Tensor(const Tensor&)>& first,
+                                     const std::function<Tensor(const Tensor&)>& next);
 
  private:
   void check_tokens(const Tensor& ids, const char* what) const;

@@ -14,8 +14,8 @@
 #include "engine/error.h"
 #include "engine/ops.h"
 #include "golden.h"
-#include "graphs/hpu_graph.h"
 #include "models/gpt.h"
+#include "models/gpt_graphs.h"
 #include "models/package.h"
 #include "models/state_dict.h"
 #include "models/zoo.h"
@@ -162,42 +162,39 @@ TEST_P(GPTTest, SamplingIsReproducibleAndTopK1IsGreedy) {
               greedy);
 }
 
-// A decode step captured once in an HPU graph (bucket 16) and replayed for the next positions of
-// that bucket through its static inputs gives the eager steps' logits.
-TEST(GPT, DecodeStepReplaysAsAnHPUGraph) {
+// Decoding through HPU graphs (one per attention bucket, captured on first use) gives the
+// eager model's logits at every position, and the same generated tokens.
+TEST(GPT, GraphDecoderEqualsEagerDecoding) {
   const Device d = Device::hpu(0);
   auto gpt = torch_gpt(d);
-  const std::vector<int64_t> prompt = encode_bytes("Hello, graph"), next = encode_bytes("!?.");
-  KVCache eager = gpt->new_cache(1);
-  gpt->prefill(Tensor::from_indices(prompt, {1, 12}, d), eager);
-  KVCache captured = eager;  // its own buffers: the graph's static cache inputs
-  for (size_t l = 0; l < eager.k.size(); ++l) {
-    captured.k[l] = eager.k[l].clone();
-    captured.v[l] = eager.v[l].clone();
+  const Tensor ids = Tensor::from_indices([] {
+    std::vector<int64_t> v;
+    for (int64_t i = 0; i < 2 * 40; ++i) v.push_back((i * 53 + 7) % 256);
+    return v;
+  }(), {2, 40});
+  NoGradGuard g;
+  const std::vector<float> full = gpt->forward(ids.to(d)).to_vector();  // [2, 40, 256]
+  GPTGraphDecoder dec(*gpt, 2);
+  dec.prefill(ops::slice(ids, 1, 0, 5).to(d));
+  for (int64_t t = 5; t < 40; ++t) {
+    const auto got = dec.step(ops::slice(ids, 1, t, t + 1)).to_vector();
+    for (size_t n = 0; n < 2; ++n)
+      test::expect_close(row(got, n, 256), row(full, n * 40 + static_cast<size_t>(t), 256), 1e-4,
+                         "graph step, sequence " + std::to_string(n) + " position " + std::to_string(t), 1e-5);
   }
-  DecodeInputs in = gpt->decode_inputs(Tensor::from_indices({next[0]}, {1}), captured);
-  KVCache work = captured;  // decode() replaces its tensors by the graph's outputs
-  graphs::HPUGraph g(d);
-  g.capture_begin();
-  const Tensor out = gpt->decode(in, work);
-  g.capture_end();
-  for (size_t t = 0; t < next.size(); ++t) {
-    if (t > 0) {  // new inputs through the static buffers; the updated cache becomes the next input
-      const DecodeInputs step = gpt->decode_inputs(Tensor::from_indices({next[t]}, {1}), captured);
-      in.tokens.copy_from(step.tokens);
-      in.position.copy_from(step.position);
-      in.write.copy_from(step.write);
-      in.attend.copy_from(step.attend);
-      g.replay();
-    }
-    for (size_t l = 0; l < work.k.size(); ++l) {
-      captured.k[l].copy_from(work.k[l]);
-      captured.v[l].copy_from(work.v[l]);
-    }
-    ++captured.length;
-    const std::vector<float> want = gpt->decode_step(Tensor::from_indices({next[t]}, {1}), eager).to_vector();
-    test::expect_close(out.to_vector(), want, 1e-5, "replayed step " + std::to_string(t), 1e-6);
-  }
+  EXPECT_EQ(dec.length(), 40);
+  EXPECT_EQ(dec.captured_graphs(), 3u);  // buckets 16, 32, 64
+  expect_error([&] { dec.step(Tensor::from_indices({1}, {1})); }, "tokens must be [2] or [2, 1]");
+
+  GPTGraphDecoder one(*gpt, 1);
+  const auto prompt = encode_bytes("Hello");
+  EXPECT_EQ(one.generate_ids(prompt, 30), gpt->generate_ids(prompt, 30));
+  const SamplingOptions o{.greedy = false, .top_k = 50, .top_p = 0.9, .seed = 5};
+  EXPECT_EQ(one.generate_ids(prompt, 30, o), gpt->generate_ids(prompt, 30, o));
+  EXPECT_EQ(one.captured_graphs(), 3u);  // the second generation replayed the first one's graphs
+
+  gpt->to(Device::cpu());
+  expect_error([&] { GPTGraphDecoder(*gpt, 1); }, "HPU graphs need the model on an HPU, it is on cpu");
 }
 
 TEST(GPT, ZooBuilderChecksThePackageSpec) {

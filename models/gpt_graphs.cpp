@@ -1,0 +1,60 @@
+#include "models/gpt_graphs.h"
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+
+namespace hg::models {
+
+GPTGraphDecoder::GPTGraphDecoder(GPT& gpt, int64_t batch) : gpt_(gpt), cache_(gpt.new_cache(batch)) {
+  if (!gpt.device().is_hpu())
+    throw DeviceError("GPTGraphDecoder: HPU graphs need the model on an HPU, it is on " + gpt.device().str());
+}
+
+Tensor GPTGraphDecoder::prefill(const Tensor& ids) {
+  if (ids.ndim() >= 1 && ids.dim(0) != cache_.k[0].dim(0))
+    throw InvalidArgument("GPTGraphDecoder prefill: batch " + std::to_string(ids.dim(0)) + ", the decoder's is " +
+                          std::to_string(cache_.k[0].dim(0)));
+  KVCache filled;
+  Tensor logits = gpt_.prefill(ids, filled);
+  for (size_t l = 0; l < cache_.k.size(); ++l) {
+    cache_.k[l].copy_from(filled.k[l]);
+    cache_.v[l].copy_from(filled.v[l]);
+  }
+  cache_.length = filled.length;
+  return logits;
+}
+
+Tensor GPTGraphDecoder::step(const Tensor& tokens) {
+  NoGradGuard no_grad;
+  DecodeInputs in = gpt_.decode_inputs(tokens, cache_);
+  Bucket& b = buckets_[in.attend.dim(3)];
+  if (!b.graph) {  // capture: these inputs become the static ones; capture_end runs the step once
+    b.in = std::move(in);
+    b.out = cache_;
+    b.graph = std::make_unique<graphs::HPUGraph>(gpt_.device());
+    b.graph->capture_begin();
+    b.logits = gpt_.decode(b.in, b.out);
+    b.graph->capture_end();
+  } else {
+    b.in.tokens.copy_from(in.tokens);
+    b.in.position.copy_from(in.position);
+    b.in.write.copy_from(in.write);
+    b.in.attend.copy_from(in.attend);
+    b.graph->replay();
+  }
+  for (size_t l = 0; l < cache_.k.size(); ++l) {
+    cache_.k[l].copy_from(b.out.k[l]);
+    cache_.v[l].copy_from(b.out.v[l]);
+  }
+  ++cache_.length;
+  return b.logits.clone();
+}
+
+std::vector<int64_t> GPTGraphDecoder::generate_ids(const std::vector<int64_t>& prompt, int64_t max_new_tokens,
+                                                   const SamplingOptions& options) {
+  return gpt_.generate_with(
+      prompt, max_new_tokens, options, [&](const Tensor& ids) { return prefill(ids); },
+      [&](const Tensor& token) { return step(token); });
+}
+
+}  // namespace hg::models
