@@ -17,7 +17,8 @@
 // per layer and for keys and values) and a decode step only uses tensors whose shapes depend
 // on the batch and on its attention bucket (bucket()): the new key/value is written with a
 // one-hot position mask (`where`), attention reads the first `bucket` cache positions under a
-// mask of the valid ones. decode() is that step as a function of static-shape inputs.
+// mask of the valid ones. decode() is that step as a function of static-shape inputs;
+// GPTGraphDecoder (models/gpt_graphs.h) replays it from one HPU graph per bucket.
 #pragma once
 #include <functional>
 #include <nlohmann/json.hpp>

@@ -17,6 +17,7 @@
 #include "models/gpt.h"
 #include "models/gpt_graphs.h"
 #include "models/package.h"
+#include "models/predictor.h"
 #include "models/state_dict.h"
 #include "models/zoo.h"
 
@@ -235,6 +236,12 @@ TEST(GPT, PackageRoundTrip) {
   auto net = build_module(p);
   NoGradGuard g;
   test::expect_close(net->forward_all({io("ids")})[0].to_vector(), io("logits").to_vector(), 1e-4, "packaged gpt", 1e-5);
+  // Served: the Predictor replays its batch-2 HPU graph.
+  auto pred = Predictor::load(dir, {.device = Device::hpu(0), .batch_buckets = {1, 2}});
+  const std::vector<int64_t> ids = io("ids").to_indices();
+  std::vector<float> logits(static_cast<size_t>(pred->output_size(0)) * 2);
+  pred->run({ids.data()}, 2, {logits.data()});
+  test::expect_close(logits, io("logits").to_vector(), 1e-4, "served gpt", 1e-5);
   std::filesystem::remove_all(dir);
 }
 
