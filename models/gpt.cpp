@@ -113,7 +113,9 @@ nlohmann::json GPTConfig::to_json() const {
 GPTConfig GPTConfig::from_json(const nlohmann::json& j) {
   if (!j.is_object()) throw InvalidArgument("gpt config: must be a JSON object, got " + j.dump());
   GPTConfig c;
-  for (auto& [key, value] : j.items()) {
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();
+    const nlohmann::json& value = item.value();
     auto it = std::find_if(kConfigFields.begin(), kConfigFields.end(), [&](auto& f) { return key == f.first; });
     if (it == kConfigFields.end()) throw InvalidArgument("gpt config: unknown field '" + key + "'");
     if (!value.is_number_integer())
