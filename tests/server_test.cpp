@@ -29,6 +29,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "models/safetensors.h"
 #include "server/client.h"
 #include "server/kserve.h"
 #include "server/model_repository.h"
@@ -470,6 +471,39 @@ TEST(ServerUnavailableModelTest, BrokenModelMakesServerNotReady) {
     EXPECT_TRUE(c.model_ready(kModel));
     auto out = c.infer(kModel, {{"input", {1, 64}, sample(9)}});
     EXPECT_EQ(out[0].shape, (std::vector<int64_t>{1, 10}));
+    EXPECT_EQ(server.terminate(20s), 0);
+  }
+  fs::remove_all(repo);
+}
+
+// A version folder holding model.onnx (the BERT classifier exported by scripts/testdata_onnx.py)
+// is imported at load and served with INT64 token ids, matching PyTorch's logits.
+TEST(ServerOnnxTest, ServesModelOnnxWithInt64InputsOverHttp) {
+  namespace fs = std::filesystem;
+  const fs::path data = fs::path(HG_TESTDATA_DIR) / "onnx";
+  fs::path repo = fs::temp_directory_path() / ("hg_server_onnx_repo_" + std::to_string(getpid()));
+  fs::remove_all(repo);
+  fs::create_directories(repo / "bert" / "1");
+  fs::copy_file(data / "bert_op13.onnx", repo / "bert" / "1" / "model.onnx");
+  const auto ref = hg::safetensors::read(data / "bert_op13.safetensors");
+  const auto* ids = ref.find("input");
+  const auto* logits = ref.find("output");
+  std::vector<int64_t> id_values(ids->data.size() / sizeof(int64_t));
+  std::memcpy(id_values.data(), ids->data.data(), ids->data.size());
+  std::vector<float> want(logits->data.size() / sizeof(float));
+  std::memcpy(want.data(), logits->data.data(), logits->data.size());
+  {
+    ServerProcess server({"--model-repository", repo.string(), "--batch-sizes", "1,4"});
+    Client c(server.url(), 30s);
+    const json meta = c.model_metadata("bert");
+    EXPECT_EQ(meta["inputs"][0]["datatype"], "INT64");
+    EXPECT_EQ(meta["inputs"][0]["shape"], json::parse("[-1,16]"));
+    const json body = {{"inputs", {{{"name", "input"}, {"datatype", "INT64"}, {"shape", ids->shape}, {"data", id_values}}}}};
+    RawResponse r = c.request("POST", "/v2/models/bert/infer", body.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    const auto got = json::parse(r.body)["outputs"][0]["data"].get<std::vector<float>>();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 + 1e-4 * std::fabs(want[i])) << i;
     EXPECT_EQ(server.terminate(20s), 0);
   }
   fs::remove_all(repo);
