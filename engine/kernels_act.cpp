@@ -290,13 +290,14 @@ dnnl::algorithm dnnl_algorithm(Act act) {
 }  // namespace
 
 // Forward F32/BF16 activations run on oneDNN's eltwise primitive from this many elements
-// on. Measured (bench/ops_bench.cpp, 1 thread): a oneDNN call costs ~0.15 us at 64 elements
-// where our loop takes 0.08-0.25 us, and oneDNN is 4-14x faster per element (64x1000 and
-// up), so the crossovers lie at ~50 (gelu erf) to ~270 (silu) elements.
-constexpr int64_t kDnnlMinElements = 256;
+// on. Measured (bench/ops_bench.cpp, 1 thread, CPU time): a oneDNN call costs ~0.15 us at 64
+// elements where our loop takes 0.08-0.13 us (gelu erf: 0.25), and oneDNN is 4-13x faster
+// per element (64x1000 and up), so the crossovers lie at ~50 (gelu erf) to ~270 (silu).
+constexpr int64_t kDnnlMinElements = 256, kDnnlGeluErfMinElements = 32;
 
 Kernel prepare_activation(Act act, bool bw, const Metas&, const TensorMeta& out) {
-  if (!bw && kernels::dnnl_float(out.dtype) && out.numel() >= kDnnlMinElements)
+  const int64_t min = act == Act::GeluErf ? kDnnlGeluErfMinElements : kDnnlMinElements;
+  if (!bw && kernels::dnnl_float(out.dtype) && out.numel() >= min)
     if (Kernel k = kernels::dnnl_eltwise(dnnl_algorithm(act), out.dtype, out.numel(), act == Act::Silu ? 1.f : 0.f))
       return k;
   return activation_loop(act, bw, out.dtype, out.numel());
