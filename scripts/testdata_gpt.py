@@ -14,7 +14,6 @@ Writes into OUT_DIR:
                        bytes.decode("utf-8", errors="replace") of each, re-encoded as UTF-8
   stamp                hash of this script, torch_gpt.py and torch_zoo.py; outputs are not remade while it matches
 """
-import hashlib
 import json
 import os
 import sys
@@ -24,6 +23,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_gpt import GPT  # noqa: E402
 from torch_zoo import write_safetensors  # noqa: E402
+import testdata_util  # noqa: E402
 
 UTF8_CASES = [
     b"",
@@ -47,15 +47,6 @@ def write_json(path, value):
     with open(path + ".tmp", "w") as f:
         json.dump(value, f)
     os.replace(path + ".tmp", path)
-
-
-def script_hash():
-    h = hashlib.sha256()
-    here = os.path.dirname(os.path.abspath(__file__))
-    for name in ("testdata_gpt.py", "torch_gpt.py", "torch_zoo.py"):
-        with open(os.path.join(here, name), "rb") as f:
-            h.update(f.read())
-    return h.hexdigest()
 
 
 def make(out):
@@ -84,19 +75,5 @@ def make(out):
     write_json(os.path.join(out, "tokenizer.json"), cases)
 
 
-def main():
-    out = sys.argv[1]
-    os.makedirs(out, exist_ok=True)
-    stamp = os.path.join(out, "stamp")
-    digest = script_hash()
-    if os.path.exists(stamp) and open(stamp).read() == digest:
-        print(f"{out}: up to date")
-        return
-    make(out)
-    with open(stamp, "w") as f:
-        f.write(digest)
-    print(f"{out}: written")
-
-
 if __name__ == "__main__":
-    main()
+    testdata_util.run(make, ["testdata_gpt.py", "torch_gpt.py", "torch_zoo.py"])

@@ -11,7 +11,6 @@ model's output in eval mode). Also:
 OUT_DIR/stamp holds a hash of this script (and of scripts/torch_zoo.py); when it matches,
 nothing is redone.
 """
-import hashlib
 import os
 import sys
 
@@ -21,6 +20,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_zoo  # noqa: E402
+import testdata_util  # noqa: E402
 
 BATCH = 3
 
@@ -64,24 +64,7 @@ def unsupported_model(path):
     onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 15)]), path)
 
 
-def script_hash():
-    h = hashlib.sha256()
-    here = os.path.dirname(os.path.abspath(__file__))
-    for name in ("testdata_onnx.py", "torch_zoo.py"):
-        with open(os.path.join(here, name), "rb") as f:
-            h.update(f.read())
-    return h.hexdigest()
-
-
-def main():
-    out = sys.argv[1]
-    os.makedirs(out, exist_ok=True)
-    stamp = os.path.join(out, "stamp")
-    digest = script_hash()
-    if os.path.exists(stamp) and open(stamp).read() == digest:
-        print("testdata_onnx: up to date in", out)
-        return
-    torch.set_num_threads(1)
+def make(out):
     for i, (case, (build, opset, make_input)) in enumerate(CASES.items()):
         torch.manual_seed(i)
         model = build().eval()
@@ -95,10 +78,7 @@ def main():
             onnx.save(proto, os.path.join(out, "mlp_external.onnx"), save_as_external_data=True,
                       all_tensors_to_one_file=True, location="mlp_external.data", size_threshold=0)
     unsupported_model(os.path.join(out, "unsupported.onnx"))
-    with open(stamp, "w") as f:
-        f.write(digest)
-    print("testdata_onnx: wrote", len(CASES), "exports to", out)
 
 
 if __name__ == "__main__":
-    main()
+    testdata_util.run(make, ["testdata_onnx.py", "torch_zoo.py"])

@@ -23,7 +23,6 @@ Writes into OUT_DIR, for MODEL in lenet5, resnet18, bert_classifier, layers:
                         two steps' inputs, "y1", "y2" their outputs, "after.*" the state after
   stamp                 hash of this script and torch_zoo.py; outputs are not remade while it matches
 """
-import hashlib
 import json
 import os
 import sys
@@ -33,15 +32,7 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_zoo import BertClassifier, LeNet5, resnet18, write_safetensors  # noqa: E402
-
-
-def script_hash():
-    h = hashlib.sha256()
-    here = os.path.dirname(os.path.abspath(__file__))
-    for name in ("testdata_zoo.py", "torch_zoo.py"):
-        with open(os.path.join(here, name), "rb") as f:
-            h.update(f.read())
-    return h.hexdigest()
+import testdata_util  # noqa: E402
 
 
 def perturb(model):
@@ -144,23 +135,5 @@ def make(out):
     os.replace(os.path.join(out, "keys.json.tmp"), os.path.join(out, "keys.json"))
 
 
-def main():
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    out = sys.argv[1]
-    os.makedirs(out, exist_ok=True)
-    stamp = os.path.join(out, "stamp")
-    want = script_hash()
-    if os.path.exists(stamp) and open(stamp).read() == want:
-        print(f"{out}: up to date")
-        return
-    torch.set_num_threads(2)
-    make(out)
-    with open(stamp + ".tmp", "w") as f:
-        f.write(want)
-    os.replace(stamp + ".tmp", stamp)
-    print(f"{out}: written")
-
-
 if __name__ == "__main__":
-    main()
+    testdata_util.run(make, ["testdata_zoo.py", "torch_zoo.py"], threads=2)
