@@ -91,9 +91,10 @@ struct KernelCache {
   std::unordered_map<Key, Kernel, KeyHash, KeyEq> map;
 };
 
+// Never destroyed: kernels queued on a device may still run while the process exits.
 KernelCache& kernel_cache() {
-  static KernelCache c;
-  return c;
+  static KernelCache* c = new KernelCache;
+  return *c;
 }
 
 }  // namespace
