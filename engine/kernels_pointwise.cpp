@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "engine/dtype_dispatch.h"
 #include "engine/kernels.h"
@@ -85,8 +86,15 @@ Kernel prepare_binary(const std::vector<TensorMeta>& in, const TensorMeta& out, 
       case BinaryOp::Mul: return binary_kernel<T>(in[0], in[1], out, [](C x, C y) { return C(x * y); });
       case BinaryOp::Div:
         return binary_kernel<T>(in[0], in[1], out, [](C x, C y) {
-          if constexpr (std::is_integral_v<C>) return y == 0 ? C(0) : C(x / y);  // truncates, as ONNX and C++
-          else return C(x / y);
+          if constexpr (std::is_integral_v<C>) {
+            if (y == 0) return C(0);  // truncates, as ONNX and C++
+            // MIN / -1 overflows (SIGFPE on x86): wrap as PyTorch does, negating in unsigned arithmetic.
+            if constexpr (std::is_signed_v<C>)
+              if (y == C(-1)) return C(std::make_unsigned_t<C>(0) - static_cast<std::make_unsigned_t<C>>(x));
+            return C(x / y);
+          } else {
+            return C(x / y);
+          }
         });
     }
     return nullptr;

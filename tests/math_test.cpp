@@ -3,6 +3,8 @@
 // differences; integer division.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "engine/error.h"
 #include "engine/ops.h"
 #include "golden.h"
@@ -71,6 +73,16 @@ TEST(MathDiv, IntegersTruncateAndDivisionByZeroGivesZero) {
   const auto a = Tensor::from_indices({7, -7, 9, 5}, {4}), b = Tensor::from_indices({2, 2, 0, -3}, {4});
   EXPECT_EQ(ops::div(a, b).to_indices(), (std::vector<int64_t>{3, -3, 0, -1}));
   EXPECT_THROW(ops::sqrt(a), DTypeError);
+}
+
+TEST(MathDiv, MinimumByMinusOneWrapsInsteadOfTrapping) {
+  constexpr int64_t kMin64 = std::numeric_limits<int64_t>::min();
+  const auto a = Tensor::from_indices({kMin64, kMin64, 6}, {3}), b = Tensor::from_indices({-1, 1, -1}, {3});
+  EXPECT_EQ(ops::div(a, b).to_indices(), (std::vector<int64_t>{kMin64, kMin64, -6}));
+  constexpr int64_t kMin32 = std::numeric_limits<int32_t>::min();
+  const auto q = ops::div(Tensor::from_indices({kMin32, 6}, {2}).to(DType::I32),
+                          Tensor::from_indices({-1, -1}, {2}).to(DType::I32));
+  EXPECT_EQ(q.to(DType::I64).to_indices(), (std::vector<int64_t>{kMin32, -6}));
 }
 
 }  // namespace
