@@ -2,11 +2,13 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <vector>
 
+#include "engine/dtype.h"
 #include "engine/error.h"
 
 namespace hg {
@@ -43,12 +45,17 @@ size_t MemoryPool::block_size(size_t bytes) {
 MemoryPool::~MemoryPool() { empty_cache(); }
 
 void* MemoryPool::allocate(size_t bytes) {
+  // Checked first: block_size() would not terminate for sizes near SIZE_MAX, and in_use + b
+  // would overflow for the unbounded cpu pool.
+  if (bytes > static_cast<size_t>(std::min<int64_t>(capacity_, kMaxTensorBytes)))
+    throw OutOfMemoryError(name_ + ": allocation of " + std::to_string(bytes) + " bytes exceeds the limit of " +
+                           std::to_string(std::min<int64_t>(capacity_, kMaxTensorBytes)) + " bytes");
   const int64_t b = static_cast<int64_t>(bytes);
   const size_t block = block_size(bytes);
   void* p = nullptr;
   {
     std::lock_guard lk(mu_);
-    if (s_.in_use + b > capacity_)
+    if (b > capacity_ - s_.in_use)
       throw OutOfMemoryError(name_ + ": out of memory allocating " + std::to_string(bytes) + " bytes (in use " +
                              std::to_string(s_.in_use) + " of limit " + std::to_string(capacity_) + ")");
     s_.in_use += b;

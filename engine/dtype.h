@@ -45,6 +45,9 @@ struct f16 {
 using Shape = std::vector<int64_t>;
 
 int64_t numel(const Shape& s);
+// The largest tensor (and host allocation) we accept, 1 TiB: bigger shapes are rejected as
+// absurd with ShapeError before numel * dtype_size can overflow.
+inline constexpr int64_t kMaxTensorBytes = int64_t{1} << 40;
 std::string shape_str(const Shape& s);
 Shape contiguous_strides(const Shape& s);
 

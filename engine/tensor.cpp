@@ -1,5 +1,6 @@
 #include "engine/tensor.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "engine/autograd.h"
@@ -14,9 +15,21 @@ Storage::~Storage() { device_backend(device).release(data, bytes); }
 
 namespace {
 
+bool numel_nonzero(const Shape& shape) {
+  return std::none_of(shape.begin(), shape.end(), [](int64_t d) { return d == 0; });
+}
+
 std::shared_ptr<TensorImpl> new_impl(const Shape& shape, DType dtype, Device device) {
+  // Overflow-checked bytes: a shape whose numel * dtype_size wraps or exceeds the cap would
+  // otherwise become a tiny (or absurd) allocation that later kernels index past.
   for (int64_t d : shape)
     if (d < 0) throw ShapeError("tensor shape " + shape_str(shape) + " has a negative dimension");
+  int64_t bytes = static_cast<int64_t>(dtype_size(dtype));
+  if (numel_nonzero(shape))
+    for (int64_t d : shape)
+      if (__builtin_mul_overflow(bytes, d, &bytes) || bytes > kMaxTensorBytes)
+        throw ShapeError("tensor shape " + shape_str(shape) + " of " + dtype_name(dtype) + " exceeds the limit of " +
+                         std::to_string(kMaxTensorBytes) + " bytes");
   auto t = std::make_shared<TensorImpl>();
   t->meta = {shape, dtype};
   t->strides = contiguous_strides(shape);

@@ -174,6 +174,34 @@ TEST(Device, OutOfMemoryIsTypedAndRecoverable) {
   EXPECT_EQ(ops::relu(ok).to_vector(), (std::vector<float>{1, 2}));
 }
 
+TEST(Device, OverflowingOrAbsurdShapesAreShapeErrors) {
+  constexpr int64_t kHuge = int64_t{1} << 62;
+  for (const Shape& shape : {Shape{kHuge, 8}, Shape{int64_t{1} << 31, int64_t{1} << 31, 4}, Shape{int64_t{1} << 40}}) {
+    try {
+      Tensor::empty(shape, DType::F32);
+      FAIL() << "no error for " << shape_str(shape);
+    } catch (const ShapeError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(shape_str(shape)));
+    }
+  }
+  EXPECT_EQ(Tensor::empty({kHuge, 0}, DType::F32).numel(), 0);  // empty, whatever the other dims
+}
+
+TEST(Device, HostPoolRejectsOversizedRequestsBeforeRounding) {
+  MemoryPool pool("test", INT64_MAX);
+  for (size_t bytes : {SIZE_MAX, SIZE_MAX / 2 + 1, (size_t{1} << 40) + 1}) {
+    try {
+      pool.allocate(bytes);
+      FAIL() << "no error for " << bytes;
+    } catch (const OutOfMemoryError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(std::to_string(bytes)));
+    }
+  }
+  EXPECT_EQ(pool.stats().in_use, 0);
+  void* p = pool.allocate(100);
+  pool.release(p, 100);
+}
+
 TEST(Device, QueueRunsTasksInOrderUnderConcurrentSubmitters) {
   ExecQueue q("test");
   std::vector<int> seen;  // touched only by the worker
