@@ -155,6 +155,9 @@ void flatten(const json& j, std::vector<T>& out, size_t limit, size_t& count, in
     fail(400, "input '" + input + "': data element " + std::to_string(count) + " is " +
                   (j.is_number() ? "a non-integer number" : std::string(j.type_name())) +
                   (integer ? ", expected an integer (datatype INT64)" : ", expected a number (datatype FP32)"));
+  if (integer && j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    fail(400, "input '" + input + "': data element " + std::to_string(count) + " (" + j.dump() +
+                  ") does not fit in INT64");
   if (count < limit) out.push_back(integer ? static_cast<T>(j.get<int64_t>()) : static_cast<T>(j.get<double>()));
   ++count;
 }

@@ -504,6 +504,12 @@ TEST(ServerOnnxTest, ServesModelOnnxWithInt64InputsOverHttp) {
     const auto got = json::parse(r.body)["outputs"][0]["data"].get<std::vector<float>>();
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 + 1e-4 * std::fabs(want[i])) << i;
+    // An integer above INT64's range is refused, not wrapped into a negative id.
+    json big = body;
+    big["inputs"][0]["data"][0] = UINT64_MAX;
+    r = c.request("POST", "/v2/models/bert/infer", big.dump());
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_NE(r.body.find("does not fit in INT64"), std::string::npos) << r.body;
     EXPECT_EQ(server.terminate(20s), 0);
   }
   fs::remove_all(repo);
