@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/generator.h"
 #include "engine/ops.h"
+#include "models/config_fields.h"
 #include "models/zoo.h"
 
 namespace hg::models {
@@ -110,20 +112,26 @@ nlohmann::json GPTConfig::to_json() const {
   return j;
 }
 
-GPTConfig GPTConfig::from_json(const nlohmann::json& j) {
-  if (!j.is_object()) throw InvalidArgument("gpt config: must be a JSON object, got " + j.dump());
+GPTConfig GPTConfig::from_json(const nlohmann::json& config, const std::string& file) {
   GPTConfig c;
-  for (const auto& item : j.items()) {
-    const std::string& key = item.key();
-    const nlohmann::json& value = item.value();
-    auto it = std::find_if(kConfigFields.begin(), kConfigFields.end(), [&](auto& f) { return key == f.first; });
-    if (it == kConfigFields.end()) throw InvalidArgument("gpt config: unknown field '" + key + "'");
-    if (!value.is_number_integer())
-      throw InvalidArgument("gpt config: field '" + key + "' must be an integer, got " + value.dump());
-    c.*(it->second) = value.get<int64_t>();
+  std::map<std::string, int64_t> values;
+  for (auto& [name, field] : kConfigFields) values[name] = c.*field;
+  values = read_config({{"config", config}}, file, values);
+  for (auto& [name, field] : kConfigFields) c.*field = values[name];
+  try {
+    c.validate();
+  } catch (const InvalidArgument& e) {
+    bad_field(file, "graph.config", std::string("is invalid: ") + e.what());
   }
-  c.validate();
   return c;
+}
+
+int64_t GPTConfig::parameter_count(const std::string& file) const {
+  // Embeddings; per block two norms, qkv, proj, fc1, fc2; the final norm; lm_head.
+  return models::parameter_count(file, {{vocab + max_len, d_model},
+                                        {layers, 4 * d_model * d_model + 2 * d_model * ff + 9 * d_model + ff},
+                                        {2 * d_model},
+                                        {d_model + 1, vocab}});
 }
 
 GPT::GPT(const GPTConfig& config, uint64_t seed) : config_(config) {
@@ -304,28 +312,19 @@ Utf8Text GPT::generate(std::string_view prompt, int64_t max_new_tokens, const Sa
 
 std::unique_ptr<GPT> zoo::gpt(const GPTConfig& c, uint64_t seed) { return std::make_unique<GPT>(c, seed); }
 
-std::unique_ptr<GPT> zoo::build_gpt(const PackageSpec& spec, const std::string& file) {
-  auto bad = [&](const std::string& field, const std::string& why) {
-    throw FormatError(file + ": field '" + field + "' " + why);
-  };
-  GPTConfig c;
-  if (spec.graph.contains("config")) {
-    try {
-      c = GPTConfig::from_json(spec.graph["config"]);
-    } catch (const InvalidArgument& e) {
-      bad("graph.config", std::string("is invalid: ") + e.what());
-    }
-  }
-  if (spec.inputs.size() != 1 || spec.outputs.size() != 1) bad("inputs", "and outputs must have one entry each for gpt");
+std::unique_ptr<GPT> zoo::build_gpt(const PackageSpec& spec, const std::string& file, int64_t weight_elements) {
+  const GPTConfig c = GPTConfig::from_json(spec.graph.value("config", nlohmann::json::object()), file);
+  check_parameter_count(file, c.parameter_count(file), weight_elements);
+  if (spec.inputs.size() != 1 || spec.outputs.size() != 1) bad_field(file, "inputs", "and outputs must have one entry each for gpt");
   const Shape& in = spec.inputs[0].shape;
   if (in.size() != 2 || in[0] != -1 || in[1] < 1 || in[1] > c.max_len)
-    bad("inputs[0].shape", "is " + shape_str(in) + ", gpt takes token ids [-1, S] with 1 <= S <= max_len (" +
+    bad_field(file, "inputs[0].shape", "is " + shape_str(in) + ", gpt takes token ids [-1, S] with 1 <= S <= max_len (" +
                                std::to_string(c.max_len) + ")");
-  if (spec.inputs[0].datatype != "INT64") bad("inputs[0].datatype", "is " + spec.inputs[0].datatype + ", token ids are INT64");
+  if (spec.inputs[0].datatype != "INT64") bad_field(file, "inputs[0].datatype", "is " + spec.inputs[0].datatype + ", token ids are INT64");
   if (spec.outputs[0].shape != Shape{-1, in[1], c.vocab})
-    bad("outputs[0].shape", "is " + shape_str(spec.outputs[0].shape) + ", gpt produces logits " +
+    bad_field(file, "outputs[0].shape", "is " + shape_str(spec.outputs[0].shape) + ", gpt produces logits " +
                                 shape_str({-1, in[1], c.vocab}));
-  if (spec.outputs[0].datatype != "FP32") bad("outputs[0].datatype", "must be FP32");
+  if (spec.outputs[0].datatype != "FP32") bad_field(file, "outputs[0].datatype", "must be FP32");
   return gpt(c);
 }
 

@@ -35,9 +35,12 @@ struct GPTConfig {
   int64_t vocab = kByteVocab, d_model = 128, nhead = 4, layers = 2, ff = 512, max_len = 256;
   void validate() const;  // throws InvalidArgument naming the field
   nlohmann::json to_json() const;
-  // Missing fields keep their defaults; unknown fields and non-integers throw InvalidArgument
-  // naming the field.
-  static GPTConfig from_json(const nlohmann::json& j);
+  // model.json's graph.config (models/config_fields.h's read_config): missing fields keep their
+  // defaults; unknown fields, non-integers, values outside [1, 2^24] and invalid combinations
+  // throw FormatError naming `file` and the field.
+  static GPTConfig from_json(const nlohmann::json& config, const std::string& file);
+  // Parameter elements of GPT(*this), overflow-checked; FormatError naming `file` past 2^32.
+  int64_t parameter_count(const std::string& file) const;
 };
 
 // Keys and values of every layer: k[l], v[l] F32 [N, nhead, max_len, d_model / nhead], valid

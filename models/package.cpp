@@ -2,6 +2,7 @@
 
 #include "engine/atomic_file.h"
 #include "engine/error.h"
+#include "models/config_fields.h"
 #include "models/module.h"
 #include "models/op_graph.h"
 #include "models/state_dict.h"
@@ -13,47 +14,43 @@ namespace {
 
 using Json = nlohmann::json;
 
-[[noreturn]] void bad(const std::filesystem::path& file, const std::string& field, const std::string& why) {
-  throw FormatError(file.string() + ": field '" + field + "' " + why);
-}
-
 const Json& need(const Json& obj, const char* key, Json::value_t type, const std::filesystem::path& file,
                  const std::string& where) {
   const std::string field = where.empty() ? key : where + "." + key;
   auto it = obj.find(key);
-  if (it == obj.end()) bad(file, field, "is missing");
+  if (it == obj.end()) bad_field(file, field, "is missing");
   const bool ok = type == Json::value_t::number_integer ? it->is_number_integer() : it->type() == type;
-  if (!ok) bad(file, field, std::string("has type ") + it->type_name());
+  if (!ok) bad_field(file, field, std::string("has type ") + it->type_name());
   return *it;
 }
 
 std::vector<IOSpec> parse_io(const Json& j, const char* key, const std::filesystem::path& file) {
   const Json& arr = need(j, key, Json::value_t::array, file, "");
-  if (arr.empty()) bad(file, key, "is empty");
+  if (arr.empty()) bad_field(file, key, "is empty");
   std::vector<IOSpec> r;
   for (size_t i = 0; i < arr.size(); ++i) {
     const std::string where = std::string(key) + "[" + std::to_string(i) + "]";
-    if (!arr[i].is_object()) bad(file, where, "is not an object");
+    if (!arr[i].is_object()) bad_field(file, where, "is not an object");
     IOSpec s;
     s.name = need(arr[i], "name", Json::value_t::string, file, where).get<std::string>();
-    if (s.name.empty()) bad(file, where + ".name", "is empty");
+    if (s.name.empty()) bad_field(file, where + ".name", "is empty");
     s.datatype = need(arr[i], "datatype", Json::value_t::string, file, where).get<std::string>();
     try {
       dtype_from_kserve(s.datatype);
     } catch (const DTypeError&) {
-      bad(file, where + ".datatype", "is '" + s.datatype + "', not a KServe datatype (FP32, INT64, ...)");
+      bad_field(file, where + ".datatype", "is '" + s.datatype + "', not a KServe datatype (FP32, INT64, ...)");
     }
     const Json& shape = need(arr[i], "shape", Json::value_t::array, file, where);
     for (size_t d = 0; d < shape.size(); ++d) {
       if (!shape[d].is_number_integer() || shape[d].get<int64_t>() < -1 || shape[d].get<int64_t>() == 0)
-        bad(file, where + ".shape[" + std::to_string(d) + "]", "must be a positive integer or -1");
+        bad_field(file, where + ".shape[" + std::to_string(d) + "]", "must be a positive integer or -1");
       s.shape.push_back(shape[d].get<int64_t>());
     }
-    if (shape.empty() || s.shape[0] != -1) bad(file, where + ".shape", "must start with the batch dimension -1");
+    if (shape.empty() || s.shape[0] != -1) bad_field(file, where + ".shape", "must start with the batch dimension -1");
     for (size_t d = 1; d < s.shape.size(); ++d)
-      if (s.shape[d] == -1) bad(file, where + ".shape", "may have -1 only as the batch dimension");
+      if (s.shape[d] == -1) bad_field(file, where + ".shape", "may have -1 only as the batch dimension");
     for (const auto& o : r)
-      if (o.name == s.name) bad(file, where + ".name", "repeats '" + s.name + "'");
+      if (o.name == s.name) bad_field(file, where + ".name", "repeats '" + s.name + "'");
     r.push_back(std::move(s));
   }
   return r;
@@ -61,7 +58,7 @@ std::vector<IOSpec> parse_io(const Json& j, const char* key, const std::filesyst
 
 int64_t json_int(const Json& l, const char* key, const std::filesystem::path& file, const std::string& where) {
   const int64_t v = need(l, key, Json::value_t::number_integer, file, where).get<int64_t>();
-  if (v <= 0 || v > (int64_t{1} << 24)) bad(file, where + "." + key, "must be a positive integer below 2^24");
+  if (v <= 0 || v > (int64_t{1} << 24)) bad_field(file, where + "." + key, "must be a positive integer below 2^24");
   return v;
 }
 
@@ -109,13 +106,13 @@ ModelPackage load_package(const std::filesystem::path& dir) {
   ModelPackage p;
   p.dir = dir;
   if (need(j, "format", Json::value_t::string, file, "").get<std::string>() != "hgraph-model")
-    bad(file, "format", "is not \"hgraph-model\"");
+    bad_field(file, "format", "is not \"hgraph-model\"");
   p.format_version = static_cast<int>(need(j, "format_version", Json::value_t::number_integer, file, "").get<int64_t>());
   if (p.format_version != kPackageFormatVersion)
-    bad(file, "format_version", "is " + std::to_string(p.format_version) + "; this build reads version " +
+    bad_field(file, "format_version", "is " + std::to_string(p.format_version) + "; this build reads version " +
                                     std::to_string(kPackageFormatVersion));
   p.spec.name = need(j, "name", Json::value_t::string, file, "").get<std::string>();
-  if (p.spec.name.empty()) bad(file, "name", "is empty");
+  if (p.spec.name.empty()) bad_field(file, "name", "is empty");
   p.spec.inputs = parse_io(j, "inputs", file);
   p.spec.outputs = parse_io(j, "outputs", file);
   p.spec.graph = need(j, "graph", Json::value_t::object, file, "");
@@ -129,35 +126,39 @@ std::unique_ptr<Module> build_module(const ModelPackage& p) {
   const auto file = p.dir / "model.json";
   const Json& g = p.spec.graph;
   const std::string type = need(g, "type", Json::value_t::string, file, "graph").get<std::string>();
-  if (type == "zoo") return load_weights(zoo::build(p.spec, file.string()), p);
+  if (type == "zoo") {
+    int64_t weight_elements = 0;  // validated entries: small, no overflow
+    for (const auto& e : p.weights.entries) weight_elements += numel(e.shape);
+    return load_weights(zoo::build(p.spec, file.string(), weight_elements), p);
+  }
   if (type == "ops") return build_op_graph_module(p);
-  if (type != "sequential") bad(file, "graph.type", "is '" + type + "', not \"sequential\", \"zoo\" or \"ops\"");
+  if (type != "sequential") bad_field(file, "graph.type", "is '" + type + "', not \"sequential\", \"zoo\" or \"ops\"");
   const Json& layers = need(g, "layers", Json::value_t::array, file, "graph");
   if (p.spec.inputs.size() != 1 || p.spec.outputs.size() != 1)
-    bad(file, "inputs", "a sequential graph has exactly one input and one output");
+    bad_field(file, "inputs", "a sequential graph has exactly one input and one output");
   auto net = std::make_unique<Sequential>();
   int64_t width = numel(Shape(p.spec.inputs[0].shape.begin() + 1, p.spec.inputs[0].shape.end()));
   for (size_t i = 0; i < layers.size(); ++i) {
     const std::string where = "graph.layers[" + std::to_string(i) + "]";
     const Json& l = layers[i];
-    if (!l.is_object()) bad(file, where, "is not an object");
+    if (!l.is_object()) bad_field(file, where, "is not an object");
     const std::string op = need(l, "op", Json::value_t::string, file, where).get<std::string>();
-    if (l.contains("name") && l["name"] != std::to_string(i)) bad(file, where + ".name", "must be \"" + std::to_string(i) + "\"");
+    if (l.contains("name") && l["name"] != std::to_string(i)) bad_field(file, where + ".name", "must be \"" + std::to_string(i) + "\"");
     if (op == "linear") {
       const int64_t in = json_int(l, "in_features", file, where), out = json_int(l, "out_features", file, where);
       if (in != width)
-        bad(file, where + ".in_features", "is " + std::to_string(in) + " but the layer receives " + std::to_string(width));
+        bad_field(file, where + ".in_features", "is " + std::to_string(in) + " but the layer receives " + std::to_string(width));
       net->add(std::make_shared<Linear>(in, out));
       width = out;
     } else if (op == "relu") {
       net->add(std::make_shared<ReLU>());
     } else {
-      bad(file, where + ".op", "names an unknown op '" + op + "'");
+      bad_field(file, where + ".op", "names an unknown op '" + op + "'");
     }
   }
   const int64_t out_width = numel(Shape(p.spec.outputs[0].shape.begin() + 1, p.spec.outputs[0].shape.end()));
   if (out_width != width)
-    bad(file, "outputs[0].shape", "has " + std::to_string(out_width) + " elements per sample but the graph produces " +
+    bad_field(file, "outputs[0].shape", "has " + std::to_string(out_width) + " elements per sample but the graph produces " +
                                       std::to_string(width));
   return load_weights(std::move(net), p);
 }

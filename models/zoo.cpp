@@ -3,6 +3,7 @@
 #include <map>
 
 #include "engine/error.h"
+#include "models/config_fields.h"
 
 namespace hg::models::zoo {
 
@@ -21,55 +22,31 @@ namespace {
 
 using Json = nlohmann::json;
 
-[[noreturn]] void bad(const std::string& file, const std::string& field, const std::string& why) {
-  throw FormatError(file + ": field '" + field + "' " + why);
-}
-
-// graph.config as integers: `defaults` gives the keys and the values of absent ones.
-std::map<std::string, int64_t> read_config(const Json& graph, const std::string& file,
-                                           std::map<std::string, int64_t> values) {
-  if (!graph.contains("config")) return values;
-  const Json& c = graph["config"];
-  if (!c.is_object()) bad(file, "graph.config", std::string("has type ") + c.type_name() + ", expected object");
-  for (const auto& [key, v] : c.items()) {
-    const std::string field = "graph.config." + key;
-    if (!values.count(key)) {
-      std::string known;
-      for (const auto& [k, d] : values) known += (known.empty() ? "" : ", ") + k;
-      bad(file, field, "is not a config key of this model (" + known + ")");
-    }
-    if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > (int64_t{1} << 24))
-      bad(file, field, "must be a positive integer below 2^24");
-    values[key] = v.get<int64_t>();
-  }
-  return values;
-}
-
 // One input and one output; the output is [-1, classes] FP32.
 void expect_io(const PackageSpec& s, const std::string& file, int64_t classes) {
-  if (s.inputs.size() != 1) bad(file, "inputs", "must have one entry for this zoo model");
-  if (s.outputs.size() != 1) bad(file, "outputs", "must have one entry for this zoo model");
+  if (s.inputs.size() != 1) bad_field(file, "inputs", "must have one entry for this zoo model");
+  if (s.outputs.size() != 1) bad_field(file, "outputs", "must have one entry for this zoo model");
   if (s.outputs[0].shape != Shape{-1, classes})
-    bad(file, "outputs[0].shape", "is " + shape_str(s.outputs[0].shape) + ", the model produces [-1, " +
+    bad_field(file, "outputs[0].shape", "is " + shape_str(s.outputs[0].shape) + ", the model produces [-1, " +
                                       std::to_string(classes) + "]");
-  if (s.outputs[0].datatype != "FP32") bad(file, "outputs[0].datatype", "must be FP32");
+  if (s.outputs[0].datatype != "FP32") bad_field(file, "outputs[0].datatype", "must be FP32");
 }
 
 void expect_image_input(const IOSpec& in, const std::string& file, int64_t channels, int64_t min_side, int64_t max_side) {
   const Shape& sh = in.shape;
   if (sh.size() != 4 || sh[1] != channels || sh[2] < min_side || sh[3] < min_side || sh[2] > max_side || sh[3] > max_side)
-    bad(file, "inputs[0].shape",
+    bad_field(file, "inputs[0].shape",
         "is " + shape_str(sh) + ", the model takes [-1, " + std::to_string(channels) + ", H, W] with " +
             (min_side == max_side ? "H = W = " + std::to_string(min_side)
                                   : std::to_string(min_side) + " <= H, W <= " + std::to_string(max_side)));
-  if (in.datatype != "FP32") bad(file, "inputs[0].datatype", "must be FP32");
+  if (in.datatype != "FP32") bad_field(file, "inputs[0].datatype", "must be FP32");
 }
 
 }  // namespace
 
-std::unique_ptr<Module> build(const PackageSpec& spec, const std::string& file) {
+std::unique_ptr<Module> build(const PackageSpec& spec, const std::string& file, int64_t weight_elements) {
   const Json& g = spec.graph;
-  if (!g.contains("model") || !g["model"].is_string()) bad(file, "graph.model", "is missing or not a string");
+  if (!g.contains("model") || !g["model"].is_string()) bad_field(file, "graph.model", "is missing or not a string");
   const std::string model = g["model"].get<std::string>();
   if (model == "lenet5") {
     auto c = read_config(g, file, {{"classes", 10}});
@@ -89,20 +66,28 @@ std::unique_ptr<Module> build(const PackageSpec& spec, const std::string& file) 
                          {{"vocab", d.vocab}, {"d_model", d.d_model}, {"nhead", d.nhead}, {"layers", d.layers},
                           {"ff", d.ff}, {"max_len", d.max_len}, {"classes", d.classes}});
     if (c["d_model"] % c["nhead"])
-      bad(file, "graph.config.nhead", "(" + std::to_string(c["nhead"]) + ") must divide d_model (" +
+      bad_field(file, "graph.config.nhead", "(" + std::to_string(c["nhead"]) + ") must divide d_model (" +
                                           std::to_string(c["d_model"]) + ")");
     expect_io(spec, file, c["classes"]);
     const Shape& sh = spec.inputs[0].shape;
     if (sh.size() != 2 || sh[1] > c["max_len"])
-      bad(file, "inputs[0].shape", "is " + shape_str(sh) + ", the model takes token ids [-1, S] with S <= max_len (" +
+      bad_field(file, "inputs[0].shape", "is " + shape_str(sh) + ", the model takes token ids [-1, S] with S <= max_len (" +
                                        std::to_string(c["max_len"]) + ")");
     if (spec.inputs[0].datatype != "INT64" && spec.inputs[0].datatype != "INT32")
-      bad(file, "inputs[0].datatype", "is " + spec.inputs[0].datatype + ", token ids are INT64 or INT32");
+      bad_field(file, "inputs[0].datatype", "is " + spec.inputs[0].datatype + ", token ids are INT64 or INT32");
+    const int64_t dm = c["d_model"], ff = c["ff"];
+    // Embeddings, per encoder layer (in/out projections, two linears, two norms), norm, head.
+    check_parameter_count(file,
+                          parameter_count(file, {{c["vocab"] + c["max_len"], dm},
+                                                 {c["layers"], 4 * dm * dm + 2 * dm * ff + 9 * dm + ff},
+                                                 {2 * dm},
+                                                 {dm + 1, c["classes"]}}),
+                          weight_elements);
     return bert_classifier({.vocab = c["vocab"], .d_model = c["d_model"], .nhead = c["nhead"], .layers = c["layers"],
                             .ff = c["ff"], .max_len = c["max_len"], .classes = c["classes"]});
   }
-  if (model == "gpt") return build_gpt(spec, file);
-  bad(file, "graph.model", "names an unknown zoo model '" + model + "' (lenet5, resnet18, bert_classifier, gpt)");
+  if (model == "gpt") return build_gpt(spec, file, weight_elements);
+  bad_field(file, "graph.model", "names an unknown zoo model '" + model + "' (lenet5, resnet18, bert_classifier, gpt)");
 }
 
 }  // namespace hg::models::zoo

@@ -81,12 +81,14 @@ std::unique_ptr<BertClassifier> bert_classifier(const BertConfig& c = {}, uint64
 // The module of a package whose graph is {"type": "zoo", "model": "lenet5" | "resnet18" |
 // "bert_classifier", "config": {...}}. Config keys may be left out (the defaults above); unknown
 // keys, non-positive values and inputs/outputs that do not fit the model raise hg::FormatError
-// naming `file` and the field.
-std::unique_ptr<Module> build(const PackageSpec& spec, const std::string& file);
+// naming `file` and the field. The config's parameter count is checked (overflow-safe) before
+// the module is built: at most 2^32, and equal to `weight_elements` (the total elements of the
+// package's safetensors entries) when that is >= 0.
+std::unique_ptr<Module> build(const PackageSpec& spec, const std::string& file, int64_t weight_elements = -1);
 
 // GPT (models/gpt.h; defined in models/gpt.cpp). build_gpt: graph {"type": "zoo", "model": "gpt", "config":
 // GPTConfig fields}, input INT64 [-1, S] (S <= max_len), output FP32 [-1, S, vocab]; FormatError naming file and field.
 std::unique_ptr<GPT> gpt(const GPTConfig& c = {}, uint64_t seed = 0);
-std::unique_ptr<GPT> build_gpt(const PackageSpec& spec, const std::string& file);
+std::unique_ptr<GPT> build_gpt(const PackageSpec& spec, const std::string& file, int64_t weight_elements = -1);
 
 }  // namespace hg::models::zoo

@@ -281,14 +281,56 @@ TEST(GPT, BadInputRaisesErrors) {
 
 TEST(GPT, ConfigJsonAndSpec) {
   const GPTConfig c{.d_model = 64, .nhead = 8, .max_len = 32};
-  const GPTConfig back = GPTConfig::from_json(c.to_json());
+  const GPTConfig back = GPTConfig::from_json(c.to_json(), "m.json");
   EXPECT_EQ(back.to_json(), c.to_json());
   EXPECT_EQ(GPT(c).spec(), (nlohmann::json{{"type", "zoo"}, {"model", "gpt"}, {"config", c.to_json()}}));
-  EXPECT_EQ(GPTConfig::from_json(nlohmann::json::object()).to_json(), GPTConfig{}.to_json());
-  expect_error([] { GPTConfig::from_json({{"heads", 4}}); }, "unknown field 'heads'");
-  expect_error([] { GPTConfig::from_json({{"d_model", 1.5}}); }, "field 'd_model' must be an integer");
-  expect_error([] { GPTConfig::from_json({{"d_model", 130}}); }, "d_model 130 is not divisible by nhead 4");
-  expect_error([] { GPTConfig::from_json({{"layers", 0}}); }, "layers must be > 0, got 0");
+  EXPECT_EQ(GPTConfig::from_json(nlohmann::json::object(), "m.json").to_json(), GPTConfig{}.to_json());
+  auto from = [](const nlohmann::json& j) { return GPTConfig::from_json(j, "m.json"); };
+  expect_error([&] { from({{"heads", 4}}); }, "m.json: field 'graph.config.heads' is not a config key");
+  expect_error([&] { from({{"d_model", 1.5}}); }, "field 'graph.config.d_model' must be a positive integer up to 2^24, got 1.5");
+  expect_error([&] { from({{"d_model", 130}}); }, "field 'graph.config' is invalid: gpt config: d_model 130 is not divisible by nhead 4");
+  expect_error([&] { from({{"layers", 0}}); }, "field 'graph.config.layers' must be a positive integer");
+  expect_error([&] { from({{"layers", int64_t{1} << 40}}); }, "field 'graph.config.layers' must be a positive integer up to 2^24");
+  EXPECT_EQ(GPTConfig{}.parameter_count("m.json"), 256 * 128 * 2 + 2 * (4 * 128 * 128 + 2 * 128 * 512 + 9 * 128 + 512) +
+                                                       2 * 128 + 129 * 256);
+  expect_error([&] { from({{"d_model", 1 << 24}, {"layers", 1 << 24}}).parameter_count("m.json"); },
+               "m.json: field 'graph.config' describes a model of more than 2^32 parameters");
+}
+
+// A package whose config is absurd (or does not match its weights) fails cleanly in
+// load_package, before any module is built.
+TEST(GPT, PackageWithAbsurdConfigIsAFormatError) {
+  const auto dir = std::filesystem::temp_directory_path() / ("hgraph_test_gpt_cfg_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  PackageSpec s;
+  s.name = "gpt";
+  s.inputs = {{"ids", "INT64", {-1, 8}}};
+  s.outputs = {{"logits", "FP32", {-1, 8, 256}}};
+  save_package(dir, GPT({.d_model = 16, .nhead = 2, .layers = 1, .ff = 32, .max_len = 32}), s);
+  std::string good;
+  {
+    std::ifstream in(dir / "model.json");
+    good.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto expect_bad = [&](const char* key, int64_t value, const std::string& needle) {
+    auto j = nlohmann::json::parse(good);
+    j["graph"]["config"][key] = value;
+    std::ofstream(dir / "model.json") << j.dump();
+    try {
+      load_package(dir);
+      ADD_FAILURE() << "no error for " << key << " = " << value;
+    } catch (const FormatError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("model.json: field 'graph.config"));
+      EXPECT_THAT(e.what(), HasSubstr(needle));
+    }
+  };
+  expect_bad("layers", int64_t{1} << 40, "graph.config.layers' must be a positive integer up to 2^24");
+  expect_bad("d_model", int64_t{1} << 30, "graph.config.d_model' must be a positive integer up to 2^24");
+  expect_bad("layers", int64_t{1} << 24, "describes a model of more than 2^32 parameters");
+  expect_bad("layers", 2, "weights.safetensors holds");
+  std::ofstream(dir / "model.json") << good;
+  EXPECT_NO_THROW(load_package(dir));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(GPT, AttentionBucketsAreStatic) {
