@@ -2,6 +2,8 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <map>
 #include <set>
@@ -17,8 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
-constexpr int64_t kProbe[2] = {2, 3};
-constexpr int64_t kMaxElements = int64_t{1} << 40;  // per tensor  // the batch sizes the graph is run at to find batch-dependent values
+constexpr int64_t kProbe[2] = {2, 3};  // the batch sizes the graph is run at to find batch-dependent values
 
 enum class Kind { Const, Meta, Runtime };  // Meta: known at import but batch-dependent (shape arithmetic)
 
@@ -27,6 +28,11 @@ struct Val {
   Tensor probe[2];   // the value at each probe batch (both the same tensor for constants)
   std::string name;  // graph value or constant name
 };
+
+std::vector<double> host_doubles(const Tensor& t) {
+  const Tensor d = t.to(DType::F64).contiguous();
+  return std::vector<double>(d.data<double>(), d.data<double>() + d.numel());
+}
 
 bool same_value(const Tensor& a, const Tensor& b) {
   if (a.meta() != b.meta()) return false;
@@ -50,7 +56,8 @@ struct Importer {
 
   const std::vector<uint8_t>& external_file(const std::string& location, const std::string& tensor) {
     const fs::path rel(location);
-    if (location.empty() || rel.is_absolute() || location.find("..") != std::string::npos)
+    const bool up = std::any_of(rel.begin(), rel.end(), [](const fs::path& part) { return part == ".."; });
+    if (location.empty() || rel.is_absolute() || rel.has_root_name() || up)
       fail("tensor '" + tensor + "': external data location '" + location + "' must be a relative path below the model");
     const fs::path path = file.parent_path() / rel;
     auto it = external.find(path);
@@ -62,21 +69,21 @@ struct Importer {
     }
   }
 
-  Tensor tensor_from_proto(const onnx::TensorProto& t) {
-    const std::string what = "tensor '" + t.name() + "'";
+  // where: what holds the tensor ("node 'x' (op ...): attribute 'value': "), empty for initializers.
+  Tensor tensor_from_proto(const onnx::TensorProto& t, const std::string& where = "") {
+    const std::string what = where + "tensor '" + t.name() + "'";
     DType dt;
     try {
       dt = dtype_from_onnx(t.data_type());
     } catch (const Error& e) {
       fail(what + ": " + e.what());
     }
-    Shape shape;
-    int64_t n = 1;
-    for (int64_t d : t.dims()) {
-      if (d < 0 || (d > 0 && n > kMaxElements / d)) fail(what + ": bad dimension " + std::to_string(d));
-      shape.push_back(d);
-      n *= d;
-    }
+    const Shape shape(t.dims().begin(), t.dims().end());
+    const auto count_or_none = capped_numel(shape);
+    if (!count_or_none)
+      fail(what + ": shape " + shape_str(shape) + " has a negative dimension or more than " +
+           std::to_string(kMaxOnnxElements) + " elements");
+    const int64_t n = *count_or_none;
     const size_t bytes = static_cast<size_t>(n) * dtype_size(dt);
     auto count = [&](int64_t have, const char* field) {
       if (have != n) fail(what + ": " + field + " holds " + std::to_string(have) + " values, the shape " + shape_str(shape) +
@@ -98,18 +105,24 @@ struct Importer {
     if (external) {
       std::string location;
       int64_t length = -1;
+      bool has_length = false;
       for (const auto& kv : t.external_data()) {
-        try {
-          if (kv.key() == "location") location = kv.value();
-          else if (kv.key() == "offset") offset = std::stoll(kv.value());
-          else if (kv.key() == "length") length = std::stoll(kv.value());
-        } catch (const std::exception&) {
-          fail(what + ": external data field '" + kv.key() + "' is not a number: '" + kv.value() + "'");
+        if (kv.key() == "location") {
+          location = kv.value();
+        } else if (kv.key() == "offset" || kv.key() == "length") {
+          const std::string& v = kv.value();
+          int64_t x = -1;
+          const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+          if (v.empty() || ec != std::errc() || end != v.data() + v.size() || x < 0)
+            fail(what + ": external data field '" + kv.key() + "' is not a non-negative integer: '" + v + "'");
+          (kv.key() == "offset" ? offset : length) = x;
+          has_length |= kv.key() == "length";
         }
       }
       ext = &external_file(location, t.name());
-      if (length < 0) length = static_cast<int64_t>(ext->size()) - offset;
-      if (offset < 0 || static_cast<size_t>(length) != bytes || static_cast<uint64_t>(offset) + bytes > ext->size())
+      const uint64_t size = ext->size();
+      if (!has_length) length = static_cast<uint64_t>(offset) <= size ? static_cast<int64_t>(size - offset) : 0;
+      if (static_cast<uint64_t>(length) != bytes || static_cast<uint64_t>(offset) > size || bytes > size - offset)
         fail(what + ": external data at offset " + std::to_string(offset) + ", length " + std::to_string(length) + " in '" +
              location + "' (" + std::to_string(ext->size()) + " bytes) does not hold the " + std::to_string(bytes) +
              " bytes of " + shape_str(shape));
@@ -145,9 +158,10 @@ struct Importer {
       case A::STRING: return a.s();
       case A::FLOATS: return std::vector<double>(a.floats().begin(), a.floats().end());
       case A::INTS: return std::vector<int64_t>(a.ints().begin(), a.ints().end());
-      case A::TENSOR: {
-        const Tensor t = tensor_from_proto(a.t());
-        return {{"dtype", dtype_name(t.dtype())}, {"shape", t.shape()}, {"data", t.to(DType::F64).to_vector()}};
+      case A::TENSOR: {  // data: int64 values for integer dtypes (exact), doubles otherwise
+        const Tensor t = tensor_from_proto(a.t(), node_ctx(n) + ": attribute '" + a.name() + "': ");
+        const Json data = is_floating(t.dtype()) ? Json(host_doubles(t)) : Json(t.to(DType::I64).to_indices());
+        return {{"dtype", dtype_name(t.dtype())}, {"shape", t.shape()}, {"data", data}};
       }
       default: fail(node_ctx(n) + ": attribute '" + a.name() + "' has an unsupported type");
     }
@@ -159,7 +173,7 @@ struct Importer {
     if (np.attribute_size() != 1 || np.output_size() != 1) fail(node_ctx(n) + ": needs one attribute and one output");
     const auto& a = np.attribute(0);
     Tensor t;
-    if (a.name() == "value") t = tensor_from_proto(a.t());
+    if (a.name() == "value") t = tensor_from_proto(a.t(), node_ctx(n) + ": ");
     else if (a.name() == "value_float") t = Tensor::from_vector({a.f()}, {});
     else if (a.name() == "value_floats") t = Tensor::from_vector({a.floats().begin(), a.floats().end()}, {a.floats_size()});
     else if (a.name() == "value_int") t = Tensor::from_indices({a.i()}, {});
@@ -177,15 +191,19 @@ struct Importer {
     Json list = Json::array();
     if (is_floating(p0.dtype())) {
       if (v.kind != Kind::Const) fail(node_ctx(n) + ": input '" + n.inputs[h.slot] + "' (" + h.attr + ") depends on the batch size");
-      for (float x : p0.to_vector()) list.push_back(static_cast<double>(x));
+      for (double x : host_doubles(p0)) list.push_back(x);
     } else {
       const auto a = p0.to(DType::I64).to_indices(), b = v.probe[1].to(DType::I64).to_indices();
       for (size_t k = 0; k < a.size(); ++k) {
         if (a[k] == b[k]) {
           list.push_back(a[k]);
         } else {
-          const int64_t slope = (b[k] - a[k]) / (kProbe[1] - kProbe[0]);
-          list.push_back({{"batch", slope}, {"plus", a[k] - slope * kProbe[0]}});
+          int64_t slope, at0, plus;
+          if (__builtin_sub_overflow(b[k], a[k], &slope) || __builtin_mul_overflow(slope / (kProbe[1] - kProbe[0]), kProbe[0], &at0) ||
+              __builtin_sub_overflow(a[k], at0, &plus))
+            fail(node_ctx(n) + ": input '" + n.inputs[h.slot] + "' (" + h.attr + ") overflows int64 as a function of the batch");
+          slope /= kProbe[1] - kProbe[0];
+          list.push_back({{"batch", slope}, {"plus", plus}});
         }
       }
     }
@@ -271,6 +289,11 @@ struct Importer {
       s.shape.push_back(d == 0 ? -1 : dim.dim_value());
     }
     if (s.shape.empty()) fail("input '" + vi.name() + "' has no batch dimension");
+    Shape largest = s.shape;
+    largest[0] = kProbe[1];
+    if (!capped_numel(largest))
+      fail("input '" + vi.name() + "': shape " + shape_str(s.shape) + " has more than " + std::to_string(kMaxOnnxElements) +
+           " elements at batch " + std::to_string(kProbe[1]));
     Val v{Kind::Runtime, {}, vi.name()};
     for (int k = 0; k < 2; ++k) {
       Shape shape = s.shape;
@@ -314,9 +337,7 @@ struct Importer {
   }
 };
 
-}  // namespace
-
-ModelPackage import_onnx(const fs::path& file) {
+ModelPackage import_model(const fs::path& file) {
   const std::vector<uint8_t> bytes = read_file(file);
   onnx::ModelProto model;
   if (bytes.size() > static_cast<size_t>(INT32_MAX) || !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
@@ -350,6 +371,18 @@ ModelPackage import_onnx(const fs::path& file) {
                      {"producer", model.producer_name() + " " + model.producer_version()}};
   p.weights = to_safetensors(im.constants);
   return p;
+}
+
+}  // namespace
+
+ModelPackage import_onnx(const fs::path& file) {
+  try {
+    return import_model(file);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // bad_alloc, length_error, protobuf's or json's: still an hg::Error
+    throw FormatError(file.string() + ": import failed: " + e.what());
+  }
 }
 
 }  // namespace hg::models

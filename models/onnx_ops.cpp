@@ -43,7 +43,9 @@ struct Ctx {
   }
   std::string s(const char* k, const std::string& dflt) const {
     auto it = n.attrs.find(k);
-    return it == n.attrs.end() || !it->is_string() ? dflt : it->get<std::string>();
+    if (it == n.attrs.end()) return dflt;
+    if (!it->is_string()) fail(std::string("attribute '") + k + "' is not a string");
+    return it->get<std::string>();
   }
   // An integer list; {"batch": a, "plus": c} entries resolve to a * batch + c.
   std::vector<int64_t> ints(const char* k) const {
@@ -54,10 +56,24 @@ struct Ctx {
     for (const Json& e : *it) {
       if (e.is_number_integer()) r.push_back(e.get<int64_t>());
       else if (e.is_object() && e.value("batch", Json()).is_number_integer() && e.value("plus", Json()).is_number_integer())
-        r.push_back(e["batch"].get<int64_t>() * batch + e["plus"].get<int64_t>());
+        r.push_back(linear(e["batch"].get<int64_t>(), e["plus"].get<int64_t>(), k));
       else fail(std::string("attribute '") + k + "' has a non-integer entry " + e.dump());
     }
     return r;
+  }
+  int64_t linear(int64_t slope, int64_t plus, const char* k) const {
+    int64_t v;
+    if (__builtin_mul_overflow(slope, batch, &v) || __builtin_add_overflow(v, plus, &v))
+      fail(std::string("attribute '") + k + "': " + std::to_string(slope) + " * batch " + std::to_string(batch) + " + " +
+           std::to_string(plus) + " overflows");
+    return v;
+  }
+  // The element count of a shape this node allocates; fails beyond kMaxOnnxElements.
+  int64_t numel_capped(const Shape& s) const {
+    const auto n = capped_numel(s);
+    if (!n) fail("shape " + shape_str(s) + " has a negative dimension or more than " + std::to_string(kMaxOnnxElements) +
+                 " elements");
+    return *n;
   }
   std::vector<double> reals(const char* k) const {
     std::vector<double> r;
@@ -95,7 +111,11 @@ Ts unsqueeze(const Ctx& c) {
   std::vector<int64_t> axes = c.ints("axes");
   const int64_t rank = x.ndim() + static_cast<int64_t>(axes.size());
   std::vector<bool> inserted(rank, false);
-  for (int64_t a : axes) inserted[c.axis(a, rank)] = true;
+  for (int64_t a : axes) {
+    const int64_t d = c.axis(a, rank);
+    if (inserted[d]) c.fail("axis " + std::to_string(a) + " is repeated in axes");
+    inserted[d] = true;
+  }
   Shape s;
   for (int64_t d = 0, k = 0; d < rank; ++d) s.push_back(inserted[d] ? 1 : x.shape()[k++]);
   return {reshape_to(x, s)};
@@ -165,22 +185,41 @@ Ts shape_of(const Ctx& c) {
   return {Tensor::from_indices(v, {static_cast<int64_t>(v.size())})};
 }
 
+// The fill value is built in its own dtype: int64 values stay exact, F64 is not rounded to float.
 Ts constant_of_shape(const Ctx& c) {
   const Shape s = c.ints("shape");
+  const int64_t n = c.numel_capped(s);
   DType t = DType::F32;
-  double v = 0;
+  Json v = 0;
   if (c.has_attr("value")) {
     const Json& val = c.n.attrs["value"];
-    t = dtype_from_name(val.value("dtype", "F32"));
-    v = val.contains("data") && !val["data"].empty() ? val["data"][0].get<double>() : 0.0;
+    const Json dtype = val.is_object() ? val.value("dtype", Json("F32")) : Json();
+    const Json data = val.is_object() ? val.value("data", Json::array()) : Json();
+    if (!dtype.is_string() || !data.is_array() || data.size() > 1 || (data.size() == 1 && !data[0].is_number()))
+      c.fail("attribute 'value' must be {\"dtype\": name, \"data\": [one number]}, not " + val.dump());
+    try {
+      t = dtype_from_name(dtype.get<std::string>());
+    } catch (const Error& e) {
+      c.fail(std::string("attribute 'value': ") + e.what());
+    }
+    if (data.size() == 1) v = data[0];
+    if (!is_floating(t) && !v.is_number_integer()) c.fail("attribute 'value' holds " + v.dump() + " for an integer dtype");
   }
-  return {Tensor::full(s, static_cast<float>(v)).to(t)};
+  if (!is_floating(t)) return {Tensor::from_indices(std::vector<int64_t>(n, v.get<int64_t>()), s).to(t)};
+  if (t != DType::F64) return {Tensor::full(s, v.get<float>()).to(t)};
+  Tensor r = Tensor::empty(s, DType::F64, Device::cpu());
+  std::fill_n(r.data<double>(), n, v.get<double>());
+  return {r};
 }
 
 Ts range(const Ctx& c) {
   const auto a = c.reals("start"), b = c.reals("limit"), d = c.reals("delta");
   if (a.size() != 1 || b.size() != 1 || d.size() != 1 || d[0] == 0) c.fail("start, limit and delta must be scalars, delta != 0");
-  const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((b[0] - a[0]) / d[0])));
+  const double steps = std::ceil((b[0] - a[0]) / d[0]);
+  if (!std::isfinite(steps) || steps > static_cast<double>(kMaxOnnxElements))
+    c.fail("start " + std::to_string(a[0]) + ", limit " + std::to_string(b[0]) + ", delta " + std::to_string(d[0]) +
+           " do not give a finite length of at most " + std::to_string(kMaxOnnxElements) + " elements");
+  const int64_t n = steps > 0 ? static_cast<int64_t>(steps) : 0;
   const DType t = dtype_from_name(c.s("start_dtype", "I64"));
   if (t == DType::I64 || t == DType::I32) {
     std::vector<int64_t> v(n);
@@ -325,7 +364,11 @@ const std::map<std::string, OpFn>& op_table() {
        }},
       {"Slice", slice},
       {"Gather", gather},
-      {"Expand", [](const Ctx& c) { return Ts{ops::expand(c.x(0), broadcast(c, c.x(0).shape(), c.ints("shape")))}; }},
+      {"Expand", [](const Ctx& c) {
+         const Shape s = broadcast(c, c.x(0).shape(), c.ints("shape"));
+         c.numel_capped(s);
+         return Ts{ops::expand(c.x(0), s)};
+       }},
       {"MatMul", [](const Ctx& c) { return Ts{ops::matmul(c.x(0), c.x(1))}; }},
       {"Gemm", gemm},
       {"Conv", [](const Ctx& c) {
@@ -396,6 +439,13 @@ const std::vector<HostInput>& host_inputs(const std::string& op) {
   static const std::vector<HostInput> none;
   auto it = table.find(op);
   return it == table.end() ? none : it->second;
+}
+
+std::optional<int64_t> capped_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > kMaxOnnxElements) return std::nullopt;
+  return n;
 }
 
 bool is_supported_onnx_op(const std::string& op) { return op_table().count(op) != 0; }

@@ -5,6 +5,7 @@
 //   std::vector<hg::Tensor> out = hg::models::run_onnx_node(node, {x, w, b}, /*batch=*/8);
 //   for (const HostInput& h : host_inputs("Reshape")) ...   // slot 1 -> attr "shape"
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,13 @@ struct HostInput {
   bool required;
 };
 const std::vector<HostInput>& host_inputs(const std::string& op);
+
+// The largest tensor (in elements) a shape read from a file may ask for: sizes from ONNX files
+// and model.json are checked against it before anything is allocated.
+inline constexpr int64_t kMaxOnnxElements = int64_t{1} << 31;
+// The element count of `shape`, or std::nullopt when a dimension is negative or the count
+// (overflow-checked) exceeds kMaxOnnxElements.
+std::optional<int64_t> capped_numel(const Shape& shape);
 
 bool is_supported_onnx_op(const std::string& op);
 // ONNX TensorProto element type -> DType; throws hg::DTypeError for types the engine lacks.

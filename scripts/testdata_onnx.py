@@ -8,6 +8,9 @@ OUT_DIR/<case>.safetensors holding "input" (the batch fed to PyTorch) and "outpu
 model's output in eval mode). Also:
   mlp_external.onnx + mlp_external.data   the MLP saved with save_as_external_data=True
   unsupported.onnx                         a graph with an op hgraph does not import (Det)
+  const_of_shape_table.onnx                ConstantOfShape with a tensor `value` (0.25) feeding a Gather
+  bad_<what>.onnx                          hand-built graphs import_onnx must reject (BAD_MODELS)
+  ext_<what>.onnx + w..bin                 a weight in external data, with good and bad fields (EXTERNAL)
 OUT_DIR/stamp holds a hash of this script (and of scripts/torch_zoo.py); when it matches,
 nothing is redone.
 """
@@ -64,6 +67,83 @@ def unsupported_model(path):
     onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 15)]), path)
 
 
+H = onnx.helper
+T = onnx.TensorProto
+
+
+def save_graph(path, nodes, inputs, outputs, initializers=()):
+    graph = H.make_graph(nodes, os.path.basename(path)[:-5], inputs, outputs, list(initializers))
+    onnx.save(H.make_model(graph, opset_imports=[H.make_opsetid("", 17)]), path)
+
+
+def float_io(name, dims):
+    return H.make_tensor_value_info(name, T.FLOAT, dims)
+
+
+def ints(name, values):
+    return H.make_tensor(name, T.INT64, [len(values)], values)
+
+
+def scalar(name, value):
+    return H.make_tensor(name, T.FLOAT, [], [value])
+
+
+def relu_graph(path, extra_nodes, initializers=(), input_dims=("batch", 2)):
+    """input [batch, 2] -> Relu -> output, plus nodes the importer must reject."""
+    save_graph(path, [H.make_node("Relu", ["input"], ["output"], name="relu")] + extra_nodes,
+               [float_io("input", list(input_dims))], [float_io("output", list(input_dims))], initializers)
+
+
+# bad model -> (extra nodes, initializers, input dims); tests/onnx_test.cpp expects the error to name
+# the input or node in the comment.
+BAD_MODELS = {
+    "huge_input": ([], [], ("batch", 1 << 40)),  # input 'input'
+    "fill_value_string": ([H.make_node("ConstantOfShape", ["two"], ["c"], name="fill",
+                                       value=H.make_tensor("value", T.STRING, [1], [b"x"]))],
+                          [ints("two", [2])], ("batch", 2)),  # node 'fill'
+    "fill_huge": ([H.make_node("ConstantOfShape", ["big"], ["c"], name="fill")],
+                  [ints("big", [1 << 20, 1 << 20, 1 << 20])], ("batch", 2)),  # node 'fill'
+    "range_inf": ([H.make_node("Range", ["zero", "inf", "one"], ["r"], name="range")],
+                  [scalar("zero", 0.0), scalar("inf", float("inf")), scalar("one", 1.0)], ("batch", 2)),
+    "expand_huge": ([H.make_node("Expand", ["one", "big"], ["e"], name="expand")],
+                    [H.make_tensor("one", T.FLOAT, [1], [1.0]), ints("big", [1 << 16, 1 << 16, 1 << 16])],
+                    ("batch", 2)),  # node 'expand'
+}
+
+# external weight "w" [2] in w..bin: case -> (location, offset, length)
+EXTERNAL = {
+    "dots": ("w..bin", "0", "8"),
+    "parent": ("../w..bin", "0", "8"),
+    "length_suffix": ("w..bin", "0", "8abc"),
+    "length_negative": ("w..bin", "0", "-8"),
+    "offset_negative": ("w..bin", "-4", "8"),
+}
+
+
+def external_model(path, location, offset, length):
+    w = T(name="w", data_type=T.FLOAT, dims=[2], data_location=T.EXTERNAL)
+    for key, value in (("location", location), ("offset", offset), ("length", length)):
+        entry = w.external_data.add()
+        entry.key, entry.value = key, value
+    save_graph(path, [H.make_node("Add", ["input", "w"], ["output"], name="add")], [float_io("input", ["batch", 2])],
+               [float_io("output", ["batch", 2])], [w])
+
+
+def edge_models(out):
+    save_graph(os.path.join(out, "const_of_shape_table.onnx"),
+               [H.make_node("ConstantOfShape", ["shape"], ["table"], name="fill",
+                            value=H.make_tensor("value", T.FLOAT, [1], [0.25])),
+                H.make_node("Gather", ["table", "ids"], ["output"], name="gather")],
+               [H.make_tensor_value_info("ids", T.INT64, ["batch"])], [float_io("output", ["batch", 3])],
+               [ints("shape", [4, 3])])
+    for name, (nodes, inits, dims) in BAD_MODELS.items():
+        relu_graph(os.path.join(out, "bad_" + name + ".onnx"), nodes, inits, dims)
+    with open(os.path.join(out, "w..bin"), "wb") as f:
+        f.write(torch.tensor([1.5, -2.0]).numpy().tobytes())
+    for name, fields in EXTERNAL.items():
+        external_model(os.path.join(out, "ext_" + name + ".onnx"), *fields)
+
+
 def make(out):
     for i, (case, (build, opset, make_input)) in enumerate(CASES.items()):
         torch.manual_seed(i)
@@ -78,6 +158,7 @@ def make(out):
             onnx.save(proto, os.path.join(out, "mlp_external.onnx"), save_as_external_data=True,
                       all_tensors_to_one_file=True, location="mlp_external.data", size_threshold=0)
     unsupported_model(os.path.join(out, "unsupported.onnx"))
+    edge_models(out)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -17,6 +18,7 @@
 #include "golden.h"
 #include "models/module.h"
 #include "models/onnx_import.h"
+#include "models/onnx_ops.h"
 #include "models/predictor.h"
 #include "models/safetensors.h"
 #include "server/kserve.h"
@@ -257,6 +259,118 @@ TEST(OnnxConvertTest, OpsGraphValidationNamesTheField) {
   expect_error([](auto& j) { j["graph"]["outputs"][0] = "nothing"; }, "graph.outputs[0]");
   expect_error([](auto& j) { j["graph"]["nodes"][0].erase("outputs"); }, "graph.nodes[0].outputs");
   expect_error([](auto& j) { j["inputs"][0]["datatype"] = "STRING"; }, "inputs[0].datatype");
+}
+
+// A tensor-typed attribute (ConstantOfShape's value) imports, and the filled table feeds a Gather.
+TEST(OnnxImportTest, ConstantOfShapeTensorValueImports) {
+  const auto p = hg::models::import_onnx(data_dir() / "const_of_shape_table.onnx");
+  const auto out = hg::models::build_module(p)->forward_all({hg::Tensor::from_indices({0, 3}, {2})});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].shape(), (hg::Shape{2, 3}));
+  for (float v : out[0].to_vector()) EXPECT_EQ(v, 0.25f);
+}
+
+// Hand-built graphs asking for impossible sizes or holding bad attributes: an hg::Error naming the
+// file and the input or node (scripts/testdata_onnx.py, BAD_MODELS), never bad_alloc or a crash.
+TEST(OnnxImportTest, ImpossibleSizesAndBadAttributesNameTheInputOrNode) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"huge_input", "input 'input'"},
+      {"fill_value_string", "node 'fill' (op ConstantOfShape"},
+      {"fill_huge", "node 'fill' (op ConstantOfShape"},
+      {"range_inf", "node 'range' (op Range"},
+      {"expand_huge", "node 'expand' (op Expand"},
+  };
+  for (const auto& [name, what] : cases) {
+    const std::string file = std::string("bad_") + name + ".onnx";
+    try {
+      hg::models::import_onnx(data_dir() / file);
+      ADD_FAILURE() << file << " imported";
+    } catch (const hg::Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(file), std::string::npos) << m;
+      EXPECT_NE(m.find(what), std::string::npos) << m;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << file << ": not an hg::Error: " << e.what();
+    }
+  }
+}
+
+// External data fields: a file name holding ".." loads; a ".." component, numbers with trailing
+// characters and negative offsets or lengths are rejected.
+TEST(OnnxImportTest, ExternalDataFieldsAreCheckedStrictly) {
+  const auto p = hg::models::import_onnx(data_dir() / "ext_dots.onnx");
+  const auto* w = p.weights.find("w");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(as_floats(w->data), (std::vector<float>{1.5f, -2.0f}));
+  const std::pair<const char*, const char*> cases[] = {
+      {"parent", "must be a relative path below the model"},
+      {"length_suffix", "field 'length' is not a non-negative integer: '8abc'"},
+      {"length_negative", "field 'length' is not a non-negative integer: '-8'"},
+      {"offset_negative", "field 'offset' is not a non-negative integer: '-4'"},
+  };
+  for (const auto& [name, what] : cases) {
+    const std::string file = std::string("ext_") + name + ".onnx";
+    try {
+      hg::models::import_onnx(data_dir() / file);
+      ADD_FAILURE() << file << " imported";
+    } catch (const hg::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("tensor 'w'"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// One op of a model.json "ops" graph, run as OpGraphModule runs it (node "n1", inputs x0, x1, ...).
+std::vector<hg::Tensor> run_op(const std::string& op, const nlohmann::json& attrs, const std::vector<hg::Tensor>& in = {},
+                               int64_t batch = 2) {
+  hg::models::OpNode n{op, "n1", {}, {"y"}, attrs};
+  for (size_t i = 0; i < in.size(); ++i) n.inputs.push_back("x" + std::to_string(i));
+  return hg::models::run_onnx_node(n, in, batch);
+}
+
+TEST(OnnxOpsTest, ConstantOfShapeFillsExactlyInItsDtype) {
+  const int64_t big = (int64_t{1} << 53) + 1;  // not a float, not a double
+  const auto i = run_op("ConstantOfShape", {{"shape", {2, 3}}, {"value", {{"dtype", "I64"}, {"shape", {1}}, {"data", {big}}}}});
+  ASSERT_EQ(i[0].dtype(), hg::DType::I64);
+  EXPECT_EQ(i[0].to_indices(), std::vector<int64_t>(6, big));
+  const auto d = run_op("ConstantOfShape", {{"shape", {2}}, {"value", {{"dtype", "F64"}, {"shape", {1}}, {"data", {0.1}}}}});
+  ASSERT_EQ(d[0].dtype(), hg::DType::F64);
+  EXPECT_EQ(d[0].data<double>()[0], 0.1);
+  EXPECT_EQ(d[0].data<double>()[1], 0.1);
+}
+
+// Bad attributes (as a hand-edited model.json may hold them): an hg::Error naming node and op.
+TEST(OnnxOpsTest, BadAttributesRaiseErrorsNamingNodeAndOp) {
+  auto expect_error = [](const std::string& op, const nlohmann::json& attrs, const std::vector<hg::Tensor>& in,
+                         const std::string& what) {
+    try {
+      run_op(op, attrs, in);
+      ADD_FAILURE() << op << " ran with " << attrs.dump();
+    } catch (const hg::Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("node 'n1' (op " + op + ")"), std::string::npos) << m;
+      EXPECT_NE(m.find(what), std::string::npos) << m;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << op << " with " << attrs.dump() << ": not an hg::Error: " << e.what();
+    }
+  };
+  const hg::Tensor x = hg::Tensor::zeros({2, 3});
+  expect_error("Unsqueeze", {{"axes", {1, 1}}}, {x}, "axis 1 is repeated");
+  expect_error("Unsqueeze", {{"axes", {1, -3}}}, {x}, "axis -3 is repeated");
+  expect_error("Unsqueeze", {{"axes", {4}}}, {x}, "axis 4 is out of range");
+  for (const nlohmann::json& value : {nlohmann::json("x"), nlohmann::json({{"dtype", "F32"}, {"data", "x"}}),
+                                      nlohmann::json({{"dtype", 5}, {"data", {1}}}),
+                                      nlohmann::json({{"dtype", "F32"}, {"data", {"1"}}})})
+    expect_error("ConstantOfShape", {{"shape", {2}}, {"value", value}}, {}, "attribute 'value'");
+  expect_error("ConstantOfShape", {{"shape", {2}}, {"value", {{"dtype", "I64"}, {"data", {0.5}}}}}, {}, "attribute 'value'");
+  expect_error("ConstantOfShape", {{"shape", {1 << 20, 1 << 20, 1 << 20}}}, {}, "elements");
+  expect_error("ConstantOfShape", {{"shape", {-1}}}, {}, "negative");
+  expect_error("Range", {{"start", {0}}, {"limit", {4}}, {"delta", {1}}, {"start_dtype", 5}}, {},
+               "attribute 'start_dtype' is not a string");
+  for (double limit : {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(), 1e300})
+    expect_error("Range", {{"start", {0.0}}, {"limit", {limit}}, {"delta", {1.0}}}, {}, "a finite length");
+  expect_error("Reshape", {{"shape", {{{"batch", std::numeric_limits<int64_t>::max()}, {"plus", 0}}}}}, {x}, "overflows");
+  expect_error("Expand", {{"shape", {1 << 16, 1 << 16, 1 << 16}}}, {hg::Tensor::zeros({1})}, "elements");
 }
 
 }  // namespace
