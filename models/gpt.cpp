@@ -289,7 +289,7 @@ std::vector<int64_t> GPT::generate_with(const std::vector<int64_t>& prompt, int6
   const auto p = static_cast<int64_t>(prompt.size());
   if (max_new_tokens < 0)
     throw InvalidArgument("gpt generate: max_new_tokens must be >= 0, got " + std::to_string(max_new_tokens));
-  if (p + max_new_tokens > config_.max_len)
+  if (max_new_tokens > config_.max_len - p)  // no p + max_new_tokens: it may overflow
     throw InvalidArgument("gpt generate: prompt of " + std::to_string(p) + " tokens + " + std::to_string(max_new_tokens) +
                           " new tokens exceeds max_len " + std::to_string(config_.max_len));
   for (size_t i = 0; i < prompt.size(); ++i)

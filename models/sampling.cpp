@@ -44,7 +44,15 @@ std::vector<double> sampling_distribution(const std::vector<float>& logits, cons
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return logits[a] > logits[b]; });
   size_t keep = o.top_k > 0 ? std::min(order.size(), static_cast<size_t>(o.top_k)) : order.size();
-  const double top = logits[order[0]] / o.temperature;
+  const float best = logits[order[0]];
+  if (best == -INFINITY) throw InvalidArgument("sampling: every logit is -inf");
+  if (best == INFINITY) {  // +inf is certain: the kept +inf tokens share the probability (exp would give NaN)
+    size_t n = 0;
+    while (n < keep && logits[order[n]] == INFINITY) ++n;
+    for (size_t r = 0; r < n; ++r) p[order[r]] = 1.0 / static_cast<double>(n);
+    return p;
+  }
+  const double top = best / o.temperature;
   double total = 0;
   for (size_t r = 0; r < keep; ++r) total += p[order[r]] = std::exp(logits[order[r]] / o.temperature - top);
   double cum = 0;

@@ -32,7 +32,9 @@ int64_t argmax_token(const std::vector<float>& logits);
 // Probabilities over the vocabulary that sampling draws from: softmax(logits / temperature)
 // restricted to the top-k tokens, then to the top-p set, renormalised; other tokens get 0.
 // Ties in probability are ordered by token index (lower first). With greedy set: one-hot on
-// argmax_token.
+// argmax_token. Non-finite logits: NaN throws hg::InvalidArgument; +inf is certain (the +inf
+// tokens among the top-k share the probability equally, top_p and temperature do not apply);
+// -inf has probability 0, and all -inf throws InvalidArgument.
 std::vector<double> sampling_distribution(const std::vector<float>& logits, const SamplingOptions& o);
 
 class Sampler {

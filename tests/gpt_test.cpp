@@ -259,6 +259,8 @@ TEST(GPT, BadInputRaisesErrors) {
   expect_error([&] { gpt.forward(Tensor::from_indices(long_prompt, {1, 21})); }, "sequence of 21 tokens exceeds max_len 20");
   expect_error([&] { gpt.generate_ids(std::vector<int64_t>(15, 65), 6); },
                "prompt of 15 tokens + 6 new tokens exceeds max_len 20");
+  expect_error([&] { gpt.generate_ids(std::vector<int64_t>(15, 65), INT64_MAX); },  // p + n would overflow
+               "prompt of 15 tokens + 9223372036854775807 new tokens exceeds max_len 20");
   expect_error([&] { gpt.forward(Tensor::from_indices({1, 256, 3}, {1, 3})); },
                "token 256 at flat index 1 of [1, 3] is outside the vocabulary [0, 256)");
   expect_error([&] { gpt.generate_ids({72, -1}, 2); }, "prompt token -1 at position 1 is outside the vocabulary");
@@ -417,6 +419,18 @@ TEST(Sampling, TopKAndTopPKeepTheRightSets) {
   expect_probs(sampling_distribution({1, 2, 2, 0}, {.greedy = false, .top_k = 1}), {0, 1, 0, 0}, "tie");
   EXPECT_EQ(argmax_token({1, 2, 2, 0}), 1);
   expect_error([] { argmax_token({1, NAN}); }, "logit 1 is NaN");
+}
+
+TEST(Sampling, NonFiniteLogits) {
+  const SamplingOptions o{.greedy = false, .temperature = 0.7};
+  expect_error([&] { sampling_distribution({1, NAN, 2}, o); }, "logit 1 is NaN");
+  expect_error([&] { Sampler(o).next({0, NAN}); }, "logit 1 is NaN");
+  expect_probs(sampling_distribution({1, INFINITY, 2}, o), {0, 1, 0}, "+inf is certain");
+  expect_probs(sampling_distribution({INFINITY, 0, INFINITY}, o), {0.5, 0, 0.5}, "+inf ties share");
+  expect_probs(sampling_distribution({INFINITY, 0, INFINITY}, {.greedy = false, .top_k = 1}), {1, 0, 0}, "top_k 1 of ties");
+  expect_probs(sampling_distribution({-INFINITY, 0, std::log(3.0f)}, {.greedy = false}), {0, 0.25, 0.75}, "-inf is impossible");
+  expect_error([&] { sampling_distribution({-INFINITY, -INFINITY}, o); }, "every logit is -inf");
+  EXPECT_EQ(Sampler(o).next({1, INFINITY, 2}), 1);
 }
 
 TEST(Sampling, DrawsFollowTheDistribution) {
