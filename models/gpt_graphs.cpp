@@ -27,14 +27,23 @@ Tensor GPTGraphDecoder::prefill(const Tensor& ids) {
 Tensor GPTGraphDecoder::step(const Tensor& tokens) {
   NoGradGuard no_grad;
   DecodeInputs in = gpt_.decode_inputs(tokens, cache_);
-  Bucket& b = buckets_[in.attend.dim(3)];
+  const int64_t bucket = in.attend.dim(3);
+  Bucket& b = buckets_[bucket];
   if (!b.graph) {  // capture: these inputs become the static ones; capture_end runs the step once
     b.in = std::move(in);
     b.out = cache_;
     b.graph = std::make_unique<graphs::HPUGraph>(gpt_.device());
     b.graph->capture_begin();
-    b.logits = gpt_.decode(b.in, b.out);
-    b.graph->capture_end();
+    try {
+      b.logits = gpt_.decode(b.in, b.out);
+      b.graph->capture_end();
+    } catch (...) {  // as Predictor::capture: drop the outputs, then the graph (its destructor ends the capture)
+      b.logits = Tensor();
+      b.out = {};
+      b.graph.reset();
+      buckets_.erase(bucket);  // no half-built graph to replay: the next step captures afresh
+      throw;
+    }
   } else {
     b.in.tokens.copy_from(in.tokens);
     b.in.position.copy_from(in.position);

@@ -198,6 +198,31 @@ TEST(GPT, GraphDecoderEqualsEagerDecoding) {
   expect_error([&] { GPTGraphDecoder(*gpt, 1); }, "HPU graphs need the model on an HPU, it is on cpu");
 }
 
+// A capture that fails (here: no memory for the graph's outputs and arena) leaves no half-built
+// bucket and no open capture: the next step captures afresh and decodes correctly.
+TEST(GPT, GraphDecoderRecoversFromAFailedCapture) {
+  const Device d = Device::hpu(0);
+  GPT gpt({.d_model = 16, .nhead = 2, .layers = 1, .ff = 32, .max_len = 32});
+  gpt.to(d);
+  NoGradGuard g;
+  const Tensor prompt = Tensor::from_indices({72, 105}, {1, 2}).to(d);
+  GPTGraphDecoder ref(gpt, 1);
+  ref.prefill(prompt);
+  const std::vector<float> want = ref.step(Tensor::from_indices({33}, {1})).to_vector();
+  GPTGraphDecoder dec(gpt, 1);
+  dec.prefill(prompt);
+  {
+    synchronize(d);
+    const MemoryStats s = memory_stats(d);
+    const Tensor hog = Tensor::empty({(s.limit - s.in_use - 4096) / 4}, DType::F32, d);
+    EXPECT_THROW(dec.step(Tensor::from_indices({33}, {1})), OutOfMemoryError);
+  }
+  EXPECT_EQ(dec.captured_graphs(), 0u);
+  EXPECT_EQ(dec.length(), 2);
+  test::expect_close(dec.step(Tensor::from_indices({33}, {1})).to_vector(), want, 1e-6, "step after a failed capture", 1e-6);
+  EXPECT_EQ(dec.captured_graphs(), 1u);
+}
+
 TEST(GPT, ZooBuilderChecksThePackageSpec) {
   PackageSpec s;
   s.graph = GPT({.d_model = 32, .max_len = 64}).spec();
