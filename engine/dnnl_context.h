@@ -31,7 +31,8 @@ class DnnlCall {
  public:
   using Args = std::vector<std::pair<int, dnnl::memory::desc>>;
   DnnlCall(dnnl::primitive prim, Args args, bool single_thread = false);
-  // ptrs[i]: the data of args[i]. Waits for the primitive to finish.
+  // ptrs[i]: the data of args[i]. Waits for the primitive to finish. Never throws: a failing
+  // oneDNN call aborts the process with a message (an unwritten output must not be served).
   void run(const void* const* ptrs) const;
 
  private:

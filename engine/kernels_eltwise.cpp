@@ -22,8 +22,13 @@ bool dnnl_float(DType t) { return t == DType::F32 || t == DType::BF16; }
 Kernel dnnl_eltwise(dnnl::algorithm alg, DType t, int64_t n, float alpha) {
   if (n == 0) return [](const void* const*, void*) {};
   const dnnl::memory::desc md({n}, dnnl_dtype(t), dnnl::memory::format_tag::a);
-  dnnl::eltwise_forward::primitive_desc pd(
-      dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, alg, md, alpha, 0.f), dnnl_engine());
+  dnnl::eltwise_forward::primitive_desc pd;
+  try {
+    pd = dnnl::eltwise_forward::primitive_desc(
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, alg, md, alpha, 0.f), dnnl_engine());
+  } catch (const dnnl::error&) {
+    return nullptr;  // unsupported here: the caller's loop runs instead
+  }
   if (!optimised(pd)) return nullptr;
   DnnlCall call(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, md}, {DNNL_ARG_DST, md}}, n < kSingleThreadElements);
   return [call](const void* const* in, void* out) {
@@ -44,10 +49,15 @@ Kernel dnnl_softmax(const Shape& s, DType t, int64_t dim, bool log) {
   const dnnl::memory::desc md = inner == 1
                                     ? dnnl::memory::desc({outer, n}, dnnl_dtype(t), dnnl::memory::format_tag::ab)
                                     : dnnl::memory::desc({outer, n, inner}, dnnl_dtype(t), dnnl::memory::format_tag::abc);
-  dnnl::softmax_v2_forward::primitive_desc pd(
-      dnnl::softmax_v2_forward::desc(dnnl::prop_kind::forward_inference,
-                                     log ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate, md, md, 1),
-      dnnl_engine());
+  dnnl::softmax_v2_forward::primitive_desc pd;
+  try {
+    pd = dnnl::softmax_v2_forward::primitive_desc(
+        dnnl::softmax_v2_forward::desc(dnnl::prop_kind::forward_inference,
+                                       log ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate, md, md, 1),
+        dnnl_engine());
+  } catch (const dnnl::error&) {
+    return nullptr;  // unsupported here: the caller's loop runs instead
+  }
   if (!optimised(pd)) return nullptr;
   DnnlCall call(dnnl::softmax_v2_forward(pd), {{DNNL_ARG_SRC, md}, {DNNL_ARG_DST, md}},
                 outer * n * inner < kSingleThreadElements);

@@ -13,6 +13,7 @@
 #include "engine/act_math.h"
 #include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/kernels_eltwise.h"
 #include "engine/generator.h"
 #include "engine/op.h"
 #include "engine/ops.h"
@@ -133,6 +134,24 @@ double max_rel_error(float lo, float hi, F f, R ref) {
     worst = std::max(worst, std::fabs(f(act::splat4(x))[0] - want) / std::fabs(want));
   }
   return worst;
+}
+
+// oneDNN's failures: a descriptor it rejects falls back to our loop (no dnnl::error out of
+// prepare_*), and a failed execute aborts with a message instead of leaving the output unwritten.
+TEST(ActDnnl, RejectedDescriptorsGiveNoKernelInsteadOfThrowing) {
+  EXPECT_EQ(kernels::dnnl_eltwise(dnnl::algorithm::softmax_accurate, DType::F32, 4096), nullptr);
+  EXPECT_NE(kernels::dnnl_eltwise(dnnl::algorithm::eltwise_relu, DType::F32, 4096), nullptr);
+}
+
+TEST(ActDnnlDeathTest, FailedExecuteAbortsWithAMessage) {
+  const dnnl::memory::desc md({4096}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
+  const dnnl::eltwise_forward::primitive_desc pd(
+      dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_relu, md, 0.f, 0.f),
+      kernels::dnnl_engine());
+  const kernels::DnnlCall call(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, md}});  // no destination: invalid
+  std::vector<float> x(4096);
+  const void* ptrs[] = {x.data()};
+  EXPECT_DEATH(call.run(ptrs), "oneDNN primitive_execute failed");
 }
 
 TEST(ActMath, SimdFunctionsAreAccurate) {
