@@ -8,9 +8,12 @@
 
 namespace hg::kernels {
 
+// Never destroyed, like the eager kernel cache: kernels queued on an hpu may still run while
+// the process exits, after function-local statics constructed later than the device queues
+// are gone.
 dnnl::engine& dnnl_engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
+  static dnnl::engine* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *e;
 }
 
 dnnl::stream& dnnl_stream() {
