@@ -132,6 +132,7 @@ TEST(Module, ToMovesParametersAndBuffers) {
   b.eval();
   NoGradGuard g;
   EXPECT_EQ(b.forward(Tensor::full({1, 2, 3, 3}, 1.0f, Device::hpu(0))).device(), Device::hpu(0));
+  synchronize(Device::hpu(0));  // no queued kernel may outlive the test process's statics
 }
 
 TEST(Module, ForwardAllTakesExactlyOneInputByDefault) {
