@@ -101,6 +101,8 @@ ModelPackage load_package(const std::filesystem::path& dir) {
     j = Json::parse(bytes.begin(), bytes.end());
   } catch (const Json::parse_error& e) {
     throw FormatError(file.string() + ": invalid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+  } catch (const Json::exception& e) {  // e.g. a number too large for a double
+    throw FormatError(file.string() + ": invalid JSON: " + e.what());
   }
   if (!j.is_object()) throw FormatError(file.string() + ": the top level is not a JSON object");
   ModelPackage p;

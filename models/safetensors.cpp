@@ -85,6 +85,8 @@ Json parse_json(std::string_view text, const std::string& src) {
     // e.byte counts from 1 within the header text, which starts at file byte 8.
     fail(src, "header is not valid JSON near file byte " + std::to_string(7 + e.byte) + ": " +
                   e.what());
+  } catch (const Json::exception& e) {  // e.g. a number too large for a double
+    fail(src, std::string("header is not valid JSON: ") + e.what());
   }
 }
 

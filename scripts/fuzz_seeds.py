@@ -37,6 +37,7 @@ seeds = {
     "negative_dim": st({"a": {"dtype": "U8", "shape": [-1], "data_offsets": [0, 1]}}, b"x"),
     "truncated_json": struct.pack("<Q", 20) + b'{"a": {"dtype": "F3',
     "empty": b"",
+    "number_overflow": st({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).replace(b'[1]', b'[1e999]') + f32(1),
 }
 for name, data in seeds.items():
     write("safetensors", name, data)
@@ -60,6 +61,7 @@ write("package", "wrong_version", json.dumps(j).encode() + mark + weights)
 j = json.loads(model)
 j["inputs"][0]["shape"] = [-1, "64"]
 write("package", "shape_string", json.dumps(j).encode() + mark + weights)
+write("package", "number_overflow", model.replace(b"64", b"1e999", 1) + mark + weights)
 
 # ONNX: small exports (an MLP at opset 13, a conv net at 17), an op we do not import, and
 # broken files (truncated, a byte flipped in the protobuf framing, external data pointing

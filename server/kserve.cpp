@@ -277,6 +277,8 @@ HttpResponse infer(const ModelRepository& repo, const Route& route, const HttpRe
     body = json::parse(req.body);
   } catch (const json::parse_error& ex) {
     fail(400, std::string("malformed JSON in request body: ") + ex.what());
+  } catch (const json::exception& ex) {  // e.g. a number too large for a double
+    fail(400, std::string("malformed JSON in request body: ") + ex.what());
   }
   if (!body.is_object()) fail(400, "request body must be a JSON object");
 

@@ -310,6 +310,12 @@ TEST_F(ServerTest, MalformedJsonIs400) {
   EXPECT_NE(error_of(r).find("malformed JSON"), std::string::npos);
 }
 
+TEST_F(ServerTest, NumberBeyondDoubleRangeIs400) {  // nlohmann throws out_of_range, not parse_error
+  RawResponse r = post(infer_path(), R"({"inputs":[{"name":"input","shape":[1,1],"datatype":"FP32","data":[1e999]}]})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(error_of(r).find("malformed JSON"), std::string::npos);
+}
+
 TEST_F(ServerTest, MissingInputsFieldIs400) {
   RawResponse r = post(infer_path(), R"({"id":"x"})");
   EXPECT_EQ(r.status, 400);
