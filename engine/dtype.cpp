@@ -1,5 +1,7 @@
 #include "engine/dtype.h"
 
+#include <algorithm>
+
 #include "engine/error.h"
 
 namespace hg {
@@ -99,6 +101,17 @@ int64_t numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
   return n;
+}
+
+std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
+  Shape out(std::max(a.size(), b.size()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int64_t da = i < out.size() - a.size() ? 1 : a[i - (out.size() - a.size())];
+    const int64_t db = i < out.size() - b.size() ? 1 : b[i - (out.size() - b.size())];
+    if (da != db && da != 1 && db != 1) return std::nullopt;
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
 }
 
 std::string shape_str(const Shape& s) {

@@ -8,6 +8,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,8 @@ int64_t numel(const Shape& s);
 // absurd with ShapeError before numel * dtype_size can overflow.
 inline constexpr int64_t kMaxTensorBytes = int64_t{1} << 40;
 std::string shape_str(const Shape& s);
+// NumPy broadcasting of two shapes; nullopt when they do not broadcast.
+std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b);
 Shape contiguous_strides(const Shape& s);
 
 // Shape and dtype of a value without its data: what shape inference and graphs work on.

@@ -33,15 +33,9 @@ int64_t norm_dim(const OpSchema& op, const Metas& in, int64_t dim) {
 }
 
 Shape broadcast_shape(const OpSchema& op, const Metas& in, const Shape& a, const Shape& b) {
-  Shape out(std::max(a.size(), b.size()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    const int64_t da = i < out.size() - a.size() ? 1 : a[i - (out.size() - a.size())];
-    const int64_t db = i < out.size() - b.size() ? 1 : b[i - (out.size() - b.size())];
-    if (da != db && da != 1 && db != 1)
-      fail(op, in, "shapes " + shape_str(a) + " and " + shape_str(b) + " cannot be broadcast together");
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
+  std::optional<Shape> out = broadcast_shapes(a, b);
+  if (!out) fail(op, in, "shapes " + shape_str(a) + " and " + shape_str(b) + " cannot be broadcast together");
+  return *out;
 }
 
 }  // namespace hg::schema

@@ -232,14 +232,9 @@ Ts range(const Ctx& c) {
 }
 
 Shape broadcast(const Ctx& c, const Shape& a, const Shape& b) {
-  Shape r(std::max(a.size(), b.size()), 1);
-  for (size_t k = 0; k < r.size(); ++k) {
-    const int64_t da = k < r.size() - a.size() ? 1 : a[k - (r.size() - a.size())];
-    const int64_t db = k < r.size() - b.size() ? 1 : b[k - (r.size() - b.size())];
-    if (da != db && da != 1 && db != 1) c.fail("shapes " + shape_str(a) + " and " + shape_str(b) + " do not broadcast");
-    r[k] = da == 1 ? db : da;
-  }
-  return r;
+  std::optional<Shape> r = broadcast_shapes(a, b);
+  if (!r) c.fail("shapes " + shape_str(a) + " and " + shape_str(b) + " do not broadcast");
+  return *r;
 }
 
 // Equal on the host (import-time shape arithmetic): both sides compared as doubles.

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "engine/error.h"
+#include "models/config_fields.h"
 #include "models/onnx_ops.h"
 #include "models/state_dict.h"
 
@@ -12,20 +13,16 @@ namespace {
 
 using Json = nlohmann::json;
 
-[[noreturn]] void bad(const std::string& file, const std::string& field, const std::string& why) {
-  throw FormatError(file + ": field '" + field + "' " + why);
-}
-
 std::vector<std::string> names(const Json& j, const char* key, const std::string& file, const std::string& where,
                                bool allow_empty) {
   const std::string field = where + "." + key;
   auto it = j.find(key);
-  if (it == j.end() || !it->is_array()) bad(file, field, "is missing or not a list");
+  if (it == j.end() || !it->is_array()) bad_field(file, field, "is missing or not a list");
   std::vector<std::string> r;
   for (size_t i = 0; i < it->size(); ++i) {
     const Json& e = (*it)[i];
     if (!e.is_string() || (!allow_empty && e.get<std::string>().empty()))
-      bad(file, field + "[" + std::to_string(i) + "]", "is not a value name");
+      bad_field(file, field + "[" + std::to_string(i) + "]", "is not a value name");
     r.push_back(e.get<std::string>());
   }
   return r;
@@ -46,35 +43,35 @@ OpGraph op_graph_from_json(const Json& j, const std::string& file, const std::se
   g.outputs = names(j, "outputs", file, "graph", false);
   std::set<std::string> defined(constants);
   for (const auto& i : g.inputs)
-    if (!defined.insert(i).second) bad(file, "graph.inputs", "repeats or shadows a constant: '" + i + "'");
+    if (!defined.insert(i).second) bad_field(file, "graph.inputs", "repeats or shadows a constant: '" + i + "'");
   auto nodes = j.find("nodes");
-  if (nodes == j.end() || !nodes->is_array()) bad(file, "graph.nodes", "is missing or not a list");
+  if (nodes == j.end() || !nodes->is_array()) bad_field(file, "graph.nodes", "is missing or not a list");
   for (size_t k = 0; k < nodes->size(); ++k) {
     const std::string where = "graph.nodes[" + std::to_string(k) + "]";
     const Json& nj = (*nodes)[k];
-    if (!nj.is_object()) bad(file, where, "is not an object");
+    if (!nj.is_object()) bad_field(file, where, "is not an object");
     OpNode n;
-    if (!nj.value("op", Json()).is_string()) bad(file, where + ".op", "is missing or not a string");
-    if (!nj.value("name", Json()).is_string()) bad(file, where + ".name", "is missing or not a string");
+    if (!nj.value("op", Json()).is_string()) bad_field(file, where + ".op", "is missing or not a string");
+    if (!nj.value("name", Json()).is_string()) bad_field(file, where + ".name", "is missing or not a string");
     n.op = nj["op"].get<std::string>();
     n.name = nj["name"].get<std::string>();
-    if (!is_supported_onnx_op(n.op)) bad(file, where + ".op", "names an unsupported op '" + n.op + "'");
+    if (!is_supported_onnx_op(n.op)) bad_field(file, where + ".op", "names an unsupported op '" + n.op + "'");
     n.inputs = names(nj, "inputs", file, where, true);
     n.outputs = names(nj, "outputs", file, where, false);
     if (nj.contains("attrs")) {
-      if (!nj["attrs"].is_object()) bad(file, where + ".attrs", "is not an object");
+      if (!nj["attrs"].is_object()) bad_field(file, where + ".attrs", "is not an object");
       n.attrs = nj["attrs"];
     }
     for (size_t i = 0; i < n.inputs.size(); ++i)
       if (!n.inputs[i].empty() && !defined.count(n.inputs[i]))
-        bad(file, where + ".inputs[" + std::to_string(i) + "]", "names '" + n.inputs[i] + "', defined by no earlier node");
+        bad_field(file, where + ".inputs[" + std::to_string(i) + "]", "names '" + n.inputs[i] + "', defined by no earlier node");
     for (const auto& o : n.outputs)
-      if (!defined.insert(o).second) bad(file, where + ".outputs", "redefines '" + o + "'");
+      if (!defined.insert(o).second) bad_field(file, where + ".outputs", "redefines '" + o + "'");
     g.nodes.push_back(std::move(n));
   }
   for (size_t i = 0; i < g.outputs.size(); ++i)
     if (!defined.count(g.outputs[i]))
-      bad(file, "graph.outputs[" + std::to_string(i) + "]", "names '" + g.outputs[i] + "', produced by no node");
+      bad_field(file, "graph.outputs[" + std::to_string(i) + "]", "names '" + g.outputs[i] + "', produced by no node");
   return g;
 }
 
@@ -119,7 +116,7 @@ std::unique_ptr<OpGraphModule> build_op_graph_module(const ModelPackage& p) {
   }
   OpGraph g = op_graph_from_json(p.spec.graph, file, names);
   if (g.inputs.size() != p.spec.inputs.size() || g.outputs.size() != p.spec.outputs.size())
-    bad(file, "graph", "has " + std::to_string(g.inputs.size()) + " inputs and " + std::to_string(g.outputs.size()) +
+    bad_field(file, "graph", "has " + std::to_string(g.inputs.size()) + " inputs and " + std::to_string(g.outputs.size()) +
                            " outputs; the package declares " + std::to_string(p.spec.inputs.size()) + " and " +
                            std::to_string(p.spec.outputs.size()));
   return std::make_unique<OpGraphModule>(std::move(g), constants);

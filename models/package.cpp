@@ -92,7 +92,7 @@ DType dtype_from_kserve(const std::string& datatype) {
   throw DTypeError("'" + datatype + "' is not a KServe datatype hgraph serves");
 }
 
-ModelPackage load_package(const std::filesystem::path& dir) {
+ModelPackage load_package(const std::filesystem::path& dir, std::unique_ptr<Module>* module) {
   const auto file = dir / "model.json";
   if (!std::filesystem::is_regular_file(file)) throw IoError(file.string() + ": no such file");
   const std::vector<uint8_t> bytes = read_file(file);
@@ -120,7 +120,8 @@ ModelPackage load_package(const std::filesystem::path& dir) {
   p.spec.graph = need(j, "graph", Json::value_t::object, file, "");
   if (j.contains("metadata")) p.spec.metadata = need(j, "metadata", Json::value_t::object, file, "");
   p.weights = safetensors::read(dir / "weights.safetensors");
-  build_module(p);  // validates the graph against the weights and the I/O shapes
+  auto built = build_module(p);  // validates the graph against the weights and the I/O shapes
+  if (module) *module = std::move(built);
   return p;
 }
 

@@ -56,7 +56,8 @@ struct ModelPackage {
 };
 
 // Reads and validates model.json and weights.safetensors; errors name the file and field.
-ModelPackage load_package(const std::filesystem::path& dir);
+// Validation builds the module; pass `module` to keep it instead of building it again.
+ModelPackage load_package(const std::filesystem::path& dir, std::unique_ptr<Module>* module = nullptr);
 // Builds the module the graph describes and loads its weights (validated against it).
 std::unique_ptr<Module> build_module(const ModelPackage& p);
 void save_package(const std::filesystem::path& dir, const Module& m, const PackageSpec& spec);

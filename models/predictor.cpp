@@ -86,9 +86,9 @@ Predictor::~Predictor() = default;
 std::unique_ptr<Predictor> Predictor::load(const std::filesystem::path& dir, const PredictorOptions& opt) {
   auto impl = std::make_unique<Impl>();
   const bool onnx = !std::filesystem::exists(dir / "model.json") && std::filesystem::exists(dir / "model.onnx");
-  impl->package = onnx ? import_onnx(dir / "model.onnx") : load_package(dir);
+  impl->package = onnx ? import_onnx(dir / "model.onnx") : load_package(dir, &impl->module);
   impl->opt = opt;
-  impl->module = build_module(impl->package);
+  if (!impl->module) impl->module = build_module(impl->package);
   impl->module->eval();
   impl->module->to(opt.device);
   std::vector<int64_t> sizes = opt.batch_buckets;

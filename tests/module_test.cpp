@@ -165,7 +165,9 @@ TEST(Module, TrainingStepReachesEveryParameter) {
                                   Tensor::from_vector({1, -1, 2, 0.5, 3, 1, -2, 1}, {2, 2, 1, 2})));
   loss.backward();
   for (auto& [n, t] : b.named_parameters())
-    if (n != "scale") EXPECT_TRUE(t->grad().defined()) << n;
+    if (n != "scale") {
+      EXPECT_TRUE(t->grad().defined()) << n;
+    }
   EXPECT_EQ(b.state_dict()[7].second.to_indices(), (std::vector<int64_t>{1}));  // bn.num_batches_tracked
 }
 
