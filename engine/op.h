@@ -41,6 +41,17 @@ struct OpSchema {
   InferFn infer;
   PrepareFn prepare;
   BackwardFn backward = nullptr;  // null: not differentiable
+  // The output may be written over input 0's buffer when nothing else reads input 0 afterwards
+  // (elementwise ops whose output has input 0's meta; the kernel must allow out == in[0]).
+  bool inplace = false;
+  // Optional: prepares a kernel knowing the data of inputs that stay fixed for the kernel's
+  // lifetime (weights frozen in an HPU graph): constant[i] points at input i's data or is null.
+  // Lets matmul/conv pre-pack weights once. Falls back to `prepare` when null.
+  using PrepackFn = Kernel (*)(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a,
+                               const std::vector<const void*>& constant);
+  PrepackFn prepack = nullptr;
+  // False for ops that cannot run inside a captured graph (data-dependent output shape, host sync).
+  bool capturable = true;
 };
 
 void register_op(const OpSchema& op);

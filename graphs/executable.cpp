@@ -6,8 +6,10 @@
 
 namespace hg::graphs {
 
-std::shared_ptr<const Executable> Executable::compile(Graph g, const PassOptions& opt) {
-  run_passes(g, opt);
+std::shared_ptr<const Executable> Executable::compile(Graph g, const CompileOptions& opt,
+                                                     std::vector<const void*> frozen_data) {
+  (void)frozen_data;  // TODO(executable helper): evaluate constant nodes once, pre-pack frozen weights
+  if (opt.optimize) run_passes(g, opt.passes);
   auto exe = std::shared_ptr<Executable>(new Executable());
   const int n = static_cast<int>(g.nodes.size());
   exe->input_metas_.resize(g.num_inputs);

@@ -1,6 +1,7 @@
 // An immutable compiled graph: kernels prepared once and bound to arena offsets.
 //
 //   auto exe = hg::graphs::Executable::compile(graph);        // passes + memory plan + kernels
+//   auto exe2 = hg::graphs::Executable::compile(graph, {}, {nullptr, w.data_ptr()});  // input 1 frozen
 //   std::vector<std::byte> arena(exe->arena_bytes());         // or any 64-byte aligned block
 //   exe->run(arena.data(), input_ptrs, output_ptrs);          // no allocation, no throwing
 #pragma once
@@ -14,9 +15,17 @@
 
 namespace hg::graphs {
 
+struct CompileOptions {
+  PassOptions passes = default_pass_options();
+  bool optimize = true;  // false: `g` already went through the passes (e.g. read from the disk cache)
+};
+
 class Executable {
  public:
-  static std::shared_ptr<const Executable> compile(Graph g, const PassOptions& opt = default_pass_options());
+  // frozen_data[i]: the data of graph input i when that input is frozen (Node::frozen), else null;
+  // it must stay valid and unchanged for the executable's life (passes may fold or pre-pack it).
+  static std::shared_ptr<const Executable> compile(Graph g, const CompileOptions& opt = {},
+                                                   std::vector<const void*> frozen_data = {});
 
   size_t arena_bytes() const { return plan_.arena_bytes; }
   const MemoryPlan& plan() const { return plan_; }

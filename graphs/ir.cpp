@@ -23,7 +23,12 @@ int Graph::add_op(const OpSchema& op, std::vector<int> inputs, const Attrs& attr
   for (int i : inputs)
     if (i < 0 || i >= static_cast<int>(nodes.size()))
       throw InternalError("graph: op '" + op.name + "' refers to node " + std::to_string(i) + " that does not exist yet");
-  nodes.push_back(Node{Node::Kind::Op, &op, std::move(inputs), attrs, meta, -1});
+  Node n;
+  n.op = &op;
+  n.inputs = std::move(inputs);
+  n.attrs = attrs;
+  n.meta = meta;
+  nodes.push_back(std::move(n));
   return static_cast<int>(nodes.size()) - 1;
 }
 
@@ -39,7 +44,7 @@ std::string Graph::signature() const {
   std::string s;
   s.reserve(nodes.size() * 32);
   for (const auto& n : nodes) {
-    s += n.kind == Node::Kind::Input ? "in" : n.op->name;
+    s += n.kind == Node::Kind::Input ? (n.frozen ? "frozen" : "in") : n.op->name;
     s += ':' + meta_str(n.meta) + '(';
     for (int i : n.inputs) s += std::to_string(i) + ',';
     s += ')';

@@ -22,6 +22,9 @@ struct Node {
   Attrs attrs;
   TensorMeta meta;
   int input_index = -1;  // for Input nodes
+  bool frozen = false;    // Input: its value is fixed for the life of the compiled graph (weights)
+  bool constant = false;  // Op: depends only on frozen inputs; computed once at compile, not per run
+  std::vector<std::string> fused;  // ops a fusion pass merged into this node, for the dump
 };
 
 struct Graph {

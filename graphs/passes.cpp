@@ -12,7 +12,7 @@ PassOptions default_pass_options() {
   return o;
 }
 
-void eliminate_dead_code(Graph& g) {
+int eliminate_dead_code(Graph& g) {
   std::vector<char> live(g.nodes.size(), 0);
   for (int o : g.outputs) live[o] = 1;
   for (size_t i = g.nodes.size(); i-- > 0;) {
@@ -29,8 +29,10 @@ void eliminate_dead_code(Graph& g) {
     remap[i] = static_cast<int>(kept.size());
     kept.push_back(std::move(n));
   }
+  const int removed = static_cast<int>(g.nodes.size() - kept.size());
   g.nodes = std::move(kept);
   for (int& o : g.outputs) o = remap[o];
+  return removed;
 }
 
 int fuse_linear_relu(Graph& g) {
@@ -45,15 +47,36 @@ int fuse_linear_relu(Graph& g) {
     n.op = lin.op;
     n.inputs = lin.inputs;
     n.attrs = Attrs{{1}, {}};
+    n.fused = {"linear", "relu"};
     ++fused;
   }
   if (fused) eliminate_dead_code(g);
   return fused;
 }
 
-void run_passes(Graph& g, const PassOptions& opt) {
-  eliminate_dead_code(g);
-  if (opt.fusion) fuse_linear_relu(g);
+const std::vector<Pass>& all_passes() {
+  static const std::vector<Pass> passes = {
+      {"dce", false, eliminate_dead_code},
+      {"fuse_linear_relu", true, fuse_linear_relu},
+  };
+  return passes;
+}
+
+PassReport run_passes(Graph& g, const PassOptions& opt) {
+  constexpr int kMaxRounds = 32;  // every pass shrinks or simplifies the graph; this is a guard
+  const auto& passes = all_passes();
+  PassReport r;
+  for (const Pass& p : passes) r.applied.emplace_back(p.name, 0);
+  for (bool changed = true; changed && r.rounds < kMaxRounds; ++r.rounds) {
+    changed = false;
+    for (size_t k = 0; k < passes.size(); ++k) {
+      if (passes[k].fusion && !opt.fusion) continue;
+      const int n = passes[k].run(g);
+      r.applied[k].second += n;
+      changed |= n > 0;
+    }
+  }
+  return r;
 }
 
 }  // namespace hg::graphs

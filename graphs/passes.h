@@ -1,9 +1,15 @@
-// Graph passes: small named rewrites run before compilation.
+// Graph passes: small named rewrites, run in order and repeated until none applies (a fixed
+// point). Each pass returns how many rewrites it made.
 //
 //   hg::graphs::PassOptions opt;               // opt.fusion = false to bisect a fusion bug
-//   hg::graphs::run_passes(graph, opt);        // DCE, then linear+relu fusion
-// Env HG_DISABLE_FUSION=1 turns every fusion off.
+//   hg::graphs::PassReport r = hg::graphs::run_passes(graph, opt);
+//   for (auto& [name, n] : r.applied) printf("%s: %d\n", name.c_str(), n);
+// Env HG_DISABLE_FUSION=1 turns every fusion pass off.
 #pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "graphs/ir.h"
 
 namespace hg::graphs {
@@ -13,10 +19,23 @@ struct PassOptions {
 };
 PassOptions default_pass_options();  // honours HG_DISABLE_FUSION
 
+struct Pass {
+  const char* name;
+  bool fusion;            // skipped when PassOptions::fusion is false
+  int (*run)(Graph& g);   // number of rewrites made
+};
+// Every pass in the order run_passes applies them.
+const std::vector<Pass>& all_passes();
+
+struct PassReport {
+  std::vector<std::pair<std::string, int>> applied;  // total rewrites per pass, in pass order
+  int rounds = 0;
+};
+PassReport run_passes(Graph& g, const PassOptions& opt);
+
 // Removes op nodes that no output depends on (inputs stay: their numbering is the interface).
-void eliminate_dead_code(Graph& g);
+int eliminate_dead_code(Graph& g);
 // linear -> relu with no other consumer becomes one linear with a fused ReLU post-op.
 int fuse_linear_relu(Graph& g);
-void run_passes(Graph& g, const PassOptions& opt);
 
 }  // namespace hg::graphs

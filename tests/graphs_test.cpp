@@ -102,7 +102,7 @@ TEST(Executable, FusedAndUnfusedAgree) {
   for (auto& d : data) in.push_back(d.data());
   std::vector<float> out_a(8), out_b(8);
   auto run = [&](bool fusion, std::vector<float>& out) {
-    auto exe = Executable::compile(mlp_graph(2), {.fusion = fusion});
+    auto exe = Executable::compile(mlp_graph(2), {.passes = {.fusion = fusion}});
     std::vector<std::byte> arena(exe->arena_bytes() + 64);
     void* o = out.data();
     exe->run(arena.data(), in.data(), &o);
