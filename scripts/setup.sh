@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package hgraph's build and tests need; with --with-python also the
 # ones for the test-data, golden-data and peer-benchmark scripts (python3-torch,
-# torchvision, onnx, sklearn); the test suite generates its PyTorch data at test time.
+# torchvision, onnx, sklearn, matplotlib for the benchmark chart); the test suite generates its PyTorch data at test time.
 # --with-fuzz adds clang and libFuzzer for scripts/fuzz.sh.
 # Safe to run again: packages already present are skipped.
 set -euo pipefail
@@ -9,7 +9,7 @@ build_pkgs=(cmake g++ make pkg-config libdnnl-dev libtbb-dev libcpprest-dev libs
             nlohmann-json3-dev libboost-dev libboost-program-options-dev libspdlog-dev
             libgtest-dev libgmock-dev libbenchmark-dev libonnx-dev libprotobuf-dev
             protobuf-compiler curl)
-tool_pkgs=(python3 python3-numpy python3-torch python3-torchvision python3-onnx python3-sklearn
+tool_pkgs=(python3 python3-numpy python3-torch python3-torchvision python3-onnx python3-sklearn python3-matplotlib
            libopenblas0-openmp)
 fuzz_pkgs=(clang-14 libclang-rt-14-dev libomp-14-dev)
 want=("${build_pkgs[@]}")
