@@ -1,0 +1,212 @@
+#!/usr/bin/python3
+"""The zoo benchmark's data and its PyTorch peers (bench/run_zoo.sh runs both).
+
+    /usr/bin/python3 bench/torch_zoo_bench.py prepare DIR
+    /usr/bin/python3 bench/torch_zoo_bench.py run DIR THREADS SECONDS [MODEL,...] [BATCH,...]
+
+prepare writes, for MODEL in mlp, lenet5, resnet18, bert, identity (once; again when this script
+or the zoo scripts it uses change):
+  DIR/MODEL/model.onnx          exported by scripts/testdata_onnx.py's export (opset 17, dynamic
+                                batch): the one file hgraph's Predictor and ONNX Runtime load
+  DIR/MODEL/input.npy           the inputs, batch 32 (ONNX Runtime); a batch-b run takes rows 0..b-1
+  DIR/MODEL/input.safetensors   the same array as "input" (hgraph)
+  DIR/MODEL/zoo/                the same weights as a model package (model.json + weights.safetensors)
+                                for hgraph's native modules: zoo graph, mlp sequential (not identity)
+  DIR/meta.json                 {MODEL: {"flops": forward FLOPs of one sample (2 x the multiply-adds
+                                of convolutions, linear layers and attention), "shape": ...}}
+The models: mlp = the bundled digits MLP 64-64-10 (its trained weights), lenet5 [N, 1, 32, 32],
+resnet18 [N, 3, 224, 224], bert = BertClassifier (2 layers, d_model 128, 4 heads) on token ids
+[N, 128], identity [N, 64]; weights from scripts/torch_zoo.py, seeded and perturbed as the zoo
+test data are (scripts/testdata_zoo.py).
+
+run prints one JSON line per (runtime, model, batch): runtime "pytorch" (eager, inference_mode)
+or "torchscript" (torch.jit.freeze of torch.jit.script, trace where script fails), median_ms,
+p99_ms and n, the per-call wall times over SECONDS (at least 5 calls) after a warm-up; each call
+returns its output as a NumPy array, as the other runtimes return host buffers.
+"""
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import testdata_onnx  # noqa: E402
+import testdata_util  # noqa: E402
+import torch_zoo  # noqa: E402
+from testdata_zoo import perturb  # noqa: E402
+
+MAX_BATCH = 32
+OPSET = 17
+DIGITS = os.path.join(ROOT, "models/repository/digits_mlp/1/weights.safetensors")
+
+
+def load_safetensors(path):
+    """name -> tensor of an F32/I64 safetensors file (numpy; the format is header + raw data)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    dtypes = {"F32": np.float32, "I64": np.int64}
+    out = {}
+    for name, e in header.items():
+        if name != "__metadata__":
+            b, end = e["data_offsets"]
+            out[name] = torch.from_numpy(np.frombuffer(raw[8 + n + b:8 + n + end], dtype=dtypes[e["dtype"]])
+                                         .reshape(e["shape"]).copy())
+    return out
+
+
+def mlp():
+    net = testdata_onnx.mlp()
+    net.load_state_dict(load_safetensors(DIGITS))
+    return net.eval()
+
+
+# model -> (builder, seed, input maker, zoo package graph or None, output count)
+MODELS = {
+    "mlp": (mlp, None, lambda g: torch.rand(MAX_BATCH, 64, generator=g),
+            {"type": "sequential", "layers": [{"op": "linear", "name": "0", "in_features": 64, "out_features": 64},
+                                              {"op": "relu", "name": "1"},
+                                              {"op": "linear", "name": "2", "in_features": 64, "out_features": 10}]},
+            10),
+    "lenet5": (torch_zoo.LeNet5, 10, lambda g: torch.randn(MAX_BATCH, 1, 32, 32, generator=g),
+               {"type": "zoo", "model": "lenet5", "config": {"classes": 10}}, 10),
+    "resnet18": (torch_zoo.resnet18, 11, lambda g: torch.randn(MAX_BATCH, 3, 224, 224, generator=g),
+                 {"type": "zoo", "model": "resnet18", "config": {"num_classes": 1000}}, 1000),
+    "bert": (torch_zoo.BertClassifier, 12, lambda g: torch.randint(0, 1000, (MAX_BATCH, 128), generator=g),
+             {"type": "zoo", "model": "bert_classifier",
+              "config": {"vocab": 1000, "d_model": 128, "nhead": 4, "layers": 2, "ff": 512, "max_len": 128,
+                         "classes": 2}}, 2),
+    "identity": (torch.nn.Identity, None, lambda g: torch.rand(MAX_BATCH, 64, generator=g), None, 64),
+}
+
+
+def build(name):
+    make, seed, _, _, _ = MODELS[name]
+    if seed is None:
+        return make().eval()
+    torch.manual_seed(seed)
+    return perturb(make())
+
+
+def flops_per_sample(net, x):
+    """2 x multiply-adds of every Conv2d and Linear for one sample; for the BERT encoder also its
+    projections, feed-forward and attention products (PyTorch's fused encoder path has no Linear
+    calls to hook)."""
+    if isinstance(net, torch_zoo.BertClassifier):
+        layer, s = net.encoder.layers[0], x.shape[1]
+        d, ff = layer.linear1.in_features, layer.linear1.out_features
+        per_token = 4 * d * d + 2 * d * ff + 2 * s * d  # q, k, v, out; ff in and out; q k^T and attn v
+        return 2 * (s * per_token * len(net.encoder.layers) + d * net.head.out_features)
+    total = [0]
+
+    def hook(m, _, out):
+        if isinstance(m, torch.nn.Conv2d):
+            total[0] += out.numel() * m.in_channels // m.groups * m.kernel_size[0] * m.kernel_size[1]
+        elif isinstance(m, torch.nn.Linear):
+            total[0] += out.numel() * m.in_features
+
+    handles = [m.register_forward_hook(hook) for m in net.modules()]
+    with torch.no_grad():
+        net(x[:1])
+    for h in handles:
+        h.remove()
+    return 2 * total[0]
+
+
+def zoo_package(path, name, net, graph, x, classes):
+    os.makedirs(path, exist_ok=True)
+    torch_zoo.write_safetensors(os.path.join(path, "weights.safetensors"), net.state_dict())
+    dtype = "INT64" if x.dtype == torch.int64 else "FP32"
+    spec = {"format": "hgraph-model", "format_version": 1, "name": name, "platform": "hgraph_v1",
+            "inputs": [{"name": "input", "datatype": dtype, "shape": [-1] + list(x.shape[1:])}],
+            "outputs": [{"name": "logits", "datatype": "FP32", "shape": [-1, classes]}],
+            "graph": graph, "metadata": {"source": "bench/torch_zoo_bench.py"}}
+    with open(os.path.join(path, "model.json.tmp"), "w") as f:
+        json.dump(spec, f, indent=1)
+    os.replace(os.path.join(path, "model.json.tmp"), os.path.join(path, "model.json"))
+
+
+def prepare(out):
+    meta = {}
+    for i, (name, (_, _, make_input, graph, classes)) in enumerate(MODELS.items()):
+        d = os.path.join(out, name)
+        os.makedirs(d, exist_ok=True)
+        net = build(name)
+        x = make_input(torch.Generator().manual_seed(200 + i))
+        testdata_onnx.export(net, x, os.path.join(d, "model.onnx"), OPSET)
+        np.save(os.path.join(d, "input.npy"), x.numpy())
+        torch_zoo.write_safetensors(os.path.join(d, "input.safetensors"), {"input": x})
+        if graph is not None:
+            zoo_package(os.path.join(d, "zoo"), name, net, graph, x, classes)
+        meta[name] = {"flops": flops_per_sample(net, x), "shape": list(x.shape[1:])}
+    with open(os.path.join(out, "meta.json.tmp"), "w") as f:
+        json.dump(meta, f, indent=1)
+    os.replace(os.path.join(out, "meta.json.tmp"), os.path.join(out, "meta.json"))
+
+
+def time_calls(fn, seconds):
+    """Warm-up (at least 3 calls and 0.5 s, at most 20 calls), then per-call times for `seconds`
+    (at least 5 calls, at most 5000): median, p99 in ms and the count."""
+    t0 = time.perf_counter()
+    for i in range(20):
+        fn()
+        if i >= 2 and time.perf_counter() - t0 > 0.5:
+            break
+    times = []
+    t0 = time.perf_counter()
+    while len(times) < 5 or (time.perf_counter() - t0 < seconds and len(times) < 5000):
+        a = time.perf_counter_ns()
+        fn()
+        times.append(time.perf_counter_ns() - a)
+    times.sort()
+    return times[len(times) // 2] / 1e6, times[int(len(times) * 0.99)] / 1e6, len(times)
+
+
+def torchscript(net, x):
+    try:
+        scripted = torch.jit.script(net)
+    except Exception as e:  # noqa: BLE001 - any scripting failure falls back to tracing
+        print(f"torch_zoo_bench: torch.jit.script failed ({type(e).__name__}), tracing", file=sys.stderr)
+        scripted = torch.jit.trace(net, x)
+    return torch.jit.freeze(scripted.eval())
+
+
+def run(data, threads, seconds, models, batches):
+    torch.set_num_threads(threads)
+    torch.set_num_interop_threads(1)
+    for name in models:
+        net = build(name)
+        if MODELS[name][3] is not None:
+            net.load_state_dict(load_safetensors(os.path.join(data, name, "zoo", "weights.safetensors")))
+        x_all = torch.from_numpy(np.load(os.path.join(data, name, "input.npy")))
+        with torch.inference_mode():
+            script = torchscript(net, x_all[:1])
+        for batch in batches:
+            x = x_all[:batch].contiguous()
+            for runtime, fn in (("pytorch", net), ("torchscript", script)):
+                with torch.inference_mode():
+                    median, p99, n = time_calls(lambda: fn(x).numpy(), seconds)
+                print(json.dumps({"runtime": runtime, "model": name, "batch": batch, "threads": threads,
+                                  "median_ms": round(median, 5), "p99_ms": round(p99, 5), "n": n}), flush=True)
+
+
+def main():
+    if len(sys.argv) >= 3 and sys.argv[1] == "prepare":
+        sys.argv = [sys.argv[0], sys.argv[2]]
+        testdata_util.run(prepare, ["../bench/torch_zoo_bench.py", "testdata_onnx.py", "testdata_zoo.py",
+                                    "torch_zoo.py"], threads=2)
+    elif len(sys.argv) >= 5 and sys.argv[1] == "run":
+        models = sys.argv[5].split(",") if len(sys.argv) > 5 else list(MODELS)
+        batches = [int(b) for b in sys.argv[6].split(",")] if len(sys.argv) > 6 else [1, 8, 32]
+        run(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), models, batches)
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
