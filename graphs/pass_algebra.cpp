@@ -1,0 +1,86 @@
+// Algebraic simplification, exact rewrites only (the result is bit-identical):
+//   scale(x, 1.0) -> x                   unary_math pow(x, 1.0) -> x
+//   cast(x) to x's dtype -> x            contiguous(x) -> x   (every graph value is contiguous)
+//   reshape / expand / sum_to / slice / one-input concat whose output meta is x's -> x
+//   reshape(reshape(x)) -> reshape(x)    permute(permute(x)) -> permute(x) with the composed dims
+//   permute(x) with dims 0, 1, ..., n-1 -> x
+// Not handled: x*1, x+0, x-0, x/1 through `binary` with a tensor operand: a pass sees shapes,
+// not data, so it cannot know that a frozen tensor holds 1 or 0. Chains of scales are not
+// merged either (x*a*b and x*(a*b) round differently).
+#include <optional>
+
+#include "graphs/passes.h"
+#include "graphs/rewrite.h"
+
+namespace hg::graphs {
+
+namespace {
+
+enum class MathFn : int64_t { Pow = 3 };  // engine/math_ops.cpp: unary_math {fn} / {exponent}
+
+Shape normalized_dims(const Shape& dims) {
+  const int64_t n = static_cast<int64_t>(dims.size());
+  Shape out(dims);
+  for (auto& d : out)
+    if (d < 0) d += n;
+  return out;
+}
+
+bool is_identity_permutation(const Shape& dims) {
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (dims[i] != static_cast<int64_t>(i)) return false;
+  return true;
+}
+
+// The node this op node always equals, if any.
+std::optional<int> identity_source(const Graph& g, const Node& n) {
+  const int x = n.inputs[0];
+  const bool same_meta = g.nodes[x].meta.shape == n.meta.shape && g.nodes[x].meta.dtype == n.meta.dtype;
+  const std::string& op = n.op->name;
+  if (op == "contiguous") return x;
+  if (op == "scale" && n.attrs.f(0) == 1.0) return x;
+  if (op == "unary_math" && n.attrs.i(0) == static_cast<int64_t>(MathFn::Pow) && n.attrs.f(0) == 1.0) return x;
+  if (op == "permute" && is_identity_permutation(normalized_dims(n.attrs.ints))) return x;
+  if (same_meta && (op == "cast" || op == "reshape" || op == "expand" || op == "sum_to" || op == "slice" ||
+                    (op == "concat" && n.inputs.size() == 1)))
+    return x;
+  return std::nullopt;
+}
+
+// Folds op(op(x)) into op(x) for reshape and permute; true if `n` changed.
+bool merge_with_producer(const Graph& g, Node& n) {
+  const Node& p = g.nodes[n.inputs[0]];
+  if (p.kind != Node::Kind::Op || p.op != n.op) return false;
+  if (n.op->name == "reshape") {
+    n.inputs = {p.inputs[0]};
+    return true;
+  }
+  if (n.op->name == "permute") {
+    const Shape outer = normalized_dims(n.attrs.ints), inner = normalized_dims(p.attrs.ints);
+    Shape dims(outer.size());
+    for (size_t i = 0; i < outer.size(); ++i) dims[i] = inner[outer[i]];  // out[i] = x[inner[outer[i]]]
+    n.attrs.ints = dims;
+    n.inputs = {p.inputs[0]};
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int simplify_algebra(Graph& g) {
+  int rewrites = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& n = g.nodes[i];
+    if (n.kind != Node::Kind::Op || n.inputs.empty()) continue;
+    if (merge_with_producer(g, n)) ++rewrites;
+    if (const auto src = identity_source(g, n)) {
+      replace_uses(g, static_cast<int>(i), *src);
+      ++rewrites;
+    }
+  }
+  if (rewrites) eliminate_dead_code(g);
+  return rewrites;
+}
+
+}  // namespace hg::graphs

@@ -1,0 +1,46 @@
+// Common-subexpression elimination: two op nodes with the same op, the same inputs (in order),
+// the same attributes (floats compared by bit pattern) and the same fused list compute the same
+// value; readers of the later one read the earlier one. Random ops (random_ops) are never merged:
+// two dropouts of one tensor draw two masks.
+#include <string>
+#include <unordered_map>
+
+#include "graphs/passes.h"
+#include "graphs/rewrite.h"
+
+namespace hg::graphs {
+
+namespace {
+
+std::string node_key(const Node& n) {
+  std::string k = n.op->name;
+  k += '(';
+  for (int in : n.inputs) k += std::to_string(in) + ',';
+  k += ')';
+  append_attrs_key(k, n.attrs);
+  for (const auto& f : n.fused) k += '+' + f;
+  k += ':' + meta_str(n.meta);
+  return k;
+}
+
+}  // namespace
+
+int eliminate_common_subexpressions(Graph& g) {
+  const std::vector<char> random = random_ops(g);
+  std::unordered_map<std::string, int> first;
+  int merged = 0;
+  // One forward sweep: a node's inputs are already canonical when it is reached, so chains of
+  // duplicates (a + b, then relu of each copy) collapse in the same sweep.
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.kind != Node::Kind::Op || random[i]) continue;
+    const auto [it, fresh] = first.emplace(node_key(n), static_cast<int>(i));
+    if (fresh) continue;
+    replace_uses(g, static_cast<int>(i), it->second);
+    ++merged;
+  }
+  if (merged) eliminate_dead_code(g);
+  return merged;
+}
+
+}  // namespace hg::graphs
