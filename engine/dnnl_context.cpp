@@ -1,6 +1,8 @@
 #include "engine/dnnl_context.h"
 
+#include <algorithm>
 #include <atomic>
+#include <new>
 #include <cstdio>
 #include <cstdlib>
 #include <unordered_map>
@@ -23,6 +25,33 @@ dnnl::stream& dnnl_stream() {
 
 dnnl::memory::data_type dnnl_dtype(DType t) {
   return t == DType::BF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+}
+
+void append_post_ops(dnnl::primitive_attr& attr, FusedAct act, bool sum) {
+  dnnl::post_ops po;
+  if (sum) po.append_sum(1.f);
+  auto eltwise = [&](dnnl::algorithm alg, float alpha) { po.append_eltwise(1.f, alg, alpha, 0.f); };
+  switch (act) {
+    case FusedAct::None: break;
+    case FusedAct::Relu: eltwise(dnnl::algorithm::eltwise_relu, 0.f); break;
+    case FusedAct::GeluErf: eltwise(dnnl::algorithm::eltwise_gelu_erf, 0.f); break;
+    case FusedAct::GeluTanh: eltwise(dnnl::algorithm::eltwise_gelu_tanh, 0.f); break;
+    case FusedAct::Silu: eltwise(dnnl::algorithm::eltwise_swish, 1.f); break;  // x * sigmoid(1 * x)
+    case FusedAct::Sigmoid: eltwise(dnnl::algorithm::eltwise_logistic, 0.f); break;
+    case FusedAct::Tanh: eltwise(dnnl::algorithm::eltwise_tanh, 0.f); break;
+  }
+  if (po.len() > 0) attr.set_post_ops(po);
+}
+
+std::shared_ptr<void> reorder_once(const dnnl::memory::desc& from, const void* data, const dnnl::memory::desc& to) {
+  const size_t bytes = (std::max<size_t>(to.get_size(), 64) + 63) / 64 * 64;
+  std::shared_ptr<void> buf(std::aligned_alloc(64, bytes), std::free);
+  if (!buf) throw std::bad_alloc();
+  dnnl::memory src(from, dnnl_engine(), const_cast<void*>(data)), dst(to, dnnl_engine(), buf.get());
+  dnnl::stream& s = dnnl_stream();
+  dnnl::reorder(src, dst).execute(s, src, dst);
+  s.wait();
+  return buf;
 }
 
 namespace {

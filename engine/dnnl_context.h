@@ -8,20 +8,34 @@
 //   hg::kernels::DnnlCall call(prim, {{DNNL_ARG_SRC, x_md}, {DNNL_ARG_DST, y_md}});
 //   const void* ptrs[] = {x, y};
 //   call.run(ptrs);                                   // pointers in the order of the arguments
+//
+//   dnnl::primitive_attr attr;
+//   hg::kernels::append_post_ops(attr, hg::FusedAct::Relu, /*sum=*/false);  // then build the primitive
+//   std::shared_ptr<void> packed = hg::kernels::reorder_once(plain_md, weights, pd.weights_desc());
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "engine/dtype.h"
+#include "engine/post_ops.h"
 
 namespace hg::kernels {
 
 dnnl::engine& dnnl_engine();
 dnnl::stream& dnnl_stream();                  // one per thread
 dnnl::memory::data_type dnnl_dtype(DType t);  // F32 or BF16 (callers check dtypes in infer)
+
+// Sets attr's post-ops: `sum` (dst += the primitive's result: a residual preloaded into dst),
+// then the activation `act` as an eltwise post-op (none for FusedAct::None).
+void append_post_ops(dnnl::primitive_attr& attr, FusedAct act, bool sum);
+
+// `data` (laid out as `from`) reordered into a new 64-byte aligned buffer laid out as `to`:
+// weights pre-packed once into the layout a primitive chose. Throws dnnl::error.
+std::shared_ptr<void> reorder_once(const dnnl::memory::desc& from, const void* data, const dnnl::memory::desc& to);
 
 // A primitive and its arguments (no scratchpad). Each thread that runs it creates its memory
 // objects on its first call; later calls only swap their data handles and execute, with no

@@ -10,6 +10,11 @@ namespace hg::kernels {
 // oneDNN (kernels_dnnl.cpp)
 Kernel prepare_matmul(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
 Kernel prepare_linear(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+// constant B (matmul) / weight (linear): reordered once into the primitive's layout
+Kernel prepack_matmul(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a,
+                      const std::vector<const void*>& constant);
+Kernel prepack_linear(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a,
+                      const std::vector<const void*>& constant);
 
 // element-wise (kernels_pointwise.cpp)
 Kernel prepare_binary(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // a.ints[0]: BinaryOp

@@ -65,7 +65,8 @@ dnnl::reorder make_reorder(const dnnl::memory::desc& from, const dnnl::memory::d
 }
 }  // namespace
 
-DnnlStep::DnnlStep(const dnnl::primitive_desc& pd, dnnl::primitive prim, std::vector<DnnlArg> args)
+DnnlStep::DnnlStep(const dnnl::primitive_desc& pd, dnnl::primitive prim, std::vector<DnnlArg> args,
+                   const std::vector<const void*>& constant)
     : prim_(std::move(prim)), scratchpad_md_(pd.scratchpad_desc()) {
   if (kTempSlots + args.size() >= static_cast<size_t>(kReorderScratchpadSlot))
     throw InternalError("DnnlStep: too many arguments");
@@ -74,9 +75,13 @@ DnnlStep::DnnlStep(const dnnl::primitive_desc& pd, dnnl::primitive prim, std::ve
     b.a = a;
     b.prim_md = pd.query_md(dnnl::query::exec_arg_md, a.arg);
     if (a.from != ArgFrom::Temp && b.prim_md != a.user_md) {
-      b.reorder = true;
-      if (a.from == ArgFrom::Input) b.to_prim = make_reorder(a.user_md, b.prim_md, b.to_scratch);
-      else b.from_prim = make_reorder(b.prim_md, a.user_md, b.from_scratch);
+      const bool in = a.from == ArgFrom::Input || a.from == ArgFrom::InOut;
+      const bool fixed = a.from == ArgFrom::Input && static_cast<size_t>(a.index) < constant.size() &&
+                         constant[a.index] != nullptr;
+      if (fixed) b.packed = reorder_once(a.user_md, constant[a.index], b.prim_md);
+      else b.reorder = true;
+      if (b.reorder && in) b.to_prim = make_reorder(a.user_md, b.prim_md, b.to_scratch);
+      if (b.reorder && a.from != ArgFrom::Input) b.from_prim = make_reorder(b.prim_md, a.user_md, b.from_scratch);
     }
     args_.push_back(std::move(b));
   }
@@ -92,20 +97,29 @@ void DnnlStep::run(const void* const* in, void* out) const {
       margs.emplace(b.a.arg, dnnl::memory(b.prim_md, eng, scratch(b.a.index, b.prim_md.get_size())));
       continue;
     }
-    void* user = b.a.from == ArgFrom::Input ? const_cast<void*>(in[b.a.index]) : out;
+    if (b.packed) {
+      margs.emplace(b.a.arg, dnnl::memory(b.prim_md, eng, b.packed.get()));
+      continue;
+    }
+    const bool is_out = b.a.from == ArgFrom::Output || b.a.from == ArgFrom::InOut;
+    const void* src = b.a.from == ArgFrom::Output ? nullptr : in[b.a.index];  // the data the arg starts with
+    void* user = is_out ? out : const_cast<void*>(src);
     dnnl::memory um(b.a.user_md, eng, user);
     if (!b.reorder) {
+      if (b.a.from == ArgFrom::InOut && src != out) std::memcpy(out, src, b.a.user_md.get_size());
       margs.emplace(b.a.arg, um);
       continue;
     }
     dnnl::memory pm(b.prim_md, eng, scratch(kTempSlots + static_cast<int>(k), b.prim_md.get_size()));
-    if (b.a.from == ArgFrom::Input)
-      exec(b.to_prim, b.to_scratch, {{DNNL_ARG_FROM, um}, {DNNL_ARG_TO, pm}}, kReorderScratchpadSlot);
+    if (src)
+      exec(b.to_prim, b.to_scratch,
+           {{DNNL_ARG_FROM, dnnl::memory(b.a.user_md, eng, const_cast<void*>(src))}, {DNNL_ARG_TO, pm}},
+           kReorderScratchpadSlot);
     margs.emplace(b.a.arg, pm);
   }
   exec(prim_, scratchpad_md_, margs, kScratchpadSlot);
   for (const Bound& b : args_)
-    if (b.reorder && b.a.from == ArgFrom::Output)
+    if (b.reorder && (b.a.from == ArgFrom::Output || b.a.from == ArgFrom::InOut))
       exec(b.from_prim, b.from_scratch,
            {{DNNL_ARG_FROM, margs.at(b.a.arg)}, {DNNL_ARG_TO, dnnl::memory(b.a.user_md, eng, out)}},
            kReorderScratchpadSlot);
@@ -147,13 +161,16 @@ memory::desc any_md(const memory::desc& m) { return memory::desc(m.dims(), m.dat
 // ResNet-18 layer4: 127 GFLOP/s with blocked activations against 180 with NCHW).
 bool plain_activations(const ConvGeom& g) { return g.oh * g.ow <= 49; }
 
-dnnl::convolution_forward::primitive_desc conv_fwd_pd(const ConvGeom& g, bool bias, dnnl::prop_kind pk) {
+// `attr`: post-ops (the scratchpad mode is set here).
+dnnl::convolution_forward::primitive_desc conv_fwd_pd(const ConvGeom& g, bool bias, dnnl::prop_kind pk,
+                                                      dnnl::primitive_attr attr = {}) {
   const memory::desc bias_md = bias ? plain_md({g.o}, g.dtype) : memory::desc();
   const bool plain = plain_activations(g) && pk == dnnl::prop_kind::forward_inference;
   dnnl::convolution_forward::desc d(pk, dnnl::algorithm::convolution_direct, plain ? src_md(g) : any_md(src_md(g)),
                                     any_md(weight_md(g)), bias_md, plain ? dst_md(g) : any_md(dst_md(g)), g.strides,
                                     g.dilates, g.pads, g.pads);
-  return {d, user_scratchpad(), dnnl_engine()};
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return {d, attr, dnnl_engine()};
 }
 
 Kernel zero_fill(const TensorMeta& out) {
@@ -162,23 +179,44 @@ Kernel zero_fill(const TensorMeta& out) {
   };
 }
 
-}  // namespace
-
-Kernel prepare_conv2d(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
+// act(conv(x, w) + b + residual); inputs x, w[, b][, residual]. constant: see DnnlStep.
+Kernel conv2d_forward(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a, bool bias,
+                      const std::vector<const void*>& constant) {
+  const bool residual = in.size() > (bias ? 3u : 2u);
+  const auto act = static_cast<FusedAct>(a.i(7));
   if (out.numel() == 0) return zero_fill(out);
   const ConvGeom g = conv_geom(in[0].shape, in[1].shape, out.shape, out.dtype, a);
-  const bool bias = in.size() == 3;
   try {
-    auto pd = conv_fwd_pd(g, bias, dnnl::prop_kind::forward_inference);
+    dnnl::primitive_attr attr;
+    append_post_ops(attr, act, residual);
+    auto pd = conv_fwd_pd(g, bias, dnnl::prop_kind::forward_inference, attr);
     std::vector<DnnlArg> args{{DNNL_ARG_SRC, ArgFrom::Input, 0, src_md(g)},
-                              {DNNL_ARG_WEIGHTS, ArgFrom::Input, 1, weight_md(g)},
-                              {DNNL_ARG_DST, ArgFrom::Output, 0, dst_md(g)}};
+                              {DNNL_ARG_WEIGHTS, ArgFrom::Input, 1, weight_md(g)}};
+    if (residual) args.push_back({DNNL_ARG_DST, ArgFrom::InOut, bias ? 3 : 2, dst_md(g)});
+    else args.push_back({DNNL_ARG_DST, ArgFrom::Output, 0, dst_md(g)});
     if (bias) args.push_back({DNNL_ARG_BIAS, ArgFrom::Input, 2, plain_md({g.o}, g.dtype)});
-    DnnlStep step(pd, dnnl::convolution_forward(pd), std::move(args));
+    DnnlStep step(pd, dnnl::convolution_forward(pd), std::move(args), constant);
     return [step = std::move(step)](const void* const* i, void* o) { step.run(i, o); };
   } catch (const dnnl::error& e) {
     rethrow_dnnl("conv2d", e);
   }
+}
+
+}  // namespace
+
+Kernel prepare_conv2d(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
+  return conv2d_forward(in, out, a, true, {});
+}
+Kernel prepare_conv2d_nobias(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
+  return conv2d_forward(in, out, a, false, {});
+}
+Kernel prepack_conv2d(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a,
+                      const std::vector<const void*>& constant) {
+  return conv2d_forward(in, out, a, true, constant);
+}
+Kernel prepack_conv2d_nobias(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a,
+                             const std::vector<const void*>& constant) {
+  return conv2d_forward(in, out, a, false, constant);
 }
 
 // inputs: grad [N, O, OH, OW], weight; output: grad of x [N, C, H, W].

@@ -1,9 +1,13 @@
-// matmul and linear through oneDNN primitives (created once per prepared kernel).
+// matmul and linear through oneDNN primitives (created once per prepared kernel), with their
+// post-ops (bias, activation: engine/post_ops.h) and, for constant weights, the weights
+// reordered once into the layout the primitive chose (prepack).
 #include <cstring>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "engine/dnnl_context.h"
+#include "engine/dtype_dispatch.h"
+#include "engine/error.h"
 #include "engine/kernels.h"
 
 namespace hg::kernels {
@@ -17,48 +21,73 @@ using dt = dnnl::memory::data_type;
 // while 64^3 and above gain from two threads).
 constexpr int64_t kSingleThreadWork = int64_t{1} << 18;
 
+// C = act(op(A) op(B) + bias): A is input 0, B input 1, the bias [n] input 2.
+struct MatmulSpec {
+  DType type;
+  int64_t m, k, n;
+  bool ta, tb, bias;
+  FusedAct act;
+};
+
 // A row-major [r, c] matrix, optionally stored transposed ([c, r] in memory).
 dnnl::memory::desc matrix_md(int64_t r, int64_t c, bool transposed, dt type) {
   return dnnl::memory::desc({r, c}, type, transposed ? dnnl::memory::dims{1, r} : dnnl::memory::dims{c, 1});
 }
 
-// C = op(A) op(B) (+ bias, ReLU) for F64: a plain loop, used for gradient checks.
-Kernel make_matmul_f64(int64_t m, int64_t k, int64_t n, bool ta, bool tb, bool bias, bool relu) {
-  return [=](const void* const* in, void* out) {
+// F64: a plain loop, used for gradient checks.
+Kernel make_matmul_f64(const MatmulSpec& s) {
+  return [s](const void* const* in, void* out) {
     const double* a = static_cast<const double*>(in[0]);
     const double* b = static_cast<const double*>(in[1]);
     double* c = static_cast<double*>(out);
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        double acc = bias ? static_cast<const double*>(in[2])[j] : 0.0;
-        for (int64_t p = 0; p < k; ++p) acc += a[ta ? p * m + i : i * k + p] * b[tb ? j * k + p : p * n + j];
-        c[i * n + j] = relu && acc < 0 ? 0.0 : acc;
+    for (int64_t i = 0; i < s.m; ++i)
+      for (int64_t j = 0; j < s.n; ++j) {
+        double acc = s.bias ? static_cast<const double*>(in[2])[j] : 0.0;
+        for (int64_t p = 0; p < s.k; ++p)
+          acc += a[s.ta ? p * s.m + i : i * s.k + p] * b[s.tb ? j * s.k + p : p * s.n + j];
+        c[i * s.n + j] = apply_fused_act(s.act, acc);
       }
   };
 }
 
-Kernel make_matmul(DType type, int64_t m, int64_t k, int64_t n, bool ta, bool tb, bool bias, bool relu) {
-  if (type == DType::F64) return make_matmul_f64(m, k, n, ta, tb, bias, relu);
-  const dt t = dnnl_dtype(type);
-  const auto a_md = matrix_md(m, k, ta, t), b_md = matrix_md(k, n, tb, t), c_md = matrix_md(m, n, false, t);
+// `packed_from`: B's data when it is constant (reordered here, once, into the layout the
+// primitive prefers); null: B arrives with every call in its plain layout.
+Kernel make_matmul(const MatmulSpec& s, const void* packed_from) {
+  if (s.type == DType::F64) return make_matmul_f64(s);
+  const dt t = dnnl_dtype(s.type);
+  const auto a_md = matrix_md(s.m, s.k, s.ta, t), b_md = matrix_md(s.k, s.n, s.tb, t),
+             c_md = matrix_md(s.m, s.n, false, t);
+  const auto b_want = packed_from ? dnnl::memory::desc({s.k, s.n}, t, dnnl::memory::format_tag::any) : b_md;
+  const dnnl::memory::desc bias_md = s.bias ? dnnl::memory::desc({1, s.n}, t, dnnl::memory::dims{s.n, 1})
+                                            : dnnl::memory::desc();
   dnnl::primitive_attr attr;
-  if (relu) {
-    dnnl::post_ops po;
-    po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
-    attr.set_post_ops(po);
+  append_post_ops(attr, s.act, false);
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_want, bias_md, c_md), attr, dnnl_engine());
+  } catch (const dnnl::error& e) {
+    throw InternalError(std::string("op 'matmul': oneDNN could not create a primitive: ") + e.what());
   }
-  DnnlCall::Args args{{DNNL_ARG_SRC, a_md}, {DNNL_ARG_WEIGHTS, b_md}};
-  dnnl::matmul::desc desc(a_md, b_md, c_md);
-  if (bias) {
-    const dnnl::memory::desc bias_md({1, n}, t, dnnl::memory::dims{n, 1});
-    desc = dnnl::matmul::desc(a_md, b_md, bias_md, c_md);
-    args.emplace_back(DNNL_ARG_BIAS, bias_md);
-  }
+  std::shared_ptr<void> packed;
+  const auto b_prim = pd.weights_desc();
+  if (packed_from && b_prim != b_md) packed = reorder_once(b_md, packed_from, b_prim);
+  DnnlCall::Args args{{DNNL_ARG_SRC, a_md}, {DNNL_ARG_WEIGHTS, b_prim}};
+  if (s.bias) args.emplace_back(DNNL_ARG_BIAS, bias_md);
   args.emplace_back(DNNL_ARG_DST, c_md);
-  DnnlCall call(dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, dnnl_engine())), std::move(args),
-                m * k * n < kSingleThreadWork);
-  // inputs a, b (, bias): the call's argument order is src, weights (, bias), dst
-  if (bias)
+  DnnlCall call(dnnl::matmul(pd), std::move(args), s.m * s.k * s.n < kSingleThreadWork);
+  // the call's argument order is src, weights (, bias), dst
+  if (packed) {
+    if (s.bias)
+      return [call, packed](const void* const* in, void* out) {
+        const void* ptrs[] = {in[0], packed.get(), in[2], out};
+        call.run(ptrs);
+      };
+    return [call, packed](const void* const* in, void* out) {
+      const void* ptrs[] = {in[0], packed.get(), out};
+      call.run(ptrs);
+    };
+  }
+  if (s.bias)
     return [call](const void* const* in, void* out) {
       const void* ptrs[] = {in[0], in[1], in[2], out};
       call.run(ptrs);
@@ -69,22 +98,58 @@ Kernel make_matmul(DType type, int64_t m, int64_t k, int64_t n, bool ta, bool tb
   };
 }
 
+// act(bias) in every row (or zeros): the product over an empty inner dimension.
+Kernel bias_only(const MatmulSpec& s) {
+  return visit_dtype(s.type, [&]<class T>(Type<T>) -> Kernel {
+    return [s](const void* const* in, void* o) {
+      T* y = static_cast<T*>(o);
+      for (int64_t i = 0; i < s.m; ++i)
+        for (int64_t j = 0; j < s.n; ++j) {
+          const double b = s.bias ? static_cast<double>(load(static_cast<const T*>(in[2])[j])) : 0.0;
+          y[i * s.n + j] = store<T>(apply_fused_act(s.act, b));
+        }
+    };
+  });
+}
+
+MatmulSpec matmul_spec(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
+  const bool ta = a.i(0), tb = a.i(1);
+  return {out.dtype,       out.shape[0], ta ? in[0].shape[0] : in[0].shape[1], out.shape[1], ta, tb,
+          in.size() == 3, static_cast<FusedAct>(a.i(2))};
+}
+
+MatmulSpec linear_spec(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
+  return {out.dtype, out.shape[0], in[0].shape[1], out.shape[1], false, true, true, static_cast<FusedAct>(a.i(0))};
+}
+
+Kernel matmul_kernel(const MatmulSpec& s, const void* packed_from) {
+  if (s.m == 0 || s.n == 0) return [](const void* const*, void*) {};
+  if (s.k == 0) return bias_only(s);
+  return make_matmul(s, packed_from);
+}
+
+const void* constant_input(const std::vector<const void*>& constant, size_t i) {
+  return i < constant.size() ? constant[i] : nullptr;
+}
+
 }  // namespace
 
 Kernel prepare_matmul(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
-  const bool ta = a.i(0), tb = a.i(1);
-  const int64_t m = out.shape[0], n = out.shape[1];
-  const int64_t k = ta ? in[0].shape[0] : in[0].shape[1];
-  if (m == 0 || n == 0) return [](const void* const*, void*) {};
-  if (k == 0)
-    return [bytes = out.bytes()](const void* const*, void* o) { std::memset(o, 0, bytes); };
-  return make_matmul(out.dtype, m, k, n, ta, tb, false, false);
+  return matmul_kernel(matmul_spec(in, out, a), nullptr);
+}
+
+Kernel prepack_matmul(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a,
+                      const std::vector<const void*>& constant) {
+  return matmul_kernel(matmul_spec(in, out, a), constant_input(constant, 1));
 }
 
 Kernel prepare_linear(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
-  const int64_t m = out.shape[0], n = out.shape[1], k = in[0].shape[1];
-  if (m == 0 || n == 0) return [](const void* const*, void*) {};
-  return make_matmul(out.dtype, m, k, n, false, true, true, a.i(0) == 1);
+  return matmul_kernel(linear_spec(in, out, a), nullptr);
+}
+
+Kernel prepack_linear(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a,
+                      const std::vector<const void*>& constant) {
+  return matmul_kernel(linear_spec(in, out, a), constant_input(constant, 1));
 }
 
 }  // namespace hg::kernels

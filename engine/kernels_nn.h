@@ -9,6 +9,8 @@
 //                                {DNNL_ARG_DST, nn::ArgFrom::Output, 0, plain_dst_md}});
 //   step.run(inputs, output);
 #pragma once
+#include <memory>
+
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "engine/dnnl_context.h"
@@ -44,7 +46,8 @@ void* scratch(int slot, size_t bytes);
 // Turns a oneDNN creation failure into an hg::InternalError naming the op.
 [[noreturn]] void rethrow_dnnl(const char* op, const dnnl::error& e);
 
-enum class ArgFrom { Input, Output, Temp };
+// InOut: the output, holding input `index`'s data when the primitive starts (oneDNN's sum post-op).
+enum class ArgFrom { Input, Output, Temp, InOut };
 
 struct DnnlArg {
   int arg;                       // DNNL_ARG_*
@@ -56,7 +59,10 @@ struct DnnlArg {
 // One primitive with the reorders between plain tensors and the layouts it chose.
 class DnnlStep {
  public:
-  DnnlStep(const dnnl::primitive_desc& pd, dnnl::primitive prim, std::vector<DnnlArg> args);
+  // constant[i] non-null: input i is fixed for the step's life; when the primitive wants another
+  // layout it is reordered once here into a buffer the step owns (weights pre-packing).
+  DnnlStep(const dnnl::primitive_desc& pd, dnnl::primitive prim, std::vector<DnnlArg> args,
+           const std::vector<const void*>& constant = {});
   void run(const void* const* in, void* out) const;  // never throws for valid pointers
 
  private:
@@ -66,6 +72,7 @@ class DnnlStep {
     bool reorder = false;
     dnnl::reorder to_prim, from_prim;  // input -> prim layout, prim layout -> output
     dnnl::memory::desc to_scratch, from_scratch;
+    std::shared_ptr<void> packed;      // a constant input already in the prim layout
   };
   dnnl::primitive prim_;
   dnnl::memory::desc scratchpad_md_;
@@ -78,7 +85,14 @@ inline constexpr int kTempSlots = 8;
 // ---- kernel factories ----
 
 // kernels_conv.cpp. Attrs ints: {stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups, ...}
-Kernel prepare_conv2d(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // x, w[, b]
+// Post-ops (ints[7] activation, a residual input last): engine/post_ops.h. prepack_*: constant
+// weights reordered once into the primitive's layout.
+Kernel prepare_conv2d(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // x, w, b[, res]
+Kernel prepare_conv2d_nobias(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // x, w[, res]
+Kernel prepack_conv2d(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a,
+                      const std::vector<const void*>& constant);
+Kernel prepack_conv2d_nobias(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a,
+                             const std::vector<const void*>& constant);
 Kernel prepare_conv2d_backward_input(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);   // g, w
 Kernel prepare_conv2d_backward_weight(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // g, x
 Kernel prepare_channel_sum(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // [N, C, ...] -> [C]

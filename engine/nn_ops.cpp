@@ -2,7 +2,8 @@
 // the public wrappers of engine/ops_nn.h.
 //
 // Registered ops and their attributes (ints / floats):
-//   conv2d (x, w, b), conv2d_nobias (x, w)      {stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups}
+//   conv2d (x, w, b), conv2d_nobias (x, w)      {stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups[, act]}
+//     (+ a residual input and a fused activation: engine/post_ops.h)
 //   conv2d_backward_input (g, w)                 conv attrs + {H, W}
 //   conv2d_backward_weight (g, x)                conv attrs + {kh, kw}
 //   channel_sum (g)                              {out dtype}: [N, C, ...] -> [C] (bias gradients)
@@ -22,6 +23,7 @@
 #include "engine/kernels_nn.h"
 #include "engine/op_families.h"
 #include "engine/ops_nn.h"
+#include "engine/post_ops.h"
 #include "engine/schema_util.h"
 
 namespace hg {
@@ -89,12 +91,23 @@ Shape conv_out_shape(const OpSchema& op, const Metas& in, const Shape& x, const 
   return {x[0], w[0], oh, ow};
 }
 
+// conv2d (x, w, b[, residual]), conv2d_nobias (x, w[, residual]); ints[7]: fused activation.
 TensorMeta infer_conv2d(const OpSchema& op, const Metas& in, const Attrs& a) {
+  const size_t plain = op.name == "conv2d" ? 3 : 2;
+  if (in.size() != plain && in.size() != plain + 1)
+    fail(op, in, "takes " + str(static_cast<int64_t>(plain)) + " inputs, or one more: a residual added before the activation");
   for (size_t i = 0; i < in.size(); ++i) expect_dnnl_float(op, in, i), expect_same_dtype(op, in, 0, i);
   expect_rank(op, in, 0, 4), expect_rank(op, in, 1, 4);
   const ConvAttrs c = conv_attrs(op, in, a);
+  if (!valid_fused_act(a.i(7))) fail(op, in, "bad fused activation code " + str(a.i(7)));
   Shape out = conv_out_shape(op, in, in[0].shape, in[1].shape, c);
-  if (in.size() == 3) expect_shape(op, in, 2, {in[1].shape[0]}, "bias");
+  if (plain == 3) {
+    const int64_t o = in[1].shape[0];
+    const Shape& b = in[2].shape;
+    if (!(b == Shape{o} || b == Shape{o, 1, 1} || b == Shape{1, o, 1, 1}))
+      fail(op, in, "bias must have shape [" + str(o) + "], [" + str(o) + ", 1, 1] or [1, " + str(o) + ", 1, 1]");
+  }
+  if (in.size() > plain) expect_shape(op, in, plain, out, "residual");
   return {out, in[0].dtype};
 }
 
@@ -127,15 +140,27 @@ TensorMeta infer_channel_sum(const OpSchema& op, const Metas& in, const Attrs& a
   return {{in[0].shape[1]}, t};
 }
 
-Ts bw_conv2d(const Ts& in, const Tensor& grad, const Attrs& a) {
+// in: x, w[, bias] (a residual input is rejected by the callers below).
+Ts conv2d_grads(const Ts& in, const Tensor& grad, const Attrs& a) {
+  if (a.i(7) != 0) throw InternalError("conv2d with a fused activation has no backward");
   const Tensor &x = in[0], &w = in[1];
   const Tensor g = as_dtype(grad, x.dtype());
   Ts out(in.size());
   if (x.requires_grad()) out[0] = dispatch("conv2d_backward_input", {g, w}, with(a, 7, {x.dim(2), x.dim(3)}));
   if (w.requires_grad()) out[1] = dispatch("conv2d_backward_weight", {g, x}, with(a, 7, {w.dim(2), w.dim(3)}));
   if (in.size() == 3 && in[2].requires_grad())
-    out[2] = dispatch("channel_sum", {g}, Attrs{{static_cast<int64_t>(in[2].dtype())}, {}});
+    out[2] = dispatch("channel_sum", {g}, Attrs{{static_cast<int64_t>(in[2].dtype())}, {}}).reshape(in[2].shape());
   return out;
+}
+
+Ts bw_conv2d(const Ts& in, const Tensor& grad, const Attrs& a) {
+  if (in.size() != 3) throw InternalError("conv2d with a fused residual has no backward");
+  return conv2d_grads(in, grad, a);
+}
+
+Ts bw_conv2d_nobias(const Ts& in, const Tensor& grad, const Attrs& a) {
+  if (in.size() != 2) throw InternalError("conv2d_nobias with a fused residual has no backward");
+  return conv2d_grads(in, grad, a);
 }
 
 // ---- pooling ----
@@ -307,8 +332,8 @@ Tensor filled(const Shape& s, float v, DType t, Device d) { return Tensor::full(
 
 void register_nn_ops() {
   namespace k = kernels::nn;
-  register_op({"conv2d", 3, infer_conv2d, k::prepare_conv2d, bw_conv2d});
-  register_op({"conv2d_nobias", 2, infer_conv2d, k::prepare_conv2d, bw_conv2d});
+  register_op({"conv2d", -1, infer_conv2d, k::prepare_conv2d, bw_conv2d, false, k::prepack_conv2d});
+  register_op({"conv2d_nobias", -1, infer_conv2d, k::prepare_conv2d_nobias, bw_conv2d_nobias, false, k::prepack_conv2d_nobias});
   register_op({"conv2d_backward_input", 2, infer_conv2d_backward_input, k::prepare_conv2d_backward_input});
   register_op({"conv2d_backward_weight", 2, infer_conv2d_backward_weight, k::prepare_conv2d_backward_weight});
   register_op({"channel_sum", 1, infer_channel_sum, k::prepare_channel_sum});

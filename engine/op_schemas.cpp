@@ -4,6 +4,7 @@
 #include "engine/kernels.h"
 #include "engine/op_families.h"
 #include "engine/ops.h"
+#include "engine/post_ops.h"
 #include "engine/schema_util.h"
 
 namespace hg {
@@ -24,22 +25,40 @@ void expect_matmul_dtypes(const OpSchema& op, const Metas& in) {
     throw DTypeError(op_context(op, in) + ": supports F32, BF16 and F64");
 }
 
+// ints[k]: the fused activation (engine/post_ops.h).
+void expect_fused_act(const OpSchema& op, const Metas& in, const Attrs& a, size_t k) {
+  if (!valid_fused_act(a.i(k))) fail(op, in, "bad fused activation code " + std::to_string(a.i(k)));
+}
+
+// A bias of n elements: [n] or [1, n].
+void expect_row_bias(const OpSchema& op, const Metas& in, size_t i, int64_t n) {
+  const Shape& b = in[i].shape;
+  if (!(b == Shape{n} || b == Shape{1, n}))
+    fail(op, in, "bias must have shape [" + std::to_string(n) + "] or [1, " + std::to_string(n) + "]");
+}
+
+// (a, b[, bias]); ints {ta, tb, act}
 TensorMeta infer_matmul(const OpSchema& op, const Metas& in, const Attrs& a) {
+  if (in.size() != 2 && in.size() != 3) fail(op, in, "takes 2 or 3 inputs (a, b[, bias])");
   expect_matmul_dtypes(op, in);
   expect_rank(op, in, 0, 2), expect_rank(op, in, 1, 2);
+  expect_fused_act(op, in, a, 2);
   const bool ta = a.i(0), tb = a.i(1);
   const int64_t m = in[0].shape[ta], k = in[0].shape[!ta], k2 = in[1].shape[tb], n = in[1].shape[!tb];
   if (k != k2) fail(op, in, "inner dimensions differ (" + std::to_string(k) + " vs " + std::to_string(k2) + ")");
+  if (in.size() == 3) expect_row_bias(op, in, 2, n);
   return {{m, n}, in[0].dtype};
 }
 
-TensorMeta infer_linear(const OpSchema& op, const Metas& in, const Attrs&) {
+// (x, w, b); ints {act}
+TensorMeta infer_linear(const OpSchema& op, const Metas& in, const Attrs& a) {
   expect_matmul_dtypes(op, in);
-  expect_rank(op, in, 0, 2), expect_rank(op, in, 1, 2), expect_rank(op, in, 2, 1);
+  expect_rank(op, in, 0, 2), expect_rank(op, in, 1, 2);
+  expect_fused_act(op, in, a, 0);
   if (in[0].shape[1] != in[1].shape[1])
     fail(op, in, "x has " + std::to_string(in[0].shape[1]) + " features but weight expects " +
                      std::to_string(in[1].shape[1]));
-  if (in[2].shape[0] != in[1].shape[0]) fail(op, in, "bias length differs from weight rows");
+  expect_row_bias(op, in, 2, in[1].shape[0]);
   return {{in[0].shape[0], in[1].shape[0]}, in[0].dtype};
 }
 
@@ -93,18 +112,25 @@ TensorMeta infer_sum_to(const OpSchema& op, const Metas& in, const Attrs& a) {
 using Ts = std::vector<Tensor>;
 Tensor mm(const Tensor& a, const Tensor& b, bool ta, bool tb) { return ops::matmul(a, b, ta, tb); }
 
+// The gradient of a bias of shape `s` ([n] or [1, n]) from the output gradient [m, n].
+Tensor bias_grad(const Tensor& g, const Shape& s) { return ops::sum(g, 0).reshape(s); }
+
 Ts bw_matmul(const Ts& in, const Tensor& g, const Attrs& a) {
+  if (a.i(2) != 0) throw InternalError("matmul with a fused activation has no backward");
   const Tensor &A = in[0], &B = in[1];
   const bool ta = a.i(0), tb = a.i(1);
-  if (!ta && !tb) return {mm(g, B, false, true), mm(A, g, true, false)};
-  if (!ta && tb) return {mm(g, B, false, false), mm(g, A, true, false)};
-  if (ta && !tb) return {mm(B, g, false, true), mm(A, g, false, false)};
-  return {mm(B, g, true, true), mm(g, A, true, true)};
+  Ts out;
+  if (!ta && !tb) out = {mm(g, B, false, true), mm(A, g, true, false)};
+  else if (!ta && tb) out = {mm(g, B, false, false), mm(g, A, true, false)};
+  else if (ta && !tb) out = {mm(B, g, false, true), mm(A, g, false, false)};
+  else out = {mm(B, g, true, true), mm(g, A, true, true)};
+  if (in.size() == 3) out.push_back(bias_grad(g, in[2].shape()));
+  return out;
 }
 
 Ts bw_linear(const Ts& in, const Tensor& g, const Attrs& a) {
   if (a.i(0) != 0) throw InternalError("linear with a fused activation has no backward");
-  return {mm(g, in[1], false, false), mm(g, in[0], true, false), ops::sum(g, 0)};
+  return {mm(g, in[1], false, false), mm(g, in[0], true, false), bias_grad(g, in[2].shape())};
 }
 
 Ts bw_binary(const Ts& in, const Tensor& g, const Attrs& a) {
@@ -145,8 +171,8 @@ void register_builtin_ops() {
 void register_core_ops() {
   namespace k = kernels;
   register_op({"cast", 1, infer_cast, k::prepare_cast, bw_cast});
-  register_op({"matmul", 2, infer_matmul, k::prepare_matmul, bw_matmul});
-  register_op({"linear", 3, infer_linear, k::prepare_linear, bw_linear});
+  register_op({"matmul", -1, infer_matmul, k::prepare_matmul, bw_matmul, false, k::prepack_matmul});
+  register_op({"linear", 3, infer_linear, k::prepare_linear, bw_linear, false, k::prepack_linear});
   register_op({"binary", 2, infer_binary, k::prepare_binary, bw_binary});
   register_op({"scale", 1, infer_same, k::prepare_scale, bw_scale});
   register_op({"relu", 1, infer_same, k::prepare_relu, bw_relu});

@@ -35,25 +35,6 @@ int eliminate_dead_code(Graph& g) {
   return removed;
 }
 
-int fuse_linear_relu(Graph& g) {
-  const std::vector<int> uses = g.use_counts();
-  int fused = 0;
-  for (auto& n : g.nodes) {
-    if (n.kind != Node::Kind::Op || n.op->name != "relu") continue;
-    const int src = n.inputs[0];
-    Node& lin = g.nodes[src];
-    if (lin.kind != Node::Kind::Op || lin.op->name != "linear" || lin.attrs.i(0) != 0 || uses[src] != 1) continue;
-    // The relu node takes over the linear: same inputs, ReLU fused; the linear becomes dead.
-    n.op = lin.op;
-    n.inputs = lin.inputs;
-    n.attrs = Attrs{{1}, {}};
-    n.fused = {"linear", "relu"};
-    ++fused;
-  }
-  if (fused) eliminate_dead_code(g);
-  return fused;
-}
-
 const std::vector<Pass>& all_passes() {
   static const std::vector<Pass> passes = {
       {"dce", false, eliminate_dead_code},
@@ -61,7 +42,7 @@ const std::vector<Pass>& all_passes() {
       {"constant_fold", false, fold_constants},
       {"algebra", false, simplify_algebra},
       {"bn_fold", true, fold_batch_norm},
-      {"fuse_linear_relu", true, fuse_linear_relu},
+      {"fuse_post_ops", true, fuse_post_ops},
   };
   return passes;
 }

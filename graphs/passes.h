@@ -45,7 +45,8 @@ int simplify_algebra(Graph& g);
 // conv2d -> batch_norm_eval with constant parameters becomes one conv2d with constant folded
 // weight and bias (graphs/pass_bn_fold.cpp).
 int fold_batch_norm(Graph& g);
-// linear -> relu with no other consumer becomes one linear with a fused ReLU post-op.
-int fuse_linear_relu(Graph& g);
+// linear / matmul / conv2d followed by a bias add, a residual add (conv) or an activation
+// become one node with oneDNN post-ops (graphs/pass_fuse_postops.cpp).
+int fuse_post_ops(Graph& g);
 
 }  // namespace hg::graphs
