@@ -220,13 +220,13 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
 
 void register_act_ops() {
   namespace k = act;
-  register_op({"gelu", 1, infer_act, prepare_gelu<false>, bw_gelu});
+  register_op({"gelu", 1, infer_act, prepare_gelu<false>, bw_gelu, /*inplace=*/true});
   register_op({"gelu_backward", 2, infer_act_backward, prepare_gelu<true>});
-  register_op({"silu", 1, infer_act, prepare_act<Act::Silu, false>, bw_silu});
+  register_op({"silu", 1, infer_act, prepare_act<Act::Silu, false>, bw_silu, /*inplace=*/true});
   register_op({"silu_backward", 2, infer_act_backward, prepare_act<Act::Silu, true>});
-  register_op({"tanh", 1, infer_act, prepare_act<Act::Tanh, false>, bw_tanh});
+  register_op({"tanh", 1, infer_act, prepare_act<Act::Tanh, false>, bw_tanh, /*inplace=*/true});
   register_op({"tanh_backward", 2, infer_act_backward, prepare_act<Act::Tanh, true>});
-  register_op({"sigmoid", 1, infer_act, prepare_act<Act::Sigmoid, false>, bw_sigmoid});
+  register_op({"sigmoid", 1, infer_act, prepare_act<Act::Sigmoid, false>, bw_sigmoid, /*inplace=*/true});
   register_op({"sigmoid_backward", 2, infer_act_backward, prepare_act<Act::Sigmoid, true>});
   register_op({"dropout", 2, infer_dropout, k::prepare_dropout, bw_dropout});
   register_op({"embedding", 2, infer_embedding, k::prepare_embedding, bw_embedding});

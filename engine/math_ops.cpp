@@ -74,6 +74,6 @@ Tensor pow(const Tensor& x, double exponent) { return unary_math(x, MathFn::Pow,
 
 }  // namespace ops
 
-void register_math_ops() { register_op({"unary_math", 1, infer_unary_math, prepare_unary_math, bw_unary_math}); }
+void register_math_ops() { register_op({"unary_math", 1, infer_unary_math, prepare_unary_math, bw_unary_math, /*inplace=*/true}); }
 
 }  // namespace hg

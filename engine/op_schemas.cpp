@@ -173,9 +173,9 @@ void register_core_ops() {
   register_op({"cast", 1, infer_cast, k::prepare_cast, bw_cast});
   register_op({"matmul", -1, infer_matmul, k::prepare_matmul, bw_matmul, false, k::prepack_matmul});
   register_op({"linear", 3, infer_linear, k::prepare_linear, bw_linear, false, k::prepack_linear});
-  register_op({"binary", 2, infer_binary, k::prepare_binary, bw_binary});
-  register_op({"scale", 1, infer_same, k::prepare_scale, bw_scale});
-  register_op({"relu", 1, infer_same, k::prepare_relu, bw_relu});
+  register_op({"binary", 2, infer_binary, k::prepare_binary, bw_binary, /*inplace=*/true});
+  register_op({"scale", 1, infer_same, k::prepare_scale, bw_scale, /*inplace=*/true});
+  register_op({"relu", 1, infer_same, k::prepare_relu, bw_relu, /*inplace=*/true});
   register_op({"relu_backward", 2, infer_same, k::prepare_relu_backward});
   register_op({"softmax", 1, infer_softmax, k::prepare_softmax, bw_softmax});
   register_op({"softmax_backward", 2, infer_softmax, k::prepare_softmax_backward});

@@ -1,73 +1,206 @@
 #include "graphs/executable.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <new>
 
 #include "engine/error.h"
+#include "graphs/graph_dump.h"
 
 namespace hg::graphs {
 
+namespace {
+
+constexpr std::align_val_t kBufferAlignment{kArenaAlignment};
+
+std::string node_name(const Graph& g, int i) {
+  const Node& n = g.nodes[i];
+  return "%" + std::to_string(i) + " (" + (n.kind == Node::Kind::Input ? "input #" + std::to_string(n.input_index) : n.op->name) +
+         ")";
+}
+
+std::string bytes_str(size_t b) {
+  std::string s = std::to_string(b) + " B";
+  if (b >= (size_t{1} << 20)) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, " (%.2f MiB)", static_cast<double>(b) / (1 << 20));
+    s += buf;
+  }
+  return s;
+}
+
+}  // namespace
+
+void Executable::AlignedFree::operator()(std::byte* p) const { ::operator delete[](p, kBufferAlignment); }
+
 std::shared_ptr<const Executable> Executable::compile(Graph g, const CompileOptions& opt,
                                                      std::vector<const void*> frozen_data) {
-  (void)frozen_data;  // TODO(executable helper): evaluate constant nodes once, pre-pack frozen weights
-  if (opt.optimize) run_passes(g, opt.passes);
   auto exe = std::shared_ptr<Executable>(new Executable());
+  exe->signature_hash_ = fnv1a64(g.signature());
+  exe->optimized_ = opt.optimize;
+  if (opt.optimize) exe->report_ = run_passes(g, opt.passes);
   const int n = static_cast<int>(g.nodes.size());
   exe->input_metas_.resize(g.num_inputs);
   for (const auto& node : g.nodes)
     if (node.kind == Node::Kind::Input) exe->input_metas_[node.input_index] = node.meta;
   for (int o : g.outputs) exe->output_metas_.push_back(g.nodes[o].meta);
+  for (int i = 0; i < n; ++i)
+    if (g.nodes[i].kind == Node::Kind::Op && g.nodes[i].inputs.size() > kMaxOpInputs)
+      throw InternalError("graph node " + node_name(g, i) + " has more than " + std::to_string(kMaxOpInputs) + " inputs");
 
-  // Where each node's value lives: an input slot, its first output slot, or the arena.
   std::vector<Loc> loc(n, Loc{Where::Arena, 0});
+  std::vector<int> inplace_of(n, -1), node_step(n, -1);
+  std::vector<char> prepacked(n, 0);
+  auto pointers_and_metas = [&](const Node& node, std::vector<const void*>& ptrs, std::vector<TensorMeta>& metas) {
+    ptrs.clear();
+    metas.clear();
+    for (int in : node.inputs) {
+      ptrs.push_back(loc[in].where == Where::Constant ? exe->constants_[loc[in].index] : nullptr);
+      metas.push_back(g.nodes[in].meta);
+    }
+  };
+
+  // Frozen inputs read the caller's data; constant nodes are computed now, once.
+  std::vector<const void*> ptrs;
+  std::vector<TensorMeta> metas;
+  for (int i = 0; i < n; ++i) {
+    const Node& node = g.nodes[i];
+    if (node.kind == Node::Kind::Input) {
+      const auto k = static_cast<size_t>(node.input_index);
+      if (!node.frozen) {
+        loc[i] = {Where::Input, k};
+        continue;
+      }
+      const void* data = k < frozen_data.size() ? frozen_data[k] : nullptr;
+      if (!data)
+        throw InvalidArgument("graph input #" + std::to_string(k) + " (%" + std::to_string(i) + ", " +
+                              meta_str(node.meta) + ") is frozen but no data was given for it (frozen_data[" +
+                              std::to_string(k) + "] is null)");
+      loc[i] = {Where::Constant, exe->constants_.size()};
+      exe->constants_.push_back(data);
+      continue;
+    }
+    if (!node.constant) continue;
+    pointers_and_metas(node, ptrs, metas);
+    for (size_t k = 0; k < node.inputs.size(); ++k)
+      if (!ptrs[k])
+        throw InternalError("graph node " + node_name(g, i) + " is marked constant but its input " + std::to_string(k) +
+                            ", " + node_name(g, node.inputs[k]) + ", is neither frozen nor constant");
+    const Kernel kernel = node.op->prepack ? node.op->prepack(metas, node.meta, node.attrs, ptrs)
+                                           : node.op->prepare(metas, node.meta, node.attrs);
+    const size_t bytes = node.meta.bytes();
+    Buffer buf(static_cast<std::byte*>(::operator new[](std::max<size_t>(bytes, 1), kBufferAlignment)));
+    kernel(ptrs.data(), buf.get());
+    loc[i] = {Where::Constant, exe->constants_.size()};
+    exe->constants_.push_back(buf.get());
+    exe->owned_.push_back(std::move(buf));
+    exe->constant_bytes_ += bytes;
+  }
+
+  // Every other op is a step; the last step that reads each node bounds its lifetime.
+  auto is_step = [&](int i) { return g.nodes[i].kind == Node::Kind::Op && !g.nodes[i].constant; };
+  std::vector<int> last_read(n, -1);
+  int steps = 0;
+  for (int i = 0; i < n; ++i)
+    if (is_step(i)) node_step[i] = steps++;
+  for (int i = 0; i < n; ++i)
+    if (is_step(i))
+      for (int in : g.nodes[i].inputs) last_read[in] = std::max(last_read[in], node_step[i]);
+
+  // A step's value lives in its first output slot or in the arena. An in-place op takes over
+  // input 0's arena buffer when it reads that buffer last, reads it once, and the sizes agree.
   std::vector<int> first_output(n, -1);
   for (size_t k = 0; k < g.outputs.size(); ++k)
     if (first_output[g.outputs[k]] < 0) first_output[g.outputs[k]] = static_cast<int>(k);
-  // Step number of each op node and the last step that reads it.
-  std::vector<int> step_of(n, -1), last_read(n, -1);
-  int steps = 0;
-  for (int i = 0; i < n; ++i)
-    if (g.nodes[i].kind == Node::Kind::Op) step_of[i] = steps++;
-  for (int i = 0; i < n; ++i)
-    for (int in : g.nodes[i].inputs) last_read[in] = std::max(last_read[in], step_of[i]);
-
   std::vector<BufferRequest> reqs;
-  std::vector<int> req_node;
+  std::vector<int> req_node, req_of(n, -1);
   for (int i = 0; i < n; ++i) {
+    if (!is_step(i)) continue;
     const Node& node = g.nodes[i];
-    if (node.kind == Node::Kind::Input) loc[i] = {Where::Input, static_cast<size_t>(node.input_index)};
-    else if (first_output[i] >= 0) loc[i] = {Where::Output, static_cast<size_t>(first_output[i])};
-    else {
-      reqs.push_back({std::max<size_t>(node.meta.bytes(), 1), step_of[i], std::max(last_read[i], step_of[i])});
-      req_node.push_back(i);
+    if (first_output[i] >= 0) {
+      loc[i] = {Where::Output, static_cast<size_t>(first_output[i])};
+      continue;
     }
+    BufferRequest r{std::max<size_t>(node.meta.bytes(), 1), node_step[i], std::max(last_read[i], node_step[i])};
+    if (node.op->inplace && !node.inputs.empty()) {
+      const int src = node.inputs[0];
+      const bool read_once = std::count(node.inputs.begin(), node.inputs.end(), src) == 1;
+      if (req_of[src] >= 0 && read_once && last_read[src] == node_step[i] &&
+          g.nodes[src].meta.bytes() == node.meta.bytes()) {
+        r.alias_of = req_of[src];
+        inplace_of[i] = src;
+      }
+    }
+    req_of[i] = static_cast<int>(reqs.size());
+    reqs.push_back(r);
+    req_node.push_back(i);
   }
   exe->plan_ = plan_memory(reqs);
   for (size_t r = 0; r < reqs.size(); ++r) loc[req_node[r]] = {Where::Arena, exe->plan_.offsets[r]};
 
+  // Kernels: pre-packed when an input is frozen or constant and the op knows how.
   for (int i = 0; i < n; ++i) {
+    if (!is_step(i)) continue;
     const Node& node = g.nodes[i];
-    if (node.kind != Node::Kind::Op) continue;
-    if (node.inputs.size() > kMaxOpInputs)
-      throw InternalError("graph node %" + std::to_string(i) + " (" + node.op->name + ") has more than " +
-                          std::to_string(kMaxOpInputs) + " inputs");
+    pointers_and_metas(node, ptrs, metas);
     Step s;
-    std::vector<TensorMeta> metas;
-    for (int in : node.inputs) {
-      s.ins.push_back(loc[in]);
-      metas.push_back(g.nodes[in].meta);
-    }
+    for (int in : node.inputs) s.ins.push_back(loc[in]);
     s.out = loc[i];
-    s.kernel = node.op->prepare(metas, node.meta, node.attrs);
+    const bool any_constant = std::any_of(ptrs.begin(), ptrs.end(), [](const void* p) { return p != nullptr; });
+    if (any_constant && node.op->prepack) {
+      s.kernel = node.op->prepack(metas, node.meta, node.attrs, ptrs);
+      prepacked[i] = 1;
+    } else {
+      s.kernel = node.op->prepare(metas, node.meta, node.attrs);
+    }
     exe->steps_.push_back(std::move(s));
   }
-  // Outputs that are inputs, or that repeat an earlier output, are filled by copies.
+  // Outputs that are inputs or constants, or that repeat an earlier output, are filled by copies.
   for (size_t k = 0; k < g.outputs.size(); ++k) {
     const int node = g.outputs[k];
-    if (first_output[node] == static_cast<int>(k) && g.nodes[node].kind == Node::Kind::Op) continue;
+    if (first_output[node] == static_cast<int>(k) && is_step(node)) continue;
     exe->steps_.push_back(Step{nullptr, {loc[node]}, Loc{Where::Output, k}, g.nodes[node].meta.bytes()});
   }
+  exe->node_loc_ = std::move(loc);
+  exe->inplace_of_ = std::move(inplace_of);
+  exe->prepacked_ = std::move(prepacked);
+  exe->node_step_ = std::move(node_step);
   exe->graph_ = std::move(g);
+  append_graph_dump(*exe);
   return exe;
+}
+
+std::string Executable::dump() const {
+  const int n = static_cast<int>(graph_.nodes.size());
+  std::vector<std::string> notes(n);
+  for (int i = 0; i < n; ++i) {
+    const Node& node = graph_.nodes[i];
+    const Loc& l = node_loc_[i];
+    std::string& s = notes[i];
+    switch (l.where) {
+      case Where::Input: s = "input #" + std::to_string(l.index); break;
+      case Where::Output: s = "output #" + std::to_string(l.index); break;
+      case Where::Constant:
+        s = node.kind == Node::Kind::Input ? "frozen data" : "constant " + std::to_string(node.meta.bytes()) + " B";
+        break;
+      case Where::Arena:
+        s = "arena " + std::to_string(l.index) + "+" + std::to_string(node.meta.bytes());
+        if (inplace_of_[i] >= 0) s += " in-place of %" + std::to_string(inplace_of_[i]);
+        break;
+    }
+    if (prepacked_[i]) s += ", prepacked";
+  }
+  std::string s = graph_.dump(notes);
+  const size_t buffers = plan_.offsets.size();
+  s += "memory: arena " + bytes_str(plan_.arena_bytes) + ", sum of buffers " + bytes_str(plan_.total_bytes) + " (" +
+       std::to_string(buffers) + (buffers == 1 ? " buffer, " : " buffers, ") + std::to_string(plan_.inplace) +
+       " in place), constants " + bytes_str(constant_bytes_) + ", " + std::to_string(steps_.size()) + " steps\n";
+  if (!optimized_) return s + "passes: not run (the graph was optimized before)\n";
+  s += "passes:";
+  for (size_t k = 0; k < report_.applied.size(); ++k)
+    s += (k ? ", " : " ") + report_.applied[k].first + " " + std::to_string(report_.applied[k].second);
+  return s + " (" + std::to_string(report_.rounds) + (report_.rounds == 1 ? " round)\n" : " rounds)\n");
 }
 
 void Executable::run(void* arena, const void* const* inputs, void* const* outputs) const noexcept {
@@ -77,6 +210,7 @@ void Executable::run(void* arena, const void* const* inputs, void* const* output
       case Where::Arena: return base + l.index;
       case Where::Input: return const_cast<void*>(inputs[l.index]);
       case Where::Output: return outputs[l.index];
+      case Where::Constant: return const_cast<void*>(constants_[l.index]);
     }
     return nullptr;
   };

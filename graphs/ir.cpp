@@ -1,5 +1,7 @@
 #include "graphs/ir.h"
 
+#include <charconv>
+
 #include "engine/error.h"
 
 namespace hg::graphs {
@@ -56,19 +58,49 @@ std::string Graph::signature() const {
   return s;
 }
 
-std::string Graph::dump() const {
+namespace {
+
+std::string attrs_str(const Attrs& a) {
+  std::string s;
+  if (!a.ints.empty()) {
+    s += " ints=[";
+    for (size_t k = 0; k < a.ints.size(); ++k) s += (k ? ", " : "") + std::to_string(a.ints[k]);
+    s += "]";
+  }
+  if (!a.floats.empty()) {
+    s += " floats=[";
+    for (size_t k = 0; k < a.floats.size(); ++k) {
+      char buf[32];
+      const auto r = std::to_chars(buf, buf + sizeof buf, a.floats[k]);  // shortest exact form
+      s += (k ? ", " : "") + std::string(buf, r.ptr);
+    }
+    s += "]";
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string Graph::dump(const std::vector<std::string>& notes) const {
   std::string s;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
     s += "%" + std::to_string(i) + " = ";
     if (n.kind == Node::Kind::Input) {
-      s += "input #" + std::to_string(n.input_index);
+      s += (n.frozen ? "frozen input #" : "input #") + std::to_string(n.input_index);
     } else {
+      if (n.constant) s += "constant ";
       s += n.op->name + "(";
       for (size_t k = 0; k < n.inputs.size(); ++k) s += (k ? ", %" : "%") + std::to_string(n.inputs[k]);
-      s += ")";
+      s += ")" + attrs_str(n.attrs);
     }
-    s += " : " + meta_str(n.meta) + "\n";
+    s += " : " + meta_str(n.meta);
+    if (!n.fused.empty()) {
+      s += "  fused: ";
+      for (size_t k = 0; k < n.fused.size(); ++k) s += (k ? "+" : "") + n.fused[k];
+    }
+    if (i < notes.size() && !notes[i].empty()) s += "  @ " + notes[i];
+    s += "\n";
   }
   s += "outputs:";
   for (int o : outputs) s += " %" + std::to_string(o);

@@ -37,7 +37,9 @@ struct Graph {
   int add_op(const OpSchema& op, std::vector<int> inputs, const Attrs& attrs, const TensorMeta& meta);
   std::vector<int> use_counts() const;  // consumers per node (outputs count as uses)
   std::string signature() const;        // canonical text: the cache key
-  std::string dump() const;             // readable listing
+  // Readable listing: ids, op, inputs, attrs, meta, frozen/constant marks, fused groups;
+  // notes[i] (when given) is appended to node i's line.
+  std::string dump(const std::vector<std::string>& notes = {}) const;
 };
 
 }  // namespace hg::graphs
