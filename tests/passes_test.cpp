@@ -16,10 +16,14 @@
 #include <sstream>
 
 #include "engine/atomic_file.h"
+#include "engine/autograd.h"
 #include "engine/error.h"
 #include "graphs/executable.h"
 #include "graphs/passes.h"
+#include "graphs/lazy.h"
 #include "graphs/rewrite.h"
+#include "graphs/trace.h"
+#include "models/zoo.h"
 
 using namespace hg;
 using namespace hg::graphs;
@@ -496,6 +500,86 @@ TEST(PassesPipeline, ReachesAFixedPointAndMatchesTheUnoptimizedGraph) {
 
   const auto data = random_inputs(g, 6, var_inputs(g));
   expect_close(run(g, data, true), run(g, data, false), 1e-5, 1e-5);
+}
+
+
+// ---- the user: ResNet-18 in eval mode, traced on an HPU with frozen weights ----
+
+// Random batch-norm state (a fresh ResNet has gamma 1, beta 0, mean 0, var 1: folding those
+// would prove little).
+void randomize_batch_norms(models::Module& net) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  auto fill = [&](Tensor* t, auto f) {
+    std::vector<float> v(t->numel());
+    for (auto& e : v) e = f();
+    *t = Tensor::from_vector(v, t->shape());
+  };
+  auto ends_with = [](const std::string& s, const char* suffix) {
+    return s.size() >= std::strlen(suffix) && s.compare(s.size() - std::strlen(suffix), std::string::npos, suffix) == 0;
+  };
+  for (auto& [name, t] : net.named_parameters()) {
+    if (t->ndim() != 1 || name.rfind("fc.", 0) == 0) continue;
+    if (ends_with(name, ".weight")) fill(t, [&] { return 1.0f + 0.2f * nd(rng); });
+    else fill(t, [&] { return 0.1f * nd(rng); });
+  }
+  for (auto& [name, t] : net.named_buffers()) {
+    if (ends_with(name, "running_mean")) fill(t, [&] { return 0.1f * nd(rng); });
+    if (ends_with(name, "running_var")) fill(t, [&] { return 0.5f + std::fabs(nd(rng)); });
+  }
+}
+
+TEST(PassesResNet18, EvalGraphWithFrozenWeightsFoldsEveryBatchNorm) {
+  const Device hpu = Device::hpu(0);
+  auto net = models::zoo::resnet18(10, 5);
+  randomize_batch_norms(*net);
+  net->eval();
+  net->to(hpu);
+  std::vector<float> xv(2 * 3 * 64 * 64);
+  std::mt19937 rng(12);
+  std::normal_distribution<float> nd;
+  for (auto& v : xv) v = nd(rng);
+  const Tensor x = Tensor::from_vector(xv, {2, 3, 64, 64}, hpu);
+
+  enable_lazy_mode(true);
+  Tensor y;
+  {
+    NoGradGuard no_grad;  // inference: autograd keeps no intermediate value alive as an output
+    y = net->forward(x);
+  }
+  ClosedTrace c;
+  {
+    Trace& t = trace_for(hpu);
+    std::lock_guard lk(t.mu);
+    c = close_trace(t);
+  }
+  enable_lazy_mode(false);
+  abort_values(c, "the test runs this graph itself");
+
+  // Parameters and buffers become frozen inputs, as in an HPU graph captured with frozen weights.
+  std::vector<const TensorImpl*> weights;
+  for (auto& [name, t] : net->named_parameters()) weights.push_back(t->impl());
+  for (auto& [name, t] : net->named_buffers()) weights.push_back(t->impl());
+  Graph g = c.graph;
+  std::vector<Buffer> data(g.num_inputs);
+  for (auto& n : g.nodes) {
+    if (n.kind != Node::Kind::Input) continue;
+    const Tensor& in = c.inputs[n.input_index];
+    n.frozen = std::find(weights.begin(), weights.end(), in.impl()) != weights.end();
+    ASSERT_EQ(in.dtype(), DType::F32);
+    const std::vector<float> v = in.to_vector();
+    data[n.input_index].resize(v.size() * sizeof(float));
+    std::memcpy(data[n.input_index].data(), v.data(), data[n.input_index].size());
+  }
+  ASSERT_EQ(count_ops(g, "batch_norm_eval"), 20);
+  ASSERT_EQ(g.outputs.size(), 1u);
+
+  Graph opt = g;
+  run_passes(opt, {.fusion = true});
+  EXPECT_EQ(count_run_time_ops(opt, "batch_norm_eval"), 0) << "every conv -> bn pair is one conv";
+  EXPECT_EQ(count_run_time_ops(opt, "conv2d_nobias"), 0);
+  const auto want = run(g, data, false);
+  expect_close(run(g, data, true), want, 1e-5, 1e-5);
 }
 
 }  // namespace
