@@ -4,7 +4,9 @@
 //   hg::graphs::PassOptions opt;               // opt.fusion = false to bisect a fusion bug
 //   hg::graphs::PassReport r = hg::graphs::run_passes(graph, opt);
 //   for (auto& [name, n] : r.applied) printf("%s: %d\n", name.c_str(), n);
-// Env HG_DISABLE_FUSION=1 turns every fusion pass off.
+// Env HG_DISABLE_FUSION=1 turns every fusion pass off (bn_fold and the fuse_* passes); dce, cse,
+// constant_fold and algebra are exact and always run. Passes share the rewrite utilities of
+// graphs/rewrite.h (replace_uses, insert_op_before, topo_sort, consumers, random_ops).
 #pragma once
 #include <string>
 #include <utility>
