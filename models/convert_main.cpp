@@ -1,30 +1,50 @@
 // hgraph-convert: an ONNX model to a model package (model.json + weights.safetensors).
 //
-//   hgraph-convert resnet18.onnx repo/resnet18/1 [--name resnet18]
+//   hgraph-convert resnet18.onnx repo/resnet18/1 [--name resnet18] [--dump-graph graph.txt]
 //
 // Imports the file (models/onnx_import.h), builds the module once to validate it and writes the
-// package atomically. Exit status 1 with the error on stderr when the import fails.
+// package atomically. --dump-graph FILE (- : stderr) also captures the package at batch 1 and
+// writes the compiled graph (nodes, memory plan, passes) to FILE. Exit status 1 with the error
+// on stderr when the import fails.
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
+#include "graphs/graph_dump.h"
 #include "models/module.h"
 #include "models/onnx_import.h"
+#include "models/predictor.h"
 
 int main(int argc, char** argv) {
-  if (argc != 3 && !(argc == 5 && std::string(argv[3]) == "--name")) {
-    std::fprintf(stderr, "usage: hgraph-convert MODEL.onnx OUT_DIR [--name NAME]\n");
+  std::vector<std::string> args;
+  std::string name, dump_graph;
+  bool bad_option = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if ((a == "--name" || a == "--dump-graph") && i + 1 < argc) (a == "--name" ? name : dump_graph) = argv[++i];
+    else if (a.starts_with("--")) bad_option = true;
+    else args.push_back(a);
+  }
+  if (bad_option || args.size() != 2) {
+    std::fprintf(stderr, "usage: hgraph-convert MODEL.onnx OUT_DIR [--name NAME] [--dump-graph FILE]\n");
     return 2;
   }
   try {
-    hg::models::ModelPackage p = hg::models::import_onnx(argv[1]);
-    if (argc == 5) p.spec.name = argv[4];
+    if (!dump_graph.empty()) hg::graphs::set_graph_dump(dump_graph);  // an unwritable FILE fails first
+    hg::models::ModelPackage p = hg::models::import_onnx(args[0]);
+    if (!name.empty()) p.spec.name = name;
     auto module = hg::models::build_module(p);
-    hg::models::save_package(argv[2], *module, p.spec);
-    std::printf("hgraph-convert: %s -> %s: %zu nodes, %zu weight tensors\n", argv[1], argv[2],
+    hg::models::save_package(args[1], *module, p.spec);
+    std::printf("hgraph-convert: %s -> %s: %zu nodes, %zu weight tensors\n", args[0].c_str(), args[1].c_str(),
                 p.spec.graph["nodes"].size(), p.weights.entries.size());
     for (const auto& io : p.spec.inputs) std::printf("  input  %s %s%s\n", io.name.c_str(), io.datatype.c_str(), hg::shape_str(io.shape).c_str());
     for (const auto& io : p.spec.outputs) std::printf("  output %s %s%s\n", io.name.c_str(), io.datatype.c_str(), hg::shape_str(io.shape).c_str());
+    if (!dump_graph.empty()) {
+      const auto info = hg::models::Predictor::load(args[1], {.batch_buckets = {1}})->capture_all();
+      std::printf("  graph at batch 1 dumped to %s (arena %zu B, sum of buffers %zu B)\n", dump_graph.c_str(),
+                  info.at(0).arena_bytes, info.at(0).buffer_bytes);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hgraph-convert: %s\n", e.what());
     return 1;

@@ -14,6 +14,7 @@
 
 #include "engine/device.h"
 #include "engine/error.h"
+#include "graphs/graph_dump.h"
 #include "server/http_server.h"
 #include "server/kserve.h"
 #include "server/model_repository.h"
@@ -34,7 +35,7 @@ std::filesystem::path default_repository() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string repository, host = "127.0.0.1", device = "hpu:0", batch_sizes;
+  std::string repository, host = "127.0.0.1", device = "hpu:0", batch_sizes, dump_graph;
   int port = 8000, http_threads = 2, infer_threads = 2, drain_seconds = 30;
   size_t max_body = size_t{64} << 20;
   po::options_description desc("hgraph-serve options");
@@ -51,7 +52,8 @@ int main(int argc, char** argv) {
       ("device", po::value(&device)->default_value(device), "device to run on: cpu, hpu, hpu:N")
       ("batch-sizes", po::value(&batch_sizes), "batch buckets to capture, e.g. 1,2,4,8 (default: 1..32)")
       ("drain-timeout", po::value(&drain_seconds)->default_value(drain_seconds),
-       "seconds to finish requests in flight on shutdown");
+       "seconds to finish requests in flight on shutdown")
+      ("dump-graph", po::value(&dump_graph), "write every compiled graph (nodes, memory plan, passes) to FILE (- : stderr)");
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -70,6 +72,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (!dump_graph.empty()) hg::graphs::set_graph_dump(dump_graph);
     hg::models::PredictorOptions popt;
     popt.device = hg::Device::parse(device);
     if (!batch_sizes.empty()) popt.batch_buckets = hg::server::parse_batch_sizes(batch_sizes);

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "engine/error.h"
+#include "graphs/graph_dump.h"
 #include "models/zoo.h"
 #include "training/trainer.h"
 
@@ -25,7 +26,8 @@ int main(int argc, char** argv) {
       ("checkpoint", po::value<std::string>(), "write a checkpoint here at the end")
       ("resume", po::value<std::string>(), "resume from this checkpoint")
       ("export", po::value<std::string>(), "write the model package to this directory")
-      ("no-progress", "no progress bar");
+      ("no-progress", "no progress bar")
+      ("dump-graph", po::value<std::string>(), "write every compiled graph (nodes, memory plan, passes) to FILE (- : stderr)");
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -34,6 +36,7 @@ int main(int argc, char** argv) {
       std::cout << desc << "\n";
       return 0;
     }
+    if (vm.count("dump-graph")) hg::graphs::set_graph_dump(vm["dump-graph"].as<std::string>());
     namespace tr = hg::training;
     const uint64_t seed = vm["seed"].as<uint64_t>();
     auto [train, test] = tr::split(tr::load_digits(vm["data"].as<std::string>()), 0.2, seed);
