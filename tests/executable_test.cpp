@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -12,6 +13,8 @@
 #include <random>
 #include <sstream>
 #include <thread>
+
+#include <unistd.h>
 
 #include "engine/error.h"
 #include "engine/kernels.h"
@@ -432,6 +435,27 @@ TEST(GraphDump, EveryCompileAppendsUnderItsSignatureHash) {
   std::filesystem::remove(file);
 
   EXPECT_THROW(set_graph_dump((file.parent_path() / "no_such_dir" / "x.txt").string()), IoError);
+}
+
+// Child of the test below: compiles with HG_DUMP_GRAPH set and exits 0 when the dump landed.
+[[noreturn]] void compile_with_env_dump(const std::filesystem::path& file) {
+  ::setenv("HG_DUMP_GRAPH", file.c_str(), 1);
+  const std::vector<float> w{1, 2, 3, 4};
+  Executable::compile(golden_graph(), unoptimized(), {nullptr, w.data()});
+  std::ifstream in(file);
+  std::string first;
+  std::getline(in, first);
+  std::exit(graph_dump_path() == file.string() && first.starts_with("=== graph ") ? 0 : 1);
+}
+
+// HG_DUMP_GRAPH applies while set_graph_dump has not been called: checked in a fresh process
+// (the threadsafe death-test style re-runs only this test).
+TEST(GraphDumpDeathTest, EnvironmentVariableTurnsTheDumpOn) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::filesystem::path file = std::filesystem::temp_directory_path() /
+                                     ("hg_graph_dump_env_" + std::to_string(::getpid()) + ".txt");
+  EXPECT_EXIT(compile_with_env_dump(file), ::testing::ExitedWithCode(0), "");
+  std::filesystem::remove(file);
 }
 
 }  // namespace
