@@ -12,5 +12,6 @@ void register_nn_ops();    // nn_ops.cpp: conv2d, pooling, batch_norm, layer_nor
 void register_act_ops();   // act_ops.cpp, loss_ops.cpp: activations, dropout, indexing, where, losses
 void register_math_ops();   // math_ops.cpp: sqrt, erf, exp, pow
 void register_shape_ops();  // shape_ops.cpp, reduce_ops.cpp, attention_ops.cpp: views, reductions, bmm, attention
+void register_fused_ops();  // fused_elementwise.cpp, sdpa_kernel.cpp: ops of the fusion passes (engine/fused_ops.h)
 
 }  // namespace hg

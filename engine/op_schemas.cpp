@@ -166,6 +166,7 @@ void register_builtin_ops() {
   register_nn_ops();
   register_shape_ops();
   register_math_ops();
+  register_fused_ops();
 }
 
 void register_core_ops() {

@@ -43,6 +43,8 @@ const std::vector<Pass>& all_passes() {
       {"algebra", false, simplify_algebra},
       {"bn_fold", true, fold_batch_norm},
       {"fuse_post_ops", true, fuse_post_ops},
+      {"fuse_attention", true, fuse_attention},
+      {"fuse_elementwise", true, fuse_elementwise},
   };
   return passes;
 }

@@ -50,5 +50,10 @@ int fold_batch_norm(Graph& g);
 // linear / matmul / conv2d followed by a bias add, a residual add (conv) or an activation
 // become one node with oneDNN post-ops (graphs/pass_fuse_postops.cpp).
 int fuse_post_ops(Graph& g);
+// bmm -> scale -> mask -> softmax -> bmm becomes one sdpa node (graphs/pass_fuse_attention.cpp).
+int fuse_attention(Graph& g);
+// Chains of element-wise ops become one fused_elementwise node; after fuse_post_ops, which
+// takes the activations of linear/matmul/conv2d first (graphs/pass_fuse_elementwise.cpp).
+int fuse_elementwise(Graph& g);
 
 }  // namespace hg::graphs
