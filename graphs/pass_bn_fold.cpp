@@ -1,11 +1,13 @@
 // Batch-norm folding for inference: y = batch_norm_eval(conv(x, w[, b]), gamma, beta, mean, var)
 // with a constant w, b, gamma, beta, mean, var (frozen inputs or constant nodes) and the conv
 // read by nothing else becomes one conv2d(x, w', b') with
-//   s = gamma / sqrt(var + eps),  w' = w * s (over the output channel),  b' = (b - mean) * s + beta
-// (b = 0 for conv2d_nobias). w' and b' are new constant nodes built from the same batch_norm_eval
-// kernel (w viewed as [1, O, I*kh*kw] normalised with zero mean and zero shift; b viewed as
-// [1, O]), so the executable computes them once at compile. F32 convs only (a BF16 w' would
-// round w * s once more); a conv with a residual input or a fused activation is left alone.
+//   s = gamma / sqrt(var + eps),  w' = w * s (broadcast over [O, 1, 1, 1]),  b' = (b - mean) * s + beta
+// (b = 0 for conv2d_nobias). w', b' and the [O]-sized values they come from are new constant
+// nodes, computed once at compile; s and b' come from the batch_norm_eval kernel itself (on a
+// [1, O] row of ones, and on b), so they round as the unfolded batch norm does. F32 convs only
+// (a BF16 w' would round w * s once more); a conv with a residual input or a fused activation is
+// left alone.
+#include "engine/kernels.h"
 #include "graphs/passes.h"
 #include "graphs/rewrite.h"
 
@@ -14,6 +16,8 @@ namespace hg::graphs {
 namespace {
 
 constexpr size_t kPlainConvAttrs = 7;  // stride, pad, dilation (h, w), groups; ints[7] is a fused activation
+constexpr int64_t kMathPow = 3;        // unary_math {fn} / {exponent} (engine/math_ops.cpp)
+constexpr int64_t kMul = static_cast<int64_t>(kernels::BinaryOp::Mul);  // binary {op}
 
 bool foldable(const Graph& g, const std::vector<std::vector<int>>& users, const Node& bn) {
   if (!is_op(bn, "batch_norm_eval") || bn.inputs.size() != 5) return false;
@@ -43,14 +47,17 @@ void fold(Graph& g, int b) {
   const int gamma = bn.inputs[1], beta = bn.inputs[2], mean = bn.inputs[3], var = bn.inputs[4];
   const Attrs eps{{}, {bn.attrs.f(0)}};
   const Shape wshape = g.nodes[conv.inputs[1]].meta.shape;
-  const int64_t out_ch = wshape[0], per_out = numel(wshape) / out_ch;
+  const int64_t out_ch = wshape[0];
 
-  const int zeros = add_constant(g, "scale", {mean}, Attrs{{}, {0.0}});
-  const int w3 = add_constant(g, "reshape", {conv.inputs[1]}, Attrs{{1, out_ch, per_out}, {}});
-  const int w3s = add_constant(g, "batch_norm_eval", {w3, gamma, zeros, zeros, var}, eps);
-  const int w = add_constant(g, "reshape", {w3s}, Attrs{wshape, {}});
+  // pow(v, 0) is 1 for every v (NaN and inf included), so ones and zeros are exact.
+  const int ones = add_constant(g, "unary_math", {mean}, Attrs{{kMathPow}, {0.0}});
+  const int zeros = add_constant(g, "scale", {ones}, Attrs{{}, {0.0}});
+  const int ones2 = add_constant(g, "reshape", {ones}, Attrs{{1, out_ch}, {}});
+  const int s2 = add_constant(g, "batch_norm_eval", {ones2, gamma, zeros, zeros, var}, eps);  // gamma / sqrt(var + eps)
+  const int s4 = add_constant(g, "reshape", {s2}, Attrs{{out_ch, 1, 1, 1}, {}});
+  const int w = add_constant(g, "binary", {conv.inputs[1], s4}, Attrs{{kMul}, {}});
   const int b2 = add_constant(g, "reshape", {conv.inputs.size() == 3 ? conv.inputs[2] : zeros}, Attrs{{1, out_ch}, {}});
-  const int b2s = add_constant(g, "batch_norm_eval", {b2, gamma, beta, mean, var}, eps);
+  const int b2s = add_constant(g, "batch_norm_eval", {b2, gamma, beta, mean, var}, eps);  // (b - mean) * s + beta
   const int bias = add_constant(g, "reshape", {b2s}, Attrs{{out_ch}, {}});
 
   Node& n = g.nodes[b];
