@@ -1,31 +1,90 @@
-// The in-memory cache of compiled graphs, keyed by the graph signature (structure,
-// attributes and input signature), LRU-bounded by count.
+// Compiled-graph caches: an in-memory LRU of executables (bounded by count and bytes) and the
+// one entry point graph capture and lazy mode compile through.
 //
-//   hg::graphs::GraphCache cache(256);
-//   auto exe = cache.get_or_compile(graph);   // compiles on a miss
+//   hg::graphs::CompileInfo info;
+//   auto exe = hg::graphs::compile_cached(graph, frozen_data, &info);
+//   // memory LRU (graphs without frozen inputs), then the disk cache (HG_GRAPH_CACHE, see
+//   // graphs/disk_cache.h), else the passes + compile; a compile is written to the disk cache.
+//   if (info.disk_hit) ...;  info.compile_ms;
+//
+//   hg::graphs::GraphCache cache({.max_entries = 64, .max_bytes = 256 << 20});
+//   auto e = cache.get(key);          // null on a miss; a hit becomes the most recent
+//   cache.put(key, exe);              // evicts least recently used beyond either bound
+//   cache.stats();                    // hits, misses, evictions, entries, bytes
 #pragma once
 #include <list>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "graphs/executable.h"
 
 namespace hg::graphs {
 
+struct GraphCacheLimits {
+  size_t max_entries = 256;
+  size_t max_bytes = size_t{1} << 30;
+};
+
+struct GraphCacheStats {
+  uint64_t hits = 0, misses = 0, evictions = 0;
+  size_t entries = 0, bytes = 0;
+};
+
+// The memory an executable accounts for: its arena (allocated per user) plus the constant
+// buffers it owns.
+size_t executable_bytes(const Executable& exe);
+
 class GraphCache {
  public:
-  explicit GraphCache(size_t capacity) : capacity_(capacity) {}
-  std::shared_ptr<const Executable> get_or_compile(const Graph& g, bool* hit = nullptr);
-  size_t size() const;
+  explicit GraphCache(GraphCacheLimits limits = {}) : limits_(limits) {}
+  std::shared_ptr<const Executable> get(const std::string& key);
+  // Inserts (or replaces) `key` as the most recent entry, then evicts from the least recent
+  // end until both bounds hold. An entry larger than max_bytes on its own is not kept (and
+  // evicts nothing).
+  void put(const std::string& key, std::shared_ptr<const Executable> exe);
+  void clear();
+  void set_limits(GraphCacheLimits limits);  // evicts down to the new bounds
+  GraphCacheLimits limits() const;
+  GraphCacheStats stats() const;
+  std::vector<std::string> keys() const;  // most recent first
 
  private:
-  using Entry = std::pair<std::string, std::shared_ptr<const Executable>>;
-  size_t capacity_;
+  struct Entry {
+    std::string key;
+    std::shared_ptr<const Executable> exe;
+    size_t bytes;
+  };
+  void evict_locked();
+  GraphCacheLimits limits_;
   mutable std::mutex mu_;
   std::list<Entry> lru_;  // most recent first
   std::unordered_map<std::string, std::list<Entry>::iterator> map_;
+  size_t bytes_ = 0;
+  uint64_t hits_ = 0, misses_ = 0, evictions_ = 0;
 };
+
+// The process-wide memory cache compile_cached uses.
+GraphCache& memory_graph_cache();
+
+struct CompileInfo {
+  bool memory_hit = false;
+  bool disk_hit = false;
+  double compile_ms = 0;  // time spent in compile_cached (lookup + compile)
+};
+
+// The cache key of `g` compiled with `opt`: its signature (topology, attributes, input
+// signature with frozen marks) and the pass options; the disk cache adds engine version and ISA.
+std::string compile_key(const Graph& g, const PassOptions& opt);
+
+// Compiles `g` with the default pass options through the caches. frozen_data as in
+// Executable::compile; executables with frozen inputs bake in their data, so they skip the
+// memory cache (the disk cache holds only the graph and recompiles it with this frozen_data).
+std::shared_ptr<const Executable> compile_cached(const Graph& g, std::vector<const void*> frozen_data = {},
+                                                 CompileInfo* info = nullptr);
+// What the last compile_cached call on this thread did (e.g. inside HPUGraph::capture_end).
+const CompileInfo& last_compile_info();
 
 }  // namespace hg::graphs

@@ -3,6 +3,7 @@
 #include "engine/error.h"
 #include "engine/generator.h"
 #include "engine/lazy.h"
+#include "graphs/graph_cache.h"
 #include "graphs/lazy.h"
 #include "graphs/trace.h"
 
@@ -46,7 +47,7 @@ void HPUGraph::capture_end() {
     capturing_ = false;
   }
   if (c.outputs.empty()) throw InvalidArgument("HPUGraph::capture_end: nothing was captured on " + device_.str());
-  exe_ = Executable::compile(c.graph);
+  exe_ = compile_cached(c.graph);
   bind_outputs(c, device_);
   inputs_ = std::move(c.inputs);
   outputs_.clear();

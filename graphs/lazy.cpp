@@ -17,11 +17,6 @@ namespace {
 std::atomic<bool> g_lazy_on{false};
 std::atomic<uint64_t> g_steps{0}, g_hits{0}, g_misses{0};
 
-GraphCache& step_cache() {
-  static GraphCache c(256);
-  return c;
-}
-
 const void* data_ptr(const Tensor& t) {
   const TensorImpl* i = t.impl();
   return static_cast<const char*>(i->storage->data) + i->offset * static_cast<int64_t>(dtype_size(t.dtype()));
@@ -138,10 +133,10 @@ void mark_step(Device d) {
     c = close_trace(t);
   }
   if (c.outputs.empty()) return;
-  bool hit = false;
-  auto exe = step_cache().get_or_compile(c.graph, &hit);
+  CompileInfo info;
+  auto exe = compile_cached(c.graph, {}, &info);
   ++g_steps;
-  ++(hit ? g_hits : g_misses);
+  ++(info.memory_hit ? g_hits : g_misses);
   bind_outputs(c, d);
   auto arena = std::make_shared<Storage>(d, std::max<size_t>(exe->arena_bytes(), 1));
   std::vector<const void*> in;
