@@ -61,7 +61,18 @@ std::shared_ptr<const Executable> Executable::compile(Graph g, const CompileOpti
     }
   };
 
-  // Frozen inputs read the caller's data; constant nodes are computed now, once.
+  // Frozen inputs read the caller's data; constant nodes are computed now, once. A constant
+  // that no step and no output reads (an intermediate of a folded chain) is freed as soon as
+  // the last constant reading it has been computed; one nothing reads is not computed.
+  auto is_step = [&](int i) { return g.nodes[i].kind == Node::Kind::Op && !g.nodes[i].constant; };
+  std::vector<char> kept(n, 0);
+  std::vector<int> constant_readers(n, 0);
+  for (int i = 0; i < n; ++i)
+    for (int in : g.nodes[i].inputs) {
+      if (is_step(i)) kept[in] = 1;
+      else ++constant_readers[in];
+    }
+  for (int o : g.outputs) kept[o] = 1;
   std::vector<const void*> ptrs;
   std::vector<TensorMeta> metas;
   for (int i = 0; i < n; ++i) {
@@ -79,9 +90,14 @@ std::shared_ptr<const Executable> Executable::compile(Graph g, const CompileOpti
                               std::to_string(k) + "] is null)");
       loc[i] = {Where::Constant, exe->constants_.size()};
       exe->constants_.push_back(data);
+      exe->owned_.emplace_back();
       continue;
     }
     if (!node.constant) continue;
+    loc[i] = {Where::Constant, exe->constants_.size()};
+    exe->constants_.push_back(nullptr);
+    exe->owned_.emplace_back();
+    if (!kept[i] && constant_readers[i] == 0) continue;
     pointers_and_metas(node, ptrs, metas);
     for (size_t k = 0; k < node.inputs.size(); ++k)
       if (!ptrs[k])
@@ -92,14 +108,20 @@ std::shared_ptr<const Executable> Executable::compile(Graph g, const CompileOpti
     const size_t bytes = node.meta.bytes();
     Buffer buf(static_cast<std::byte*>(::operator new[](std::max<size_t>(bytes, 1), kBufferAlignment)));
     kernel(ptrs.data(), buf.get());
-    loc[i] = {Where::Constant, exe->constants_.size()};
-    exe->constants_.push_back(buf.get());
-    exe->owned_.push_back(std::move(buf));
-    exe->constant_bytes_ += bytes;
+    exe->constants_[loc[i].index] = buf.get();
+    exe->owned_[loc[i].index] = std::move(buf);
+    for (int in : node.inputs) {
+      const size_t c = loc[in].index;
+      if (--constant_readers[in] == 0 && !kept[in] && exe->owned_[c]) {
+        exe->owned_[c].reset();
+        exe->constants_[c] = nullptr;
+      }
+    }
   }
+  for (int i = 0; i < n; ++i)
+    if (g.nodes[i].kind == Node::Kind::Op && g.nodes[i].constant && kept[i]) exe->constant_bytes_ += g.nodes[i].meta.bytes();
 
   // Every other op is a step; the last step that reads each node bounds its lifetime.
-  auto is_step = [&](int i) { return g.nodes[i].kind == Node::Kind::Op && !g.nodes[i].constant; };
   std::vector<int> last_read(n, -1);
   int steps = 0;
   for (int i = 0; i < n; ++i)
@@ -182,7 +204,9 @@ std::string Executable::dump() const {
       case Where::Input: s = "input #" + std::to_string(l.index); break;
       case Where::Output: s = "output #" + std::to_string(l.index); break;
       case Where::Constant:
-        s = node.kind == Node::Kind::Input ? "frozen data" : "constant " + std::to_string(node.meta.bytes()) + " B";
+        if (node.kind == Node::Kind::Input) s = "frozen data";
+        else if (constants_[l.index]) s = "constant " + std::to_string(node.meta.bytes()) + " B";
+        else s = "constant, freed after compile";
         break;
       case Where::Arena:
         s = "arena " + std::to_string(l.index) + "+" + std::to_string(node.meta.bytes());

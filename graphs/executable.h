@@ -38,7 +38,7 @@ class Executable {
 
   size_t arena_bytes() const { return plan_.arena_bytes; }
   size_t buffer_bytes() const { return plan_.total_bytes; }  // sum of the arena's buffers (no reuse)
-  size_t constant_bytes() const { return constant_bytes_; }  // owned constant buffers
+  size_t constant_bytes() const { return constant_bytes_; }  // constant buffers kept for runs
   const MemoryPlan& plan() const { return plan_; }
   const PassReport& pass_report() const { return report_; }
   const Graph& graph() const { return graph_; }  // after passes
@@ -84,7 +84,9 @@ class Executable {
   uint64_t signature_hash_ = 0;
   std::vector<Step> steps_;
   std::vector<TensorMeta> input_metas_, output_metas_;
-  std::vector<const void*> constants_;  // frozen input data and owned constant buffers
+  // Frozen input data and constant buffers (null: an intermediate freed after compile);
+  // owned_[k] holds constants_[k] when the executable owns it.
+  std::vector<const void*> constants_;
   std::vector<Buffer> owned_;
   size_t constant_bytes_ = 0;
   // Per node of graph_: see location(), inplace_of(), prepacked(), step_of().
