@@ -461,6 +461,16 @@ TEST(PassesBnFold, IsAFusionPass) {
   Graph on = g;
   run_passes(on, {.fusion = true});
   EXPECT_EQ(count_ops(on, "conv2d_nobias") + count_run_time_ops(on, "batch_norm_eval"), 0);
+
+  const char* prev = std::getenv("HG_DISABLE_FUSION");
+  const std::string saved = prev ? prev : "";
+  ::setenv("HG_DISABLE_FUSION", "1", 1);
+  const PassOptions from_env = default_pass_options();
+  if (prev) ::setenv("HG_DISABLE_FUSION", saved.c_str(), 1);
+  else ::unsetenv("HG_DISABLE_FUSION");
+  Graph env_off = g;
+  run_passes(env_off, from_env);
+  EXPECT_EQ(env_off.dump(), off.dump());
 }
 
 // ---- the pipeline ----
