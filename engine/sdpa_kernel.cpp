@@ -1,9 +1,9 @@
 // sdpa (engine/fused_ops.h): scaled dot-product attention in one kernel. The batch (all dims
 // before the last two) and the query rows are cut into units of at most kScoreFloats scores:
 // whole (batch, head) slices grouped together when they are small (GPT decode: one row each),
-// blocks of query rows when one slice is large. Per unit: oneDNN matmul q kᵀ into a per-thread
-// scratch, then scale, mask and softmax row by row, then oneDNN matmul with v straight into the
-// output. Units run on OpenMP threads when the problem is large enough.
+// blocks of query rows when one slice is large. Per unit, in a per-thread scratch: oneDNN matmul
+// q kᵀ scaled, the mask and causal fill row by row, oneDNN softmax in place, then oneDNN matmul
+// with v straight into the output. Units run on OpenMP threads when the problem is large enough.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,9 +11,9 @@
 #include <memory>
 #include <vector>
 
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "engine/act_math.h"
 #include "engine/dnnl_context.h"
 #include "engine/fused_ops.h"
 #include "engine/kernels.h"
@@ -26,8 +26,9 @@ namespace {
 using Metas = std::vector<TensorMeta>;
 using namespace schema;
 
-// Scores per unit: 64 KB of floats, about an L2-resident tile (BERT's 128 x 128 slice).
-constexpr int64_t kScoreFloats = int64_t{1} << 14;
+// Scores per unit: 256 KB of floats, L2-resident (four of BERT's 128 x 128 slices). Fewer,
+// larger units save the ~2 us each oneDNN call costs.
+constexpr int64_t kScoreFloats = int64_t{1} << 16;
 // Multiply-adds from which units are shared among OpenMP threads.
 constexpr int64_t kParallelMacs = int64_t{1} << 20;
 
@@ -64,12 +65,13 @@ TensorMeta infer_sdpa(const OpSchema& op, const Metas& in, const Attrs& a) {
   return {out, DType::F32};
 }
 
-// The matmuls of one unit shape: g slices of t query rows. Units run concurrently on OpenMP
-// threads, so each call takes its scratchpad from the running thread (scratchpad_mode::user):
-// a primitive's own scratchpad is shared by every thread that executes it.
+// The primitives of one unit shape (g slices of t query rows): q kᵀ with the scale as output
+// scale, softmax over the rows of the scores in place, scores @ v. Units run concurrently on
+// OpenMP threads, so each call takes its scratchpad from the running thread
+// (scratchpad_mode::user): a primitive's own scratchpad is shared by every thread executing it.
 struct UnitCalls {
-  kernels::DnnlCall qk, pv;
-  size_t qk_scratch, pv_scratch;  // bytes
+  kernels::DnnlCall qk, softmax, pv;
+  size_t scratchpad;  // bytes, the largest of the three
 };
 
 struct Plan {
@@ -84,36 +86,58 @@ dnnl::memory::desc md3(int64_t a, int64_t b, int64_t c, int64_t sa, int64_t sb, 
   return dnnl::memory::desc({a, b, c}, dnnl::memory::data_type::f32, dnnl::memory::dims{sa, sb, sc});
 }
 
-// src @ weights -> dst with a user scratchpad (its size in bytes goes to `scratch`).
-kernels::DnnlCall matmul_call(const dnnl::memory::desc& a, const dnnl::memory::desc& b, const dnnl::memory::desc& c,
-                              size_t& scratch) {
+dnnl::primitive_attr user_scratchpad() {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  dnnl::matmul::primitive_desc pd;
+  return attr;
+}
+
+// A primitive made from `make(attr)`; its args then DNNL_ARG_SCRATCHPAD, whose size goes to `pad`.
+template <class PD, class Prim, class Make>
+kernels::DnnlCall call_with_scratchpad(Make make, const dnnl::primitive_attr& attr, kernels::DnnlCall::Args args,
+                                       size_t& pad) {
+  PD pd;
   try {
-    pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, kernels::dnnl_engine());
+    pd = make(attr);
   } catch (const dnnl::error& e) {
-    throw InternalError(std::string("sdpa: oneDNN has no matmul for these operands: ") + e.what());
+    throw InternalError(std::string("sdpa: oneDNN rejected a primitive: ") + e.what());
   }
-  const dnnl::memory::desc pad = pd.scratchpad_desc();
-  scratch = pad.get_size();
-  return kernels::DnnlCall(dnnl::matmul(pd),
-                           {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, pad}}, true);
+  pad = std::max(pad, pd.scratchpad_desc().get_size());
+  args.emplace_back(DNNL_ARG_SCRATCHPAD, pd.scratchpad_desc());
+  return kernels::DnnlCall(Prim(pd), std::move(args), true);
 }
 
 UnitCalls make_calls(const Plan& p, int64_t g, int64_t t, bool kt) {
+  using MM = dnnl::matmul::primitive_desc;
+  using SM = dnnl::softmax_v2_forward::primitive_desc;
+  const dnnl::engine& e = kernels::dnnl_engine();
   const auto q = md3(g, t, p.d, p.l * p.d, p.d, 1);
   const auto k = kt ? md3(g, p.d, p.s, p.d * p.s, p.s, 1) : md3(g, p.d, p.s, p.s * p.d, 1, p.d);
   const auto sc = md3(g, t, p.s, t * p.s, p.s, 1);
   const auto v = md3(g, p.s, p.dv, p.s * p.dv, p.dv, 1);
   const auto o = md3(g, t, p.dv, p.l * p.dv, p.dv, 1);
-  size_t qk_bytes = 0, pv_bytes = 0;
-  kernels::DnnlCall qk = matmul_call(q, k, sc, qk_bytes), pv = matmul_call(sc, v, o, pv_bytes);
-  return {std::move(qk), std::move(pv), qk_bytes, pv_bytes};
+  const dnnl::memory::desc rows({g * t, p.s}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ab);
+  size_t pad = 0;
+  dnnl::primitive_attr scaled = user_scratchpad();
+  scaled.set_output_scales(0, {p.scale});
+  auto qk = call_with_scratchpad<MM, dnnl::matmul>(
+      [&](const dnnl::primitive_attr& a) { return MM(dnnl::matmul::desc(q, k, sc), a, e); }, scaled,
+      {{DNNL_ARG_SRC, q}, {DNNL_ARG_WEIGHTS, k}, {DNNL_ARG_DST, sc}}, pad);
+  auto softmax = call_with_scratchpad<SM, dnnl::softmax_v2_forward>(
+      [&](const dnnl::primitive_attr& a) {
+        return SM(dnnl::softmax_v2_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::softmax_accurate,
+                                                 rows, rows, 1),
+                  a, e);
+      },
+      user_scratchpad(), {{DNNL_ARG_SRC, rows}, {DNNL_ARG_DST, rows}}, pad);
+  auto pv = call_with_scratchpad<MM, dnnl::matmul>(
+      [&](const dnnl::primitive_attr& a) { return MM(dnnl::matmul::desc(sc, v, o), a, e); }, user_scratchpad(),
+      {{DNNL_ARG_SRC, sc}, {DNNL_ARG_WEIGHTS, v}, {DNNL_ARG_DST, o}}, pad);
+  return {std::move(qk), std::move(softmax), std::move(pv), pad};
 }
 
-// Per-thread buffers, grown once and then reused: the unit's scores, then the matmuls' scratchpad
-// (64-byte aligned).
+// Per-thread buffers, grown once and then reused: the unit's scores and the primitives'
+// scratchpad (64-byte aligned).
 struct Scratch {
   std::vector<float> scores;
   std::vector<std::byte> pad;
@@ -129,75 +153,60 @@ struct Scratch {
   }
 };
 
-// Scale, mask and softmax one row of scores of slice `b`, query row `i`, in place.
-void softmax_row(const Plan& p, const void* const* in, int64_t b, int64_t i, float* row) {
+// The mask and the causal fill on one row of (scaled) scores of slice `b`, query row `i`.
+void mask_row(const Plan& p, const void* const* in, int64_t b, int64_t i, float* row) {
   const int64_t s = p.s;
-  const float fill = p.kind == sdpa::kWhere ? *static_cast<const float*>(in[4]) : p.fill_value;
-  int64_t mask_off = 0, mask_step = 0;
+  auto causal = [&] {
+    if (i + 1 < s) std::fill(row + i + 1, row + s, p.causal_value);
+  };
+  if (p.causal == sdpa::kCausalBeforeMask) causal();
   if (p.kind != sdpa::kNoMask) {
     const size_t nb = p.batch_shape.size();
+    int64_t off = i * p.mask_strides[nb];
     for (size_t d = nb, rest = static_cast<size_t>(b); d-- > 0;) {
-      mask_off += static_cast<int64_t>(rest % p.batch_shape[d]) * p.mask_strides[d];
+      off += static_cast<int64_t>(rest % p.batch_shape[d]) * p.mask_strides[d];
       rest /= p.batch_shape[d];
     }
-    mask_off += i * p.mask_strides[nb];
-    mask_step = p.mask_strides[nb + 1];
-  }
-  const bool causal_before = p.causal == sdpa::kCausalBeforeMask, causal_after = p.causal == sdpa::kCausalAfterMask;
-  const void* mask = p.kind == sdpa::kNoMask ? nullptr : in[3];
-  const uint8_t* bmask = static_cast<const uint8_t*>(mask);
-  const float* fmask = static_cast<const float*>(mask);
-  for (int64_t j = 0; j < s; ++j) {
-    float x = row[j] * p.scale;
-    if (causal_before && j > i) x = p.causal_value;
+    const int64_t step = p.mask_strides[nb + 1];
+    const uint8_t* bm = static_cast<const uint8_t*>(in[3]) + off;
+    const float* fm = static_cast<const float*>(in[3]) + off;
     switch (p.kind) {
-      case sdpa::kWhere:
-        if (!bmask[mask_off + j * mask_step]) x = fill;
+      case sdpa::kWhere: {  // true = may attend
+        const float fill = *static_cast<const float*>(in[4]);
+        for (int64_t j = 0; j < s; ++j) row[j] = bm[j * step] ? row[j] : fill;
         break;
-      case sdpa::kMaskedFill:
-        if (bmask[mask_off + j * mask_step]) x = fill;
+      }
+      case sdpa::kMaskedFill:  // true = masked
+        for (int64_t j = 0; j < s; ++j) row[j] = bm[j * step] ? p.fill_value : row[j];
         break;
-      case sdpa::kAdd: x += fmask[mask_off + j * mask_step]; break;
-      default: break;
+      default:
+        for (int64_t j = 0; j < s; ++j) row[j] += fm[j * step];
+        break;
     }
-    if (causal_after && j > i) x = p.causal_value;
-    row[j] = x;
   }
-  float mx = -INFINITY;
-  bool nan = false;
-  for (int64_t j = 0; j < s; ++j) {
-    mx = std::max(mx, row[j]);
-    nan |= row[j] != row[j];
-  }
-  if (nan) mx = NAN;  // as the unfused softmax: a NaN score makes the whole row NaN
-  const act::f32x4 m4 = act::splat4(mx), lo = act::splat4(-87.33654f), zero = act::splat4(0.0f);
-  act::map4(row, row, s, [&](act::f32x4 x) {
-    const act::f32x4 z = x - m4;
-    return z < lo ? zero : act::exp4(z);  // e^z below exp4's clamp is 0 (masked scores)
-  });
-  float sum = 0;
-  for (int64_t j = 0; j < s; ++j) sum += row[j];
-  const float inv = 1.0f / sum;
-  for (int64_t j = 0; j < s; ++j) row[j] *= inv;
+  if (p.causal == sdpa::kCausalAfterMask) causal();
 }
 
 void run_unit(const Plan& p, const UnitCalls& c, const void* const* in, float* out, int64_t b0, int64_t r0, int64_t g,
               int64_t t, Scratch& buf) {
-  float* scratch = buf.scores_for(static_cast<size_t>(g * t * p.s));
-  void* pad = buf.pad_for(std::max(c.qk_scratch, c.pv_scratch));
+  float* scores = buf.scores_for(static_cast<size_t>(g * t * p.s));
+  void* pad = buf.pad_for(c.scratchpad);
   const float* q = static_cast<const float*>(in[0]) + (b0 * p.l + r0) * p.d;
   const float* k = static_cast<const float*>(in[1]) + b0 * p.s * p.d;
   const float* v = static_cast<const float*>(in[2]) + b0 * p.s * p.dv;
   float* o = out + (b0 * p.l + r0) * p.dv;
   if (p.d > 0) {
-    const void* qk[] = {q, k, scratch, pad};
+    const void* qk[] = {q, k, scores, pad};
     c.qk.run(qk);
   } else {
-    std::fill(scratch, scratch + g * t * p.s, 0.0f);
+    std::fill(scores, scores + g * t * p.s, 0.0f);
   }
-  for (int64_t gi = 0; gi < g; ++gi)
-    for (int64_t ti = 0; ti < t; ++ti) softmax_row(p, in, b0 + gi, r0 + ti, scratch + (gi * t + ti) * p.s);
-  const void* pv[] = {scratch, v, o, pad};
+  if (p.kind != sdpa::kNoMask || p.causal != sdpa::kNotCausal)
+    for (int64_t gi = 0; gi < g; ++gi)
+      for (int64_t ti = 0; ti < t; ++ti) mask_row(p, in, b0 + gi, r0 + ti, scores + (gi * t + ti) * p.s);
+  const void* sm[] = {scores, scores, pad};
+  c.softmax.run(sm);
+  const void* pv[] = {scores, v, o, pad};
   c.pv.run(pv);
 }
 
@@ -218,14 +227,20 @@ Kernel prepare_sdpa(const Metas& in, const TensorMeta& out, const Attrs& a) {
     scores.push_back(p->l), scores.push_back(p->s);
     p->mask_strides = kernels::broadcast_strides(in[3].shape, scores);
   }
+  // Work worth sharing is cut into at least one unit per thread.
+  const bool big = p->batch * p->l * p->s * (p->d + p->dv) >= kParallelMacs;
+  const int64_t threads = big ? std::max(1, omp_get_max_threads()) : 1;
   p->t = std::min(p->l, std::max<int64_t>(1, kScoreFloats / p->s));
-  p->g = p->t == p->l ? std::clamp<int64_t>(kScoreFloats / (p->l * p->s), 1, p->batch) : 1;
+  if (p->t == p->l)
+    p->g = std::clamp<int64_t>(kScoreFloats / (p->l * p->s), 1, std::max<int64_t>(1, p->batch / threads));
+  else
+    p->g = 1;
   const bool kt = a.i(2);
   for (int64_t g : {p->g, p->batch % p->g})
     for (int64_t t : {p->t, p->l % p->t})
       if (g > 0 && t > 0 && !p->calls.count({g, t})) p->calls.emplace(std::pair{g, t}, make_calls(*p, g, t, kt));
   const int64_t groups = (p->batch + p->g - 1) / p->g, blocks = (p->l + p->t - 1) / p->t;
-  const bool parallel = groups * blocks > 1 && p->batch * p->l * p->s * (p->d + p->dv) >= kParallelMacs;
+  const bool parallel = big && groups * blocks > 1;
   return [p, groups, blocks, parallel](const void* const* in, void* o) {
     float* out = static_cast<float*>(o);
 #pragma omp parallel for schedule(static) if (parallel)
