@@ -55,7 +55,7 @@ MemoryPlan plan_memory(const std::vector<BufferRequest>& reqs) {
       throw InternalError("memory plan: buffer " + std::to_string(i) + " is last read (step " +
                           std::to_string(r.last_step) + ") before it is written (step " +
                           std::to_string(r.first_step) + ")");
-    if (r.alias_of >= 0 || r.alias_of < -1) {
+    if (r.alias_of != -1) {
       check_alias(reqs, i, aliased);
       aliased[r.alias_of] = 1;
       block_of[i] = block_of[r.alias_of];
