@@ -209,6 +209,11 @@ void expect_equal(const std::vector<std::vector<float>>& got, const std::vector<
   }
 }
 
+// The whole pipeline includes the fusion passes (oneDNN post-ops change the summation order
+// with the CPU's ISA: AVX2 and AVX-512 kernels differ at about 3e-5), hence a looser bound than
+// the 1e-5 that batch-norm folding alone keeps.
+constexpr double kPipelineTol = 1e-4, kBnFoldTol = 1e-5;
+
 void expect_close(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want,
                   double rtol, double atol) {
   ASSERT_EQ(got.size(), want.size());
@@ -421,8 +426,8 @@ TEST(PassesBnFold, FoldsConvAndConvNobiasIntoOneConv) {
   expect_golden("bn_fold", g, opt);
   const auto data = random_inputs(g, 4, var_inputs(g));
   const auto want = run(g, data, false);
-  expect_close(run(opt, data, false), want, 1e-5, 1e-5);
-  expect_close(run(g, data, true), want, 1e-5, 1e-5);  // the whole pipeline
+  expect_close(run(opt, data, false), want, kBnFoldTol, kBnFoldTol);
+  expect_close(run(g, data, true), want, kPipelineTol, kPipelineTol);  // the whole pipeline
 }
 
 TEST(PassesBnFold, LeavesSharedConvsAndNonConstantParametersAlone) {
@@ -446,7 +451,7 @@ TEST(PassesBnFold, LeavesSharedConvsAndNonConstantParametersAlone) {
   EXPECT_EQ(fold_batch_norm(opt), 0);
   EXPECT_EQ(opt.dump(), g.dump());
   const auto data = random_inputs(g, 5, var_inputs(g));
-  expect_close(run(g, data, true), run(g, data, false), 1e-5, 1e-5);
+  expect_close(run(g, data, true), run(g, data, false), kPipelineTol, kPipelineTol);
 }
 
 TEST(PassesBnFold, IsAFusionPass) {
@@ -509,7 +514,7 @@ TEST(PassesPipeline, ReachesAFixedPointAndMatchesTheUnoptimizedGraph) {
   EXPECT_EQ(opt.dump(), once);
 
   const auto data = random_inputs(g, 6, var_inputs(g));
-  expect_close(run(g, data, true), run(g, data, false), 1e-5, 1e-5);
+  expect_close(run(g, data, true), run(g, data, false), kPipelineTol, kPipelineTol);
 }
 
 
@@ -594,7 +599,11 @@ TEST(PassesResNet18, EvalGraphWithFrozenWeightsFoldsEveryBatchNorm) {
   for (const auto& [name, n] : run_passes(opt, {.fusion = true}).applied) EXPECT_EQ(n, 0) << name;
   EXPECT_EQ(opt.dump(), once);
   const auto want = run(g, data, false);
-  expect_close(run(g, data, true), want, 1e-5, 1e-5);
+  expect_close(run(g, data, true), want, kPipelineTol, kPipelineTol);
+  Graph folded = g;  // batch-norm folding alone
+  fold_constants(folded);
+  EXPECT_EQ(fold_batch_norm(folded), 20);
+  expect_close(run(folded, data, false), want, kBnFoldTol, kBnFoldTol);
 }
 
 }  // namespace
