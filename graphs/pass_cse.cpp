@@ -1,10 +1,12 @@
-// Common-subexpression elimination: two op nodes with the same op, the same inputs (in order),
-// the same attributes (floats compared by bit pattern) and the same fused list compute the same
+// Common-subexpression elimination: two op nodes with the same op, the same inputs (in order,
+// or in either order for binary add and mul), the same attributes (floats compared by bit pattern) and the same fused list compute the same
 // value; readers of the later one read the earlier one. Random ops (random_ops) are never merged:
 // two dropouts of one tensor draw two masks.
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 
+#include "engine/kernels.h"
 #include "graphs/passes.h"
 #include "graphs/rewrite.h"
 
@@ -12,10 +14,18 @@ namespace hg::graphs {
 
 namespace {
 
+// binary add and mul are commutative, bit for bit (IEEE a + b == b + a); sub and div are not.
+bool commutative(const Node& n) {
+  const auto op = static_cast<kernels::BinaryOp>(n.attrs.i(0));
+  return n.op->name == "binary" && (op == kernels::BinaryOp::Add || op == kernels::BinaryOp::Mul);
+}
+
 std::string node_key(const Node& n) {
+  std::vector<int> ins = n.inputs;
+  if (commutative(n)) std::sort(ins.begin(), ins.end());
   std::string k = n.op->name;
   k += '(';
-  for (int in : n.inputs) k += std::to_string(in) + ',';
+  for (int in : ins) k += std::to_string(in) + ',';
   k += ')';
   append_attrs_key(k, n.attrs);
   for (const auto& f : n.fused) k += '+' + f;

@@ -253,21 +253,22 @@ Graph cse_graph() {
   const int x = g.add_input({{2, 5}, DType::F32});
   const int w = g.add_input({{2, 5}, DType::F32});
   const int a = g.add_op(op("binary"), {x, w}, binary(0));
-  const int b = g.add_op(op("binary"), {x, w}, binary(0));  // same as a
+  const int b = g.add_op(op("binary"), {w, x}, binary(0));  // same as a: add commutes
   const int sub = g.add_op(op("binary"), {x, w}, binary(1));  // other attrs: kept
+  const int bus = g.add_op(op("binary"), {w, x}, binary(1));  // sub does not commute: kept
   const int ra = g.add_op(op("relu"), {a}, {});
   const int rb = g.add_op(op("relu"), {b}, {});  // same as ra once b is a
   const int s1 = g.add_op(op("scale"), {x}, scale_by(0.0));
   const int s2 = g.add_op(op("scale"), {x}, scale_by(-0.0));  // other float bits: kept
   const int s3 = g.add_op(op("scale"), {x}, scale_by(0.0));   // same as s1
-  g.outputs = {g.add_op(op("binary"), {ra, rb}, binary(2)), sub, s1, s2, s3};
+  g.outputs = {g.add_op(op("binary"), {ra, rb}, binary(2)), sub, s1, s2, s3, bus};
   return g;
 }
 
 TEST(PassesCse, MergesEqualNodesKeepsDifferentAttrs) {
   const Graph g = cse_graph();
   const Graph opt = applied(g, eliminate_common_subexpressions, 3);
-  EXPECT_EQ(count_ops(opt, "binary"), 3);  // add, sub, mul
+  EXPECT_EQ(count_ops(opt, "binary"), 4);  // add, both subs, mul
   EXPECT_EQ(count_ops(opt, "relu"), 1);
   EXPECT_EQ(count_ops(opt, "scale"), 2);   // 0.0 and -0.0
   EXPECT_EQ(opt.outputs[2], opt.outputs[4]);
