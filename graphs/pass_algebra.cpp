@@ -1,6 +1,8 @@
 // Algebraic simplification, exact rewrites only (the result is bit-identical):
 //   scale(x, 1.0) -> x                   unary_math pow(x, 1.0) -> x
 //   cast(x) to x's dtype -> x            contiguous(x) -> x   (every graph value is contiguous)
+//   cast(cast(x, wider), x's dtype) -> x when the wider type holds every value (F32 via F64,
+//   BF16/F16 via F32 or F64, I32 via I64 or F64, U8 and BOOL via any wider type)
 //   reshape / expand / sum_to / slice / one-input concat whose output meta is x's -> x
 //   reshape(reshape(x)) -> reshape(x)    permute(permute(x)) -> permute(x) with the composed dims
 //   permute(x) with dims 0, 1, ..., n-1 -> x
@@ -26,6 +28,19 @@ Shape normalized_dims(const Shape& dims) {
   return out;
 }
 
+// Every value of `from` survives a cast to `via` and back unchanged.
+bool round_trips(DType from, DType via) {
+  switch (from) {
+    case DType::BOOL: return true;
+    case DType::U8: return via != DType::BOOL;  // 0..255: exact in every wider type, BF16 included
+    case DType::I32: return via == DType::I64 || via == DType::F64;
+    case DType::F16:
+    case DType::BF16: return via == DType::F32 || via == DType::F64;
+    case DType::F32: return via == DType::F64;
+    default: return false;
+  }
+}
+
 bool is_identity_permutation(const Shape& dims) {
   for (size_t i = 0; i < dims.size(); ++i)
     if (dims[i] != static_cast<int64_t>(i)) return false;
@@ -41,6 +56,10 @@ std::optional<int> identity_source(const Graph& g, const Node& n) {
   if (op == "scale" && n.attrs.f(0) == 1.0) return x;
   if (op == "unary_math" && n.attrs.i(0) == static_cast<int64_t>(MathFn::Pow) && n.attrs.f(0) == 1.0) return x;
   if (op == "permute" && is_identity_permutation(normalized_dims(n.attrs.ints))) return x;
+  if (op == "cast" && is_op(g.nodes[x], "cast")) {  // cast(cast(y, via), y's dtype) with nothing lost
+    const int y = g.nodes[x].inputs[0];
+    if (g.nodes[y].meta.dtype == n.meta.dtype && round_trips(n.meta.dtype, g.nodes[x].meta.dtype)) return y;
+  }
   if (same_meta && (op == "cast" || op == "reshape" || op == "expand" || op == "sum_to" || op == "slice" ||
                     (op == "concat" && n.inputs.size() == 1)))
     return x;
