@@ -191,6 +191,7 @@ DnnlCall residual_step(const ConvGeom& g, FusedAct act) {
 }
 
 // act(conv(x, w) + b + residual); inputs x, w[, b][, residual]. constant: see DnnlStep.
+// The output never shares the residual's buffer (the schema is not in-place).
 Kernel conv2d_forward(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a, bool bias,
                       const std::vector<const void*>& constant) {
   const bool residual = in.size() > (bias ? 3u : 2u);

@@ -341,6 +341,22 @@ TEST(FusionEager, BiasAndResidualInputs) {
   expect_rel_close(got.to(DType::F32).to_vector(), ops::gelu(ops::add(ops::matmul(a, m), mb)).to_vector(), "matmul F64 gelu");
 }
 
+TEST(FusionEager, Bf16PostOpsMatchUnfused) {
+  const Tensor x = Tensor::from_vector(random_vec(32 * 64, 1), {32, 64}).to(DType::BF16);
+  const Tensor w = Tensor::from_vector(random_vec(48 * 64, 2, 0.2f), {48, 64}).to(DType::BF16);
+  const Tensor b = Tensor::from_vector(random_vec(48, 3), {48}).to(DType::BF16);
+  const Tensor fused = dispatch("linear", {x, w, b}, Attrs{{static_cast<int64_t>(FusedAct::GeluTanh)}, {}});
+  EXPECT_EQ(fused.dtype(), DType::BF16);
+  const Tensor plain = ops::gelu(ops::linear(x, w, b), "tanh");
+  test::expect_close(fused.to(DType::F32).to_vector(), plain.to(DType::F32).to_vector(), 1e-2, "bf16 linear gelu_tanh",
+                     1e-2);
+  const Tensor xc = Tensor::from_vector(random_vec(2 * 8 * 9 * 9, 4), {2, 8, 9, 9}).to(DType::BF16);
+  const Tensor wc = Tensor::from_vector(random_vec(8 * 8 * 9, 5, 0.3f), {8, 8, 3, 3}).to(DType::BF16);
+  const Tensor fc = dispatch("conv2d_nobias", {xc, wc, xc}, Attrs{{1, 1, 1, 1, 1, 1, 1, static_cast<int64_t>(FusedAct::Silu)}, {}});
+  const Tensor pc = ops::silu(ops::add(ops::conv2d(xc, wc, {1, 1}, {1, 1}), xc));
+  test::expect_close(fc.to(DType::F32).to_vector(), pc.to(DType::F32).to_vector(), 2e-2, "bf16 conv residual silu", 2e-2);
+}
+
 TEST(FusionEager, FusedNodesRejectBadPostOps) {
   const Tensor x = Tensor::zeros({2, 3}), w = Tensor::zeros({4, 3}), b = Tensor::zeros({4});
   EXPECT_THROW(dispatch("linear", {x, w, b}, Attrs{{7}, {}}), ShapeError);
