@@ -1,9 +1,9 @@
 // fuse_elementwise: groups of F32 element-wise ops (binary add/sub/mul/div with broadcasting,
 // scale, relu, gelu, silu, sigmoid, tanh, unary_math, where, masked_fill) become one
 // fused_elementwise node (engine/fused_ops.h) whose program runs in one pass over the output.
-// A group grows from its last op backwards through producers that are element-wise, read by
-// that group alone (one reader, not a graph output); values read more than once (the x of
-// x * Phi(x)) stay inputs of the group. An activation right after a single-reader linear,
+// A group grows from its last op backwards through producers that are element-wise, of the
+// output's size, read by that group alone (one reader, not a graph output); values read more
+// than once (the x of x * Phi(x)) stay inputs of the group. An activation right after a single-reader linear,
 // matmul or conv2d (through reshapes) is left alone: fuse_postops runs it inside the oneDNN
 // primitive.
 #include <algorithm>
@@ -80,6 +80,9 @@ int fuse_elementwise(Graph& g) {
       for (int p : g.nodes[members[at]].inputs) {
         if (!instr[p] || taken[p] || uses[p] != 1 || is_member(p)) continue;
         if (g.nodes[p].constant && !g.nodes[root].constant) continue;  // computed once at compile: keep it so
+        // A smaller value broadcast into the group (sqrt(var + eps) of [N, 1] in LayerNorm) is
+        // cheaper computed at its own size: it heads a group of its own.
+        if (g.nodes[p].meta.numel() != g.nodes[root].meta.numel()) continue;
         if (members.size() >= static_cast<size_t>(ew::kMaxInstructions)) break;
         std::vector<int> grown = ext;
         grown.erase(std::find(grown.begin(), grown.end(), p));

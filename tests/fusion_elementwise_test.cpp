@@ -75,8 +75,9 @@ TEST(FusionElementwise, OnnxLayerNormTailBecomesOneNode) {
   const int sc = g.add_op(op("binary"), {n, w}, binary(2));
   const int sq = g.add_op(op("unary_math"), {xc}, math(3, 2.0));
   g.outputs = {g.add_op(op("binary"), {sc, b}, binary(0)), sq};
-  const Graph f = fused(g, 1);
+  const Graph f = fused(g, 2);  // sqrt(exp(var + eps)) at [6, 1], then the [6, 40] part
   EXPECT_EQ(count_ops(f, "unary_math"), 1) << "the pow reading xc is a graph output of its own";
+  EXPECT_EQ(f.nodes[f.outputs[0]].fused, (std::vector<std::string>{"div", "mul", "add"}));
   expect_golden("fusion_eltwise", "onnx_layernorm_tail", g, f);
 }
 
@@ -225,6 +226,29 @@ TEST(FusionElementwise, KernelRunsInPlaceAndEagerly) {
   const Tensor t = ops::reshape(Tensor::from_vector(std::vector<float>{-2, -1, 0, 1}, {4}), {2, 2});
   const Tensor b = Tensor::from_vector(std::vector<float>{10, -10}, {2});
   EXPECT_EQ(dispatch("fused_elementwise", {t, b}, prog).to_vector(), (std::vector<float>{9, 0, 10, 0}));
+}
+
+// The SIMD erf and sqrt against libm.
+TEST(FusionElementwise, ErfAndSqrtMatchLibm) {
+  const OpSchema& fe = op("fused_elementwise");
+  std::vector<float> x;
+  for (float v = -7.0f; v <= 7.0f; v += 0.001953125f) x.push_back(v);
+  for (float v : {1e-30f, -1e-30f, 1e-6f, 0.49999f, 0.5f, -0.5f, 40.0f, INFINITY, -INFINITY}) x.push_back(v);
+  const TensorMeta m{{static_cast<int64_t>(x.size())}, DType::F32};
+  std::vector<float> y(x.size());
+  const void* in[] = {x.data()};
+  fe.prepare({m}, m, Attrs{{ew::Erf, 0, 0, 0}, {0}})(in, y.data());
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_NEAR(y[i], std::erf(x[i]), 2e-7 * std::fabs(std::erf(x[i])) + 1e-38) << "erf(" << x[i] << ")";
+  for (float& v : x) v = std::fabs(v);
+  fe.prepare({m}, m, Attrs{{ew::Sqrt, 0, 0, 0}, {0}})(in, y.data());
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], std::sqrt(x[i])) << "sqrt(" << x[i] << ")";
+  x = {NAN, -1.0f};
+  const TensorMeta m2{{2}, DType::F32};
+  fe.prepare({m2}, m2, Attrs{{ew::Erf, 0, 0, 0}, {0}})(in, y.data());
+  EXPECT_TRUE(std::isnan(y[0]));
+  fe.prepare({m2}, m2, Attrs{{ew::Sqrt, 0, 0, 0}, {0}})(in, y.data());
+  EXPECT_TRUE(std::isnan(y[0]) && std::isnan(y[1]));
 }
 
 TEST(FusionElementwise, BadProgramsAreShapeErrorsNamingTheInstruction) {
