@@ -456,6 +456,22 @@ TEST(PassesBnFold, LeavesSharedConvsAndNonConstantParametersAlone) {
   expect_close(run(g, data, true), run(g, data, false), kPipelineTol, kPipelineTol);
 }
 
+TEST(PassesBnFold, CompiledConvBnReluRunsAsOneStep) {
+  Graph g;
+  const int x = g.add_input({{1, 3, 16, 16}, DType::F32});
+  const int w = frozen_input(g, {{16, 3, 3, 3}, DType::F32});
+  const BnParams p = bn_params(g, 16, true);
+  const int conv = g.add_op(op("conv2d_nobias"), {x, w}, conv_attrs(1, 1, 1));
+  g.outputs = {g.add_op(op("relu"), {batch_norm(g, conv, p)}, {})};
+  const auto data = random_inputs(g, 7, var_inputs(g));
+  std::vector<const void*> frozen(g.num_inputs, nullptr);
+  for (int k = 1; k < g.num_inputs; ++k) frozen[k] = data[k].data();
+  const auto exe = Executable::compile(g, {.passes = {.fusion = true}}, frozen);
+  EXPECT_EQ(exe->num_steps(), 1u) << exe->dump();  // the weight and bias are computed at compile
+  EXPECT_GT(exe->constant_bytes(), 0u);
+  expect_close(run(g, data, true), run(g, data, false), kPipelineTol, kPipelineTol);
+}
+
 TEST(PassesBnFold, IsAFusionPass) {
   Graph g;
   const int x = g.add_input({{1, 2, 4, 4}, DType::F32});
