@@ -137,6 +137,13 @@ std::vector<Pattern> patterns() {
          b.g.outputs = {b.op("tanh", {b.add(z, res)})};
          return b.g;
        }, 1},
+      {"conv_nobias_residual_then_bias", [] {  // the bias goes in before the residual input
+         Builder b;
+         const int x = b.in({1, 8, 10, 10}), w = b.in({8, 8, 3, 3}), res = b.in({1, 8, 10, 10}), bias = b.in({1, 8, 1, 1});
+         const int z = b.add(b.conv(x, w, -1, 1, 1), res);
+         b.g.outputs = {b.add(z, bias)};
+         return b.g;
+       }, 1},
       {"conv_stride2_silu", [] {
          Builder b;
          const int x = b.in({1, 3, 32, 32}), w = b.in({8, 3, 7, 7}), bias = b.in({8});
