@@ -44,8 +44,8 @@ int fold_constants(Graph& g);
 // Exact identities: scale by 1, same-shape reshape, reshape and permute chains, contiguous,
 // same-dtype cast (graphs/pass_algebra.cpp).
 int simplify_algebra(Graph& g);
-// conv2d -> batch_norm_eval with constant parameters becomes one conv2d with constant folded
-// weight and bias (graphs/pass_bn_fold.cpp).
+// conv2d (or linear) -> batch_norm_eval with constant parameters becomes one conv2d (linear)
+// with constant folded weight and bias (graphs/pass_bn_fold.cpp).
 int fold_batch_norm(Graph& g);
 // linear / matmul / conv2d followed by a bias add, a residual add (conv) or an activation
 // become one node with oneDNN post-ops (graphs/pass_fuse_postops.cpp).
