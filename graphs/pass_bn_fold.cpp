@@ -2,11 +2,12 @@
 // with a constant w, b, gamma, beta, mean, var (frozen inputs or constant nodes) and the conv
 // read by nothing else becomes one conv2d(x, w', b') with
 //   s = gamma / sqrt(var + eps),  w' = w * s (broadcast over [O, 1, 1, 1]),  b' = (b - mean) * s + beta
-// (b = 0 for conv2d_nobias). w', b' and the [O]-sized values they come from are new constant
-// nodes, computed once at compile; s and b' come from the batch_norm_eval kernel itself (on a
-// [1, O] row of ones, and on b), so they round as the unfolded batch norm does. F32 convs only
-// (a BF16 w' would round w * s once more); a conv with a residual input or a fused activation is
-// left alone.
+// (b = 0 for conv2d_nobias). linear(x, w, b) -> batch_norm_eval (BatchNorm1d after a Linear)
+// folds the same way into one linear (s broadcast over [O, 1]). w', b' and the [O]-sized values
+// they come from are new constant nodes, computed once at compile; s and b' come from the
+// batch_norm_eval kernel itself (on a [1, O] row of ones, and on b), so they round as the
+// unfolded batch norm does. F32 only (a BF16 w' would round w * s once more); a producer with a
+// residual input or a fused activation is left alone.
 #include "engine/kernels.h"
 #include "graphs/passes.h"
 #include "graphs/rewrite.h"
@@ -19,16 +20,26 @@ constexpr size_t kPlainConvAttrs = 7;  // stride, pad, dilation (h, w), groups; 
 constexpr int64_t kMathPow = 3;        // unary_math {fn} / {exponent} (engine/math_ops.cpp)
 constexpr int64_t kMul = static_cast<int64_t>(kernels::BinaryOp::Mul);  // binary {op}
 
+// The producer a batch norm can fold into: a conv or linear whose output channel (dim 1) is its
+// weight's dim 0, with no fused activation or residual yet. Returns its bias input count (0 or 1),
+// or -1 when `n` is not one.
+int plain_producer_bias(const Node& n) {
+  if (is_op(n, "conv2d") || is_op(n, "conv2d_nobias")) {
+    const int bias = is_op(n, "conv2d") ? 1 : 0;
+    return n.inputs.size() == 2u + bias && n.attrs.i(kPlainConvAttrs) == 0 ? bias : -1;
+  }
+  if (is_op(n, "linear")) return n.inputs.size() == 3 && n.attrs.i(0) == 0 ? 1 : -1;  // ints[0]: fused activation
+  return -1;
+}
+
 bool foldable(const Graph& g, const std::vector<std::vector<int>>& users, const Node& bn) {
   if (!is_op(bn, "batch_norm_eval") || bn.inputs.size() != 5) return false;
   const int c = bn.inputs[0];
-  const Node& conv = g.nodes[c];
-  const bool bias = is_op(conv, "conv2d");
-  if (!bias && !is_op(conv, "conv2d_nobias")) return false;
-  if (conv.inputs.size() != (bias ? 3u : 2u) || conv.attrs.i(kPlainConvAttrs) != 0) return false;
-  if (conv.meta.dtype != DType::F32 || users[c].size() != 1 || is_graph_output(g, c)) return false;
-  for (size_t k = 1; k < conv.inputs.size(); ++k)
-    if (!is_constant_value(g, conv.inputs[k])) return false;
+  const Node& prod = g.nodes[c];
+  if (plain_producer_bias(prod) < 0) return false;
+  if (prod.meta.dtype != DType::F32 || users[c].size() != 1 || is_graph_output(g, c)) return false;
+  for (size_t k = 1; k < prod.inputs.size(); ++k)
+    if (!is_constant_value(g, prod.inputs[k])) return false;
   for (size_t k = 1; k < 5; ++k)
     if (!is_constant_value(g, bn.inputs[k])) return false;
   return true;
@@ -40,31 +51,33 @@ int add_constant(Graph& g, const char* op, std::vector<int> inputs, const Attrs&
   return id;
 }
 
-// Rewrites node `b` (the batch norm) into the folded conv; the old conv becomes dead.
+// Rewrites node `b` (the batch norm) into the folded conv or linear; the old one becomes dead.
 void fold(Graph& g, int b) {
   const Node bn = g.nodes[b];
-  const Node conv = g.nodes[bn.inputs[0]];
+  const Node prod = g.nodes[bn.inputs[0]];
   const int gamma = bn.inputs[1], beta = bn.inputs[2], mean = bn.inputs[3], var = bn.inputs[4];
   const Attrs eps{{}, {bn.attrs.f(0)}};
-  const Shape wshape = g.nodes[conv.inputs[1]].meta.shape;
+  const Shape wshape = g.nodes[prod.inputs[1]].meta.shape;
   const int64_t out_ch = wshape[0];
+  Shape per_channel(wshape.size(), 1);  // [O, 1, 1, 1] (conv) or [O, 1] (linear)
+  per_channel[0] = out_ch;
 
   // pow(v, 0) is 1 for every v (NaN and inf included), so ones and zeros are exact.
   const int ones = add_constant(g, "unary_math", {mean}, Attrs{{kMathPow}, {0.0}});
   const int zeros = add_constant(g, "scale", {ones}, Attrs{{}, {0.0}});
   const int ones2 = add_constant(g, "reshape", {ones}, Attrs{{1, out_ch}, {}});
   const int s2 = add_constant(g, "batch_norm_eval", {ones2, gamma, zeros, zeros, var}, eps);  // gamma / sqrt(var + eps)
-  const int s4 = add_constant(g, "reshape", {s2}, Attrs{{out_ch, 1, 1, 1}, {}});
-  const int w = add_constant(g, "binary", {conv.inputs[1], s4}, Attrs{{kMul}, {}});
-  const int b2 = add_constant(g, "reshape", {conv.inputs.size() == 3 ? conv.inputs[2] : zeros}, Attrs{{1, out_ch}, {}});
+  const int sw = add_constant(g, "reshape", {s2}, Attrs{per_channel, {}});
+  const int w = add_constant(g, "binary", {prod.inputs[1], sw}, Attrs{{kMul}, {}});
+  const int b2 = add_constant(g, "reshape", {plain_producer_bias(prod) ? prod.inputs[2] : zeros}, Attrs{{1, out_ch}, {}});
   const int b2s = add_constant(g, "batch_norm_eval", {b2, gamma, beta, mean, var}, eps);  // (b - mean) * s + beta
   const int bias = add_constant(g, "reshape", {b2s}, Attrs{{out_ch}, {}});
 
   Node& n = g.nodes[b];
-  n.op = &op_schema("conv2d");
-  n.inputs = {conv.inputs[0], w, bias};
-  n.attrs = conv.attrs;
-  n.fused = conv.fused.empty() ? std::vector<std::string>{conv.op->name} : conv.fused;
+  n.op = &op_schema(is_op(prod, "linear") ? "linear" : "conv2d");
+  n.inputs = {prod.inputs[0], w, bias};
+  n.attrs = prod.attrs;
+  n.fused = prod.fused.empty() ? std::vector<std::string>{prod.op->name} : prod.fused;
   n.fused.push_back("batch_norm_eval");
 }
 

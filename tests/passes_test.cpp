@@ -432,6 +432,25 @@ TEST(PassesBnFold, FoldsConvAndConvNobiasIntoOneConv) {
   expect_close(run(g, data, true), want, kPipelineTol, kPipelineTol);  // the whole pipeline
 }
 
+TEST(PassesBnFold, FoldsLinearIntoOneLinear) {
+  Graph g;
+  const int x = g.add_input({{5, 12}, DType::F32});
+  const int w = frozen_input(g, {{6, 12}, DType::F32}), b = frozen_input(g, {{6}, DType::F32});
+  const BnParams p = bn_params(g, 6, true);
+  const int lin = g.add_op(op("linear"), {x, w, b}, Attrs{{0}, {}});
+  g.outputs = {batch_norm(g, lin, p, 1e-3)};
+  const Graph opt = applied(g, fold_batch_norm, 1);
+  EXPECT_EQ(count_run_time_ops(opt, "batch_norm_eval"), 0);
+  ASSERT_EQ(count_ops(opt, "linear"), 1);
+  EXPECT_EQ(opt.nodes[opt.outputs[0]].fused, (std::vector<std::string>{"linear", "batch_norm_eval"}));
+  const auto data = random_inputs(g, 8, var_inputs(g));
+  expect_close(run(opt, data, false), run(g, data, false), kBnFoldTol, kBnFoldTol);
+
+  Graph fused_act = g;  // a linear with a fused ReLU is not a plain linear any more
+  fused_act.nodes[lin].attrs = Attrs{{1}, {}};
+  EXPECT_EQ(fold_batch_norm(fused_act), 0);
+}
+
 TEST(PassesBnFold, LeavesSharedConvsAndNonConstantParametersAlone) {
   Graph g;
   const int x = g.add_input({{1, 3, 6, 6}, DType::F32});
