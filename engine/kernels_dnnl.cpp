@@ -114,8 +114,8 @@ Kernel bias_only(const MatmulSpec& s) {
 
 MatmulSpec matmul_spec(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
   const bool ta = a.i(0), tb = a.i(1);
-  return {out.dtype,       out.shape[0], ta ? in[0].shape[0] : in[0].shape[1], out.shape[1], ta, tb,
-          in.size() == 3, static_cast<FusedAct>(a.i(2))};
+  const int64_t k = ta ? in[0].shape[0] : in[0].shape[1];
+  return {out.dtype, out.shape[0], k, out.shape[1], ta, tb, in.size() == 3, static_cast<FusedAct>(a.i(2))};
 }
 
 MatmulSpec linear_spec(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {

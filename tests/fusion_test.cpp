@@ -342,6 +342,10 @@ TEST(FusionEager, BiasAndResidualInputs) {
   const Tensor mb = Tensor::from_vector(random_vec(3, 7), {3});
   expect_rel_close(dispatch("matmul", {a, m, mb}).to_vector(), ops::add(ops::matmul(a, m), mb).to_vector(),
                    "matmul (a, b, bias)");
+  // an empty inner dimension: act(bias) in every row
+  const Tensor e = dispatch("linear", {Tensor::zeros({3, 0}), Tensor::zeros({2, 0}), Tensor::from_vector({-1, 2}, {2})},
+                            Attrs{{static_cast<int64_t>(FusedAct::Relu)}, {}});
+  EXPECT_EQ(e.to_vector(), (std::vector<float>{0, 2, 0, 2, 0, 2}));
   // F64 runs the loop kernel: same post-ops
   const Tensor a64 = a.to(DType::F64), m64 = m.to(DType::F64), mb64 = mb.to(DType::F64);
   const auto got = dispatch("matmul", {a64, m64, mb64}, Attrs{{0, 0, static_cast<int64_t>(FusedAct::GeluErf)}, {}});
