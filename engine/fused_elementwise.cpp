@@ -3,8 +3,8 @@
 // over a whole block (4 lanes at a time, act_math.h) before the next, so every loop is a tight
 // vector loop and the intermediates stay in a per-thread scratch of a few KB. The math is the
 // unfused kernels': act_math.h's SIMD functions for the activations (as kernels_act.cpp's loops),
-// SSE's correctly rounded sqrt, libm for exp and pow (as math_ops.cpp), plain float arithmetic
-// for the rest; erf is a SIMD series/erfc (within 2e-7 of libm's, which costs ~6 ns an element).
+// SSE's correctly rounded sqrt, libm for erf, exp and pow (as math_ops.cpp), plain float
+// arithmetic for the rest.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -188,25 +188,6 @@ void gather(const Source& s, const T* x, const Shape& out, int64_t base, int64_t
   }
 }
 
-// erf(x): its Taylor series to x^19 below |x| = 0.75 (remainder < 1e-9 relative), 1 - erfc(|x|)
-// with act_math.h's erfc above (relative error below 2e-7 there, where erf(x) > 0.71).
-f32x4 erf4(f32x4 x) {
-  const f32x4 x2 = x * x;
-  f32x4 p = splat4(float(-1.0 / 6894720));
-  p = p * x2 + splat4(float(1.0 / 685440));
-  p = p * x2 + splat4(float(-1.0 / 75600));
-  p = p * x2 + splat4(float(1.0 / 9360));
-  p = p * x2 + splat4(float(-1.0 / 1320));
-  p = p * x2 + splat4(float(1.0 / 216));
-  p = p * x2 + splat4(float(-1.0 / 42));
-  p = p * x2 + splat4(float(1.0 / 10));
-  p = p * x2 + splat4(float(-1.0 / 3));
-  p = p * x2 + splat4(1.0f);
-  const f32x4 small = splat4(1.12837916709551257390f) * x * p;  // 2/sqrt(pi) x p(x^2)
-  const f32x4 big = act::copysign4(splat4(1.0f) - act::erfc_nonneg4(act::abs4(x)), x);
-  return act::abs4(x) < splat4(0.75f) ? small : big;
-}
-
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 constexpr double kGeluC = 0.044715;
 
@@ -228,7 +209,9 @@ void exec(const Instr& s, const float* const* reg, float* y, int64_t m) {
     case ew::Sigmoid: return act::map4(a, y, m, [](f32x4 u) { return act::sigmoid4(u); });
     case ew::Tanh: return act::map4(a, y, m, [](f32x4 u) { return act::tanh4(u); });
     case ew::Sqrt: return act::map4(a, y, m, [](f32x4 u) { return std::bit_cast<f32x4>(_mm_sqrt_ps(u)); });
-    case ew::Erf: return act::map4(a, y, m, erf4);
+    case ew::Erf:  // libm: a SIMD erf computing both of its branches costs more on GELU's inputs
+      for (int64_t i = 0; i < m; ++i) y[i] = std::erf(a[i]);
+      return;
     case ew::Exp:
       for (int64_t i = 0; i < m; ++i) y[i] = std::exp(a[i]);
       return;
