@@ -1,5 +1,8 @@
 #include "graphs/hpu_graph.h"
 
+#include <algorithm>
+#include <unordered_set>
+
 #include "engine/error.h"
 #include "engine/generator.h"
 #include "engine/lazy.h"
@@ -9,31 +12,89 @@
 
 namespace hg::graphs {
 
+namespace {
+
+const void* data_ptr(const Tensor& t) {
+  const TensorImpl* i = t.impl();
+  return static_cast<const char*>(i->storage->data) + i->offset * static_cast<int64_t>(dtype_size(t.dtype()));
+}
+
+// Throws the hg::Error subclass that fits when `t` cannot stand for a buffer of `want` on `d`.
+void check_buffer(const Tensor& t, const TensorMeta& want, Device d, const std::string& what) {
+  const std::string where = "HPUGraph::replay_with: " + what;
+  if (!t.defined()) throw InvalidArgument(where + " is undefined");
+  if (t.device() != d) throw DeviceError(where + " is on " + t.device().str() + ", the graph runs on " + d.str());
+  if (t.dtype() != want.dtype)
+    throw DTypeError(where + " is " + meta_str(t.meta()) + ", the graph was captured with " + meta_str(want));
+  if (t.shape() != want.shape)
+    throw ShapeError(where + " is " + meta_str(t.meta()) + ", the graph was captured with " + meta_str(want));
+  if (!t.is_contiguous()) throw InvalidArgument(where + " is not contiguous");
+}
+
+}  // namespace
+
 HPUGraph::HPUGraph(Device d) : device_(d) {
   if (!d.is_hpu()) throw DeviceError("HPUGraph needs an hpu device, got " + d.str());
   device_backend(d);
 }
 
 HPUGraph::~HPUGraph() {
-  if (capturing_) {
-    Trace& t = trace_for(device_);
-    std::lock_guard lk(t.mu);
-    close_trace(t);
-    t.capturing = false;
-  }
+  capture_abort();
   if (arena_) synchronize(device_);  // a queued replay may still use the arena
 }
 
-void HPUGraph::capture_begin() {
-  if (capturing_) throw InvalidArgument("HPUGraph::capture_begin: a capture is already in progress");
+void HPUGraph::capture_begin(const CaptureOptions& opt) {
+  if (capturing_) throw InvalidArgument("HPUGraph::capture_begin: this graph is already capturing on " + device_.str());
   if (!lazy_backend()) enable_lazy_mode(false);  // the tracer must be installed to record
-  mark_step(device_);                             // flush work recorded before the capture
   Trace& t = trace_for(device_);
+  auto nested = [&] {
+    return InvalidArgument("HPUGraph::capture_begin: " + device_.str() +
+                           " is already capturing into another HPUGraph; captures cannot nest");
+  };
+  {
+    std::lock_guard lk(t.mu);
+    if (t.capturing) throw nested();
+  }
+  mark_step(device_);  // flush work recorded before the capture
+  for (size_t i = 0; i < opt.frozen.size(); ++i) {
+    const Tensor& f = opt.frozen[i];
+    if (!f.defined() || f.device() != device_)
+      throw InvalidArgument("HPUGraph::capture_begin: frozen tensor " + std::to_string(i) +
+                            (f.defined() ? " is on " + f.device().str() + ", not " + device_.str() : " is undefined"));
+    materialize(f);
+  }
   std::lock_guard lk(t.mu);
-  if (t.capturing) throw InvalidArgument("HPUGraph::capture_begin: another capture is active on " + device_.str());
+  if (t.capturing) throw nested();
   reset();
   t.capturing = true;
   capturing_ = true;
+  opt_ = opt;
+}
+
+void HPUGraph::capture_abort() {
+  if (!capturing_) return;
+  Trace& t = trace_for(device_);
+  ClosedTrace c;
+  {
+    std::lock_guard lk(t.mu);
+    c = close_trace(t);
+    t.capturing = false;
+    capturing_ = false;
+  }
+  abort_values(c, "an aborted HPU graph capture on " + device_.str());
+  opt_ = {};
+  ++stats_.aborted_captures;
+}
+
+void HPUGraph::capture(const std::function<void()>& body, const CaptureOptions& opt) {
+  capture_begin(opt);
+  try {
+    body();
+  } catch (...) {
+    capture_abort();
+    throw;
+  }
+  capture_end();
 }
 
 void HPUGraph::capture_end() {
@@ -46,40 +107,167 @@ void HPUGraph::capture_end() {
     t.capturing = false;
     capturing_ = false;
   }
-  if (c.outputs.empty()) throw InvalidArgument("HPUGraph::capture_end: nothing was captured on " + device_.str());
-  exe_ = compile_cached(c.graph);
+  const CaptureOptions opt = std::move(opt_);
+  opt_ = {};
+  if (c.outputs.empty()) {
+    ++stats_.aborted_captures;
+    throw InvalidArgument("HPUGraph::capture_end: nothing was captured on " + device_.str());
+  }
+  std::unordered_set<const Storage*> frozen_storage;
+  for (const Tensor& f : opt.frozen) frozen_storage.insert(f.impl()->storage.get());
+  std::vector<const void*> frozen_data(c.inputs.size(), nullptr);
+  std::vector<bool> frozen(c.inputs.size(), false);
+  for (Node& n : c.graph.nodes) {
+    if (n.kind != Node::Kind::Input) continue;
+    const Tensor& x = c.inputs[static_cast<size_t>(n.input_index)];
+    if (x.impl()->rng_seed || !frozen_storage.count(x.impl()->storage.get())) continue;
+    n.frozen = true;
+    frozen[static_cast<size_t>(n.input_index)] = true;
+    frozen_data[static_cast<size_t>(n.input_index)] = data_ptr(x);
+  }
+  CompileInfo info;
+  try {
+    exe_ = compile_cached(c.graph, frozen_data, &info);
+  } catch (...) {
+    abort_values(c, "an HPU graph capture on " + device_.str() + " whose compile failed");
+    ++stats_.aborted_captures;
+    throw;
+  }
+  stats_.compile_ms = info.compile_ms;
+  stats_.memory_cache_hit = info.memory_hit;
+  stats_.disk_cache_hit = info.disk_hit;
   bind_outputs(c, device_);
   inputs_ = std::move(c.inputs);
-  outputs_.clear();
+  frozen_ = std::move(frozen);
   for (auto& o : c.outputs) outputs_.emplace_back(o);
   arena_ = std::make_shared<Storage>(device_, std::max<size_t>(exe_->arena_bytes(), 1));
-  for (const auto& x : inputs_)
-    in_ptrs_.push_back(static_cast<const char*>(x.impl()->storage->data) +
-                       x.impl()->offset * static_cast<int64_t>(dtype_size(x.dtype())));
-  for (const auto& o : outputs_) out_ptrs_.push_back(o.impl()->storage->data);
-  for (size_t i = 0; i < inputs_.size(); ++i)
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    in_ptrs_.push_back(data_ptr(inputs_[i]));
     if (inputs_[i].impl()->rng_seed) rng_inputs_.push_back(i);
-  replay();
+    else if (!frozen_[i]) {
+      user_in_.push_back(static_cast<int>(i));
+      user_in_meta_.push_back(inputs_[i].meta());
+    }
+  }
+  for (size_t j = 0; j < outputs_.size(); ++j) {
+    out_ptrs_.push_back(outputs_[j].impl()->storage->data);
+    user_out_.push_back(j);
+  }
+  ++stats_.captures;
+  stats_.nodes = c.graph.nodes.size();
+  stats_.steps = exe_->num_steps();
+  stats_.inputs = inputs_.size();
+  stats_.frozen_inputs = static_cast<size_t>(std::count(frozen_.begin(), frozen_.end(), true));
+  stats_.outputs = outputs_.size();
+  stats_.arena_bytes = exe_->arena_bytes();
+  if (!opt.dry_run) launch(in_ptrs_, out_ptrs_, {}, false);
 }
 
 void HPUGraph::replay(bool asynchronous) {
   if (!exe_) throw InvalidArgument("HPUGraph::replay before a capture");
-  if (!rng_inputs_.empty()) {  // new seeds, written in queue order just before this replay
-    std::vector<int64_t> seeds;
-    Generator& gen = default_generator(device_);
-    for (size_t k = 0; k < rng_inputs_.size(); ++k) seeds.push_back(static_cast<int64_t>(gen.next()));
-    auto run = [this, seeds = std::move(seeds)] {
-      for (size_t k = 0; k < rng_inputs_.size(); ++k)
-        *static_cast<int64_t*>(const_cast<void*>(in_ptrs_[rng_inputs_[k]])) = seeds[k];
-      exe_->run(arena_->data, in_ptrs_.data(), out_ptrs_.data());
-    };
-    if (asynchronous) device_backend(device_).enqueue(run);
-    else device_backend(device_).run_sync(run);
+  ++stats_.replays;
+  if (!rng_inputs_.empty()) {
+    launch(in_ptrs_, out_ptrs_, {}, asynchronous);
     return;
   }
-  auto run = [this] { exe_->run(arena_->data, in_ptrs_.data(), out_ptrs_.data()); };
+  auto run = [this] { exe_->run(arena_->data, in_ptrs_.data(), out_ptrs_.data()); };  // no allocation
   if (asynchronous) device_backend(device_).enqueue(run);
   else device_backend(device_).run_sync(run);
+}
+
+void HPUGraph::launch(std::vector<const void*> in, std::vector<void*> out, std::vector<std::shared_ptr<Storage>> keep,
+                      bool asynchronous) {
+  std::vector<int64_t> seeds;  // new seeds, written in queue order just before this run
+  Generator& gen = default_generator(device_);
+  for (size_t k = 0; k < rng_inputs_.size(); ++k) seeds.push_back(static_cast<int64_t>(gen.next()));
+  auto run = [this, in = std::move(in), out = std::move(out), keep = std::move(keep), seeds = std::move(seeds)] {
+    for (size_t k = 0; k < rng_inputs_.size(); ++k)
+      *static_cast<int64_t*>(const_cast<void*>(in[rng_inputs_[k]])) = seeds[k];
+    exe_->run(arena_->data, in.data(), out.data());
+  };
+  if (asynchronous) device_backend(device_).enqueue(std::move(run));
+  else device_backend(device_).run_sync(std::move(run));
+}
+
+void HPUGraph::replay_with(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, bool asynchronous) {
+  if (!exe_) throw InvalidArgument("HPUGraph::replay_with before a capture");
+  if (inputs.size() != user_in_.size())
+    throw InvalidArgument("HPUGraph::replay_with: " + std::to_string(inputs.size()) + " inputs given, the graph has " +
+                          std::to_string(user_in_.size()) + " user inputs");
+  if (!outputs.empty() && outputs.size() != user_out_.size())
+    throw InvalidArgument("HPUGraph::replay_with: " + std::to_string(outputs.size()) +
+                          " outputs given, the graph has " + std::to_string(user_out_.size()) + " user outputs");
+  std::vector<const void*> in = in_ptrs_;
+  std::vector<void*> out = out_ptrs_;
+  std::vector<std::shared_ptr<Storage>> keep;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    check_buffer(inputs[k], user_in_meta_[k], device_, "input " + std::to_string(k));
+    if (inputs[k].is_lazy()) materialize(inputs[k]);
+    if (user_in_[k] >= 0) in[static_cast<size_t>(user_in_[k])] = data_ptr(inputs[k]);
+    keep.push_back(inputs[k].impl()->storage);
+  }
+  const size_t num_in_storages = keep.size();
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    const std::string what = "output " + std::to_string(j);
+    check_buffer(outputs[j], outputs_[user_out_[j]].meta(), device_, what);
+    if (outputs[j].is_lazy()) materialize(outputs[j]);
+    const Storage* s = outputs[j].impl()->storage.get();
+    for (size_t k = 0; k < keep.size(); ++k)
+      if (keep[k].get() == s)
+        throw InvalidArgument("HPUGraph::replay_with: " + what + " shares memory with " +
+                              (k < num_in_storages ? "input " + std::to_string(k)
+                                                   : "output " + std::to_string(k - num_in_storages)));
+    for (const Tensor& x : inputs_)
+      if (x.impl()->storage.get() == s)
+        throw InvalidArgument("HPUGraph::replay_with: " + what + " shares memory with a static input of the graph");
+    out[user_out_[j]] = const_cast<void*>(data_ptr(outputs[j]));
+    keep.push_back(outputs[j].impl()->storage);
+  }
+  ++stats_.zero_copy_replays;
+  launch(std::move(in), std::move(out), std::move(keep), asynchronous);
+}
+
+void HPUGraph::mark_user_inputs(const std::vector<Tensor>& placeholders) {
+  if (!exe_) throw InvalidArgument("HPUGraph::mark_user_inputs before a capture");
+  std::vector<int> idx;
+  std::vector<TensorMeta> metas;
+  for (size_t k = 0; k < placeholders.size(); ++k) {
+    const Tensor& p = placeholders[k];
+    if (!p.defined() || p.device() != device_)
+      throw InvalidArgument("HPUGraph::mark_user_inputs: placeholder " + std::to_string(k) +
+                            (p.defined() ? " is on " + p.device().str() : " is undefined"));
+    int found = -1;
+    for (size_t i = 0; i < inputs_.size() && found < 0; ++i)
+      if (inputs_[i].impl() == p.impl() ||
+          (p.impl()->storage && inputs_[i].impl()->storage == p.impl()->storage &&
+           inputs_[i].impl()->offset == p.impl()->offset && inputs_[i].meta() == p.meta()))
+        found = static_cast<int>(i);
+    if (found >= 0 && (frozen_[static_cast<size_t>(found)] || inputs_[static_cast<size_t>(found)].impl()->rng_seed))
+      throw InvalidArgument("HPUGraph::mark_user_inputs: placeholder " + std::to_string(k) +
+                            " is a frozen input of the graph (or an RNG seed); it cannot be replaced");
+    idx.push_back(found);
+    metas.push_back(p.meta());
+  }
+  user_in_ = std::move(idx);
+  user_in_meta_ = std::move(metas);
+}
+
+void HPUGraph::mark_user_outputs(const std::vector<Tensor>& outs) {
+  if (!exe_) throw InvalidArgument("HPUGraph::mark_user_outputs before a capture");
+  std::vector<size_t> idx;
+  for (size_t k = 0; k < outs.size(); ++k) {
+    size_t found = outputs_.size();
+    for (size_t j = 0; j < outputs_.size() && found == outputs_.size(); ++j)
+      if (outs[k].defined() && (outputs_[j].impl() == outs[k].impl() ||
+                                (outputs_[j].impl()->storage == outs[k].impl()->storage && outs[k].impl()->offset == 0 &&
+                                 outputs_[j].meta() == outs[k].meta())))
+        found = j;
+    if (found == outputs_.size())
+      throw InvalidArgument("HPUGraph::mark_user_outputs: tensor " + std::to_string(k) +
+                            " is not an output of the captured graph (a view of one is not either)");
+    idx.push_back(found);
+  }
+  user_out_ = std::move(idx);
 }
 
 void HPUGraph::reset() {
@@ -90,6 +278,10 @@ void HPUGraph::reset() {
   in_ptrs_.clear();
   out_ptrs_.clear();
   rng_inputs_.clear();
+  frozen_.clear();
+  user_in_.clear();
+  user_in_meta_.clear();
+  user_out_.clear();
   arena_.reset();
 }
 

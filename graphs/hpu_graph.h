@@ -2,16 +2,28 @@
 //
 //   auto in = hg::Tensor::zeros({8, 64}, hg::DType::F32, hg::Device::hpu(0));   // static input
 //   hg::graphs::HPUGraph g(hg::Device::hpu(0));
-//   g.capture_begin();
-//   hg::Tensor out = model.forward(in);      // recorded, not run
-//   g.capture_end();                         // compiled, memory-planned, run once; `out` is static
+//   g.capture([&] { out = model.forward(in); },           // recorded, not run; an exception
+//             {.frozen = weights});                       // aborts the capture cleanly
+//   // (or g.capture_begin({.frozen = weights}); out = model.forward(in); g.capture_end();)
 //   in.copy_from(next_batch);
 //   g.replay();                              // no dispatch, no allocation; `out` holds the result
+//   g.replay_with({batch}, {my_out});        // zero copy: reads `batch`, writes `my_out`
+//   g.stats();                               // captures, replays, compile ms, arena bytes, ...
 //
-// One capture per device at a time. Reading a tensor's value during capture is an error.
-// Random ops (dropout) captured in the graph get a fresh seed from the device generator at
-// every replay, as Gaudi keeps RNG state per graph.
+// capture_end compiles the recorded graph (passes, memory plan, kernels) and runs it once
+// (not with dry_run). Every tensor still referenced at capture_end is a static output;
+// tensors from outside the region are static inputs. Frozen tensors (weights of an inference
+// graph) must not change while the graph lives: the compiler may fold and pre-pack them.
+//
+// Capture safety: one capture per device at a time (a nested capture_begin throws); reading a
+// value on the host during capture throws naming the op that produced it; an op whose schema
+// says capturable = false throws naming it; an aborted capture (capture_abort, an exception in
+// capture(), a compile error, or destroying the graph while capturing) clears the trace, and the
+// tensors produced inside it raise a clear error when used. Random ops (dropout) get a fresh
+// seed from the device generator at every replay, as Gaudi keeps RNG state per graph.
 #pragma once
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -20,33 +32,85 @@
 
 namespace hg::graphs {
 
+struct CaptureOptions {
+  // Tensors whose values stay fixed for the graph's life (weights): graph inputs sharing their
+  // storage become frozen inputs, folded and pre-packed at compile.
+  std::vector<Tensor> frozen;
+  // Compile only: capture_end does not run the graph; outputs hold no values until a replay.
+  bool dry_run = false;
+};
+
+struct HPUGraphStats {
+  uint64_t captures = 0;           // successful capture_end calls
+  uint64_t aborted_captures = 0;   // captures dropped (abort, exception, compile error)
+  uint64_t replays = 0;            // replay() calls
+  uint64_t zero_copy_replays = 0;  // replay_with() calls
+  double compile_ms = 0;           // the last capture_end's compile time (cache lookups included)
+  bool memory_cache_hit = false;   // the last capture_end found its executable in memory
+  bool disk_cache_hit = false;     // ... or its optimized graph in the disk cache (HG_GRAPH_CACHE)
+  size_t nodes = 0, steps = 0;     // recorded nodes; steps after the passes
+  size_t inputs = 0, frozen_inputs = 0, outputs = 0;
+  size_t arena_bytes = 0;
+};
+
 class HPUGraph {
  public:
   explicit HPUGraph(Device d = Device::hpu(0));
-  ~HPUGraph();
+  ~HPUGraph();  // aborts a capture in progress
   HPUGraph(const HPUGraph&) = delete;
   HPUGraph& operator=(const HPUGraph&) = delete;
 
-  void capture_begin();
+  void capture_begin(const CaptureOptions& opt = {});
   void capture_end();
+  // Drops the recording: the trace is cleared, the device stops capturing, and the values
+  // recorded so far become unusable (an error names the op that produced them).
+  void capture_abort();
+  // capture_begin, body(), capture_end; aborts and rethrows if body or the compile throws.
+  void capture(const std::function<void()>& body, const CaptureOptions& opt = {});
+  bool capturing() const { return capturing_; }
+
   void replay(bool asynchronous = false);
-  void reset();  // frees the graph and its arena
+  // Replay reading the caller's inputs and writing the caller's outputs (no copy into or out of
+  // the static buffers; the static outputs keep their old values). inputs[i] stands for user
+  // input i, outputs[j] for user output j (see mark_user_inputs/outputs); each is checked against
+  // the captured meta and device (InvalidArgument naming the mismatching one). An empty
+  // `outputs` writes the static outputs. Asynchronous replays keep the buffers alive until run.
+  void replay_with(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs = {},
+                   bool asynchronous = false);
+  // Which tensors replay_with's arguments stand for, after capture_end. Default inputs: every
+  // static input that is neither frozen nor an RNG seed, in static_inputs() order; default
+  // outputs: static_outputs(). A user input the graph never reads is allowed (checked, not read).
+  void mark_user_inputs(const std::vector<Tensor>& placeholders);
+  void mark_user_outputs(const std::vector<Tensor>& outputs);
+
+  void reset();  // frees the graph and its arena (statistics are kept)
 
   bool captured() const { return exe_ != nullptr; }
   const Executable& executable() const { return *exe_; }
   size_t arena_bytes() const { return exe_ ? exe_->arena_bytes() : 0; }
   const std::vector<Tensor>& static_inputs() const { return inputs_; }
   const std::vector<Tensor>& static_outputs() const { return outputs_; }
+  Device device() const { return device_; }
+  const HPUGraphStats& stats() const { return stats_; }
 
  private:
+  void launch(std::vector<const void*> in, std::vector<void*> out, std::vector<std::shared_ptr<Storage>> keep,
+              bool asynchronous);
+
   Device device_;
   bool capturing_ = false;
+  CaptureOptions opt_;
   std::shared_ptr<const Executable> exe_;
   std::vector<Tensor> inputs_, outputs_;
   std::shared_ptr<Storage> arena_;
   std::vector<const void*> in_ptrs_;
   std::vector<size_t> rng_inputs_;  // static inputs that are RNG seeds
+  std::vector<bool> frozen_;        // per static input
   std::vector<void*> out_ptrs_;
+  std::vector<int> user_in_;        // per user input: its static input index, -1 when not read
+  std::vector<TensorMeta> user_in_meta_;
+  std::vector<size_t> user_out_;    // per user output: its static output index
+  HPUGraphStats stats_;
 };
 
 }  // namespace hg::graphs

@@ -33,8 +33,16 @@ class Tracer final : public LazyBackend {
                 Device d) override {
     Trace& t = trace_for(d);
     std::lock_guard lk(t.mu);
+    if (t.capturing && !op.capturable)
+      throw InvalidArgument("op '" + op.name + "' cannot be captured in an HPU graph on " + d.str() +
+                            " (its output shape depends on data or it synchronises with the host); run it "
+                            "outside the captured region");
     std::vector<int> ids;
-    for (const Tensor& in : inputs) {
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const Tensor& in = inputs[k];
+      if (auto* dead = dynamic_cast<AbortedValue*>(in.impl()->lazy.get()))
+        throw InvalidArgument("op '" + op.name + "': input " + std::to_string(k) + " was produced by op '" +
+                              dead->op + "' in " + dead->why + "; it has no value");
       auto* tv = dynamic_cast<TracedValue*>(in.impl()->lazy.get());
       if (tv && tv->generation == t.generation) {
         ids.push_back(tv->node);
@@ -60,11 +68,23 @@ class Tracer final : public LazyBackend {
   }
 
   void materialize(TensorImpl& impl) override {
+    if (auto* dead = dynamic_cast<AbortedValue*>(impl.lazy.get()))
+      throw InvalidArgument("reading a value produced by op '" + dead->op + "' in " + dead->why +
+                            ": it has no value");
     auto* tv = dynamic_cast<TracedValue*>(impl.lazy.get());
     if (!tv) throw InternalError("materialize: not a traced value");
-    if (trace_for(tv->device).capturing)
-      throw InvalidArgument("reading a tensor's value on the host is not supported during HPU graph capture (" +
-                            tv->device.str() + ")");
+    {
+      Trace& t = trace_for(tv->device);
+      std::lock_guard lk(t.mu);
+      if (t.capturing) {
+        const bool current = tv->generation == t.generation && tv->node < static_cast<int>(t.graph.nodes.size());
+        const std::string op = current ? t.graph.nodes[tv->node].op->name : std::string("?");
+        throw InvalidArgument("reading the value of op '" + op + "' (node " + std::to_string(tv->node) +
+                              ") on the host is not supported during HPU graph capture on " + tv->device.str() +
+                              ": a host read (to(cpu), item(), data(), detach() of a traced value) would "
+                              "synchronise inside the graph; move it out of the captured region");
+      }
+    }
     mark_step(tv->device);
     if (impl.lazy) throw InternalError("materialize: value still lazy after mark_step");
   }
@@ -111,6 +131,11 @@ void bind_outputs(const ClosedTrace& c, Device d) {
   }
 }
 
+void abort_values(const ClosedTrace& c, const std::string& why) {
+  for (size_t k = 0; k < c.outputs.size(); ++k)
+    c.outputs[k]->lazy = std::make_shared<AbortedValue>(c.graph.nodes[c.graph.outputs[k]].op->name, why);
+}
+
 void enable_lazy_mode(bool on) {
   set_lazy_backend(&tracer());
   g_lazy_on = on;
@@ -119,8 +144,15 @@ void enable_lazy_mode(bool on) {
 bool lazy_mode_enabled() { return g_lazy_on; }
 
 void init_lazy_mode_from_env() {
-  const char* v = std::getenv("HG_LAZY_MODE");
-  enable_lazy_mode(!(v && std::strcmp(v, "0") == 0));
+  for (const char* name : {"HG_LAZY_MODE", "PT_HPU_LAZY_MODE"}) {
+    const char* v = std::getenv(name);
+    if (!v) continue;
+    if (std::strcmp(v, "0") != 0 && std::strcmp(v, "1") != 0)
+      throw InvalidArgument(std::string(name) + "='" + v + "' must be 0 (eager) or 1 (lazy)");
+    enable_lazy_mode(v[0] == '1');
+    return;
+  }
+  enable_lazy_mode(true);
 }
 
 void mark_step(Device d) {

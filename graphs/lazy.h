@@ -2,11 +2,14 @@
 // graph runs at mark_step() (or when a value is read on the host), compiled once per
 // structure + input signature and then served from the graph cache.
 //
-//   hg::graphs::enable_lazy_mode();              // default for hpu unless HG_LAZY_MODE=0
+//   hg::graphs::init_lazy_mode_from_env();       // lazy unless HG_LAZY_MODE=0 or PT_HPU_LAZY_MODE=0
 //   auto y = hg::ops::relu(hg::ops::linear(x, w, b));   // x, w, b on hpu:0: recorded only
 //   hg::graphs::mark_step(hg::Device::hpu(0));   // compile (first time) and launch
 //   y.to_vector();                               // waits for hpu:0
 //   hg::graphs::lazy_stats();                    // graphs run, cache hits and misses
+//
+// A host read of a pending value runs mark_step for its device first. Inside an HPU graph
+// capture both a host read and mark_step throw (graphs/hpu_graph.h).
 #pragma once
 #include <cstdint>
 
@@ -19,7 +22,8 @@ namespace hg::graphs {
 // installed (HPU graph capture needs it) but ops run eagerly outside captures.
 void enable_lazy_mode(bool on = true);
 bool lazy_mode_enabled();
-// Reads HG_LAZY_MODE (default 1) and calls enable_lazy_mode with it.
+// Reads HG_LAZY_MODE, else Habana's PT_HPU_LAZY_MODE (default 1: lazy; 0: eager) and calls
+// enable_lazy_mode with it. Any other value throws InvalidArgument naming the variable.
 void init_lazy_mode_from_env();
 
 void mark_step(Device d = Device::hpu(0));

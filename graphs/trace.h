@@ -3,9 +3,11 @@
 //   Trace& t = trace_for(dev);
 //   std::lock_guard lk(t.mu);
 //   ClosedTrace c = close_trace(t);   // graph with the still-referenced values as outputs
+//   abort_values(c, "capture aborted");  // or: the values become unusable, naming their op
 #pragma once
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include "graphs/ir.h"
@@ -17,6 +19,13 @@ struct TracedValue : LazyValue {
   Device device;
   uint64_t generation;
   int node;
+};
+
+// Marks a value recorded in a trace that was dropped (an aborted capture): using it throws
+// InvalidArgument naming the op that produced it and `why`.
+struct AbortedValue : LazyValue {
+  AbortedValue(std::string o, std::string w) : op(std::move(o)), why(std::move(w)) {}
+  std::string op, why;
 };
 
 struct Trace {
@@ -41,5 +50,7 @@ Trace& trace_for(Device d);
 ClosedTrace close_trace(Trace& t);
 // Gives each output its own storage on `d` and clears its lazy mark.
 void bind_outputs(const ClosedTrace& c, Device d);
+// Turns every output of `c` into an AbortedValue (the trace it came from will never run).
+void abort_values(const ClosedTrace& c, const std::string& why);
 
 }  // namespace hg::graphs

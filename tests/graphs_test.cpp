@@ -1,17 +1,14 @@
-// Graph layer: memory-plan invariants, passes, lazy mode and HPU graph replay == eager.
+// Graph layer: memory-plan invariants, passes and the executable (lazy mode and HPU graphs:
+// tests/hpu_graph_test.cpp).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "engine/autograd.h"
 #include "engine/error.h"
-#include "engine/generator.h"
 #include "engine/ops.h"
 #include "golden.h"
-#include "graphs/hpu_graph.h"
-#include "graphs/lazy.h"
-#include "models/zoo.h"
+#include "graphs/executable.h"
 
 using namespace hg;
 using namespace hg::graphs;
@@ -110,106 +107,6 @@ TEST(Executable, FusedAndUnfusedAgree) {
   run(true, out_a);
   run(false, out_b);
   test::expect_close(out_a, out_b, 1e-6, "fused vs unfused");
-}
-
-TEST(Lazy, MarkStepCompilesOnceThenHitsTheCache) {
-  enable_lazy_mode(true);
-  const Device d = Device::hpu(0);
-  Tensor w = Tensor::from_vector({1, 2, 3, 4}, {2, 2}, d);
-  const LazyStats s0 = lazy_stats();
-  std::vector<float> last;
-  for (int i = 0; i < 5; ++i) {
-    Tensor x = Tensor::from_vector({float(i), 1, 0, float(-i)}, {2, 2}, d);
-    Tensor y = ops::relu(ops::matmul(x, w));
-    EXPECT_TRUE(y.is_lazy());
-    mark_step(d);
-    EXPECT_FALSE(y.is_lazy());
-    last = y.to_vector();
-  }
-  const LazyStats s1 = lazy_stats();
-  EXPECT_EQ(s1.cache_misses - s0.cache_misses, 1u);
-  EXPECT_EQ(s1.cache_hits - s0.cache_hits, 4u);
-  // x = [[4, 1], [0, -4]] @ [[1, 2], [3, 4]] = [[7, 12], [-12, -16]] -> relu
-  EXPECT_EQ(last, (std::vector<float>{7, 12, 0, 0}));
-  enable_lazy_mode(false);
-}
-
-TEST(Lazy, ReadingAValueRunsThePendingGraph) {
-  enable_lazy_mode(true);
-  Tensor x = Tensor::from_vector({-1, 2}, {2}, Device::hpu(0));
-  Tensor y = ops::scale(ops::relu(x), 3);
-  EXPECT_TRUE(y.is_lazy());
-  EXPECT_EQ(y.to_vector(), (std::vector<float>{0, 6}));
-  enable_lazy_mode(false);
-}
-
-TEST(HPUGraph, ReplayEqualsEagerForTheGoldenMlp) {
-  const auto golden = test::load_json("mlp.json");
-  auto net = models::zoo::mlp({64, 32, 10});
-  for (auto& [name, p] : net->named_parameters()) p->copy_from(test::tensor_from(golden["weights"][name], Device::cpu()));
-  NoGradGuard no_grad;
-  Tensor x_cpu = test::tensor_from(golden["input"], Device::cpu());
-  const std::vector<float> eager = net->forward(x_cpu).to_vector();
-  test::expect_close(eager, golden["output"]["data"].get<std::vector<float>>(), 1e-5, "eager vs PyTorch");
-
-  net->to(Device::hpu(0));
-  Tensor static_in = Tensor::zeros(x_cpu.shape(), DType::F32, Device::hpu(0));
-  HPUGraph g(Device::hpu(0));
-  g.capture_begin();
-  Tensor out = net->forward(static_in);
-  EXPECT_TRUE(out.is_lazy());
-  g.capture_end();
-  EXPECT_FALSE(out.is_lazy());
-  EXPECT_GT(g.arena_bytes(), 0u);
-  for (int rep = 0; rep < 3; ++rep) {
-    static_in.copy_from(x_cpu.to(Device::hpu(0)));
-    g.replay();
-    test::expect_close(out.to_vector(), eager, 1e-6, "replay vs eager", 0);
-  }
-  // New data through the same static buffers.
-  Tensor x2 = ops::scale(x_cpu, 0.5);
-  static_in.copy_from(x2.to(Device::hpu(0)));
-  g.replay();
-  net->to(Device::cpu());
-  test::expect_close(out.to_vector(), net->forward(x2).to_vector(), 1e-6, "replay vs eager (second input)", 0);
-}
-
-TEST(HPUGraph, DropoutDrawsANewMaskPerReplay) {
-  const Device d = Device::hpu(0);
-  Tensor x = Tensor::full({256}, 1.0f, d);
-  HPUGraph g(d);
-  g.capture_begin();
-  Tensor y = ops::dropout(x, 0.5, true);
-  g.capture_end();
-  auto replay_mask = [&] {
-    g.replay();
-    return y.to_vector();
-  };
-  const auto a = replay_mask(), b = replay_mask();
-  EXPECT_NE(a, b);  // 2^-256 odds of a false failure
-  for (float v : a) EXPECT_TRUE(v == 0.0f || v == 2.0f) << v;
-  manual_seed(d, 7);
-  const auto c = replay_mask();
-  manual_seed(d, 7);
-  EXPECT_EQ(replay_mask(), c);  // reproducible from a seed
-}
-
-TEST(HPUGraph, ReadingAValueDuringCaptureIsAnError) {
-  Tensor x = Tensor::from_vector({1, 2}, {2}, Device::hpu(0));
-  HPUGraph g(Device::hpu(0));
-  g.capture_begin();
-  Tensor y = ops::relu(x);
-  try {
-    y.to_vector();
-    FAIL() << "no error";
-  } catch (const InvalidArgument& e) {
-    EXPECT_THAT(e.what(), HasSubstr("capture"));
-  }
-  g.capture_end();
-  EXPECT_EQ(y.to_vector(), (std::vector<float>{1, 2}));
-  EXPECT_THROW(HPUGraph(Device::cpu()), DeviceError);
-  HPUGraph empty(Device::hpu(0));
-  EXPECT_THROW(empty.replay(), InvalidArgument);
 }
 
 }  // namespace
