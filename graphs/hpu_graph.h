@@ -19,8 +19,10 @@
 // value on the host during capture throws naming the op that produced it; an op whose schema
 // says capturable = false throws naming it; an aborted capture (capture_abort, an exception in
 // capture(), a compile error, or destroying the graph while capturing) clears the trace, and the
-// tensors produced inside it raise a clear error when used. Random ops (dropout) get a fresh
-// seed from the device generator at every replay, as Gaudi keeps RNG state per graph.
+// tensors produced inside it raise a clear error when used. Host-side work on tensors that are
+// not traced (copy_from, from_vector) runs once, at capture time, and is not part of the graph:
+// fill static inputs before replay(), not inside the captured region. Random ops (dropout) get
+// a fresh seed from the device generator at every replay, as Gaudi keeps RNG state per graph.
 #pragma once
 #include <cstdint>
 #include <functional>

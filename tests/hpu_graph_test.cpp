@@ -205,7 +205,8 @@ TEST(HPUGraph, ReplayWithCallerBuffersWritesTheCallersOutput) {
 }
 
 TEST(HPUGraph, UserInputsChooseWhatReplayWithReplaces) {
-  Tensor a = Tensor::zeros({3}, DType::F32, kHpu), b = Tensor::full({3}, 2.0f, kHpu), unused = Tensor::zeros({5}, DType::F32, kHpu);
+  Tensor a = Tensor::zeros({3}, DType::F32, kHpu), b = Tensor::full({3}, 2.0f, kHpu);
+  Tensor unused = Tensor::zeros({5}, DType::F32, kHpu);
   Tensor sum, prod;
   HPUGraph g(kHpu);
   g.capture([&] {
@@ -556,11 +557,13 @@ struct ZooCase {
 
 std::vector<ZooCase> zoo_cases() {
   std::vector<ZooCase> r;
-  r.push_back({"mlp", models::zoo::mlp({64, 32, 10}, 2), ramp({4, 64}, 0.1f, Device::cpu()), ramp({4, 64}, -0.07f, Device::cpu())});
+  r.push_back({"mlp", models::zoo::mlp({64, 32, 10}, 2), ramp({4, 64}, 0.1f, Device::cpu()),
+               ramp({4, 64}, -0.07f, Device::cpu())});
   for (const char* name : {"lenet5", "resnet18", "bert_classifier"}) {
-    std::shared_ptr<models::Module> m = name == std::string("lenet5") ? std::shared_ptr<models::Module>(models::zoo::lenet5())
-                                        : name == std::string("resnet18") ? std::shared_ptr<models::Module>(models::zoo::resnet18())
-                                                                          : models::zoo::bert_classifier();
+    std::shared_ptr<models::Module> m;
+    if (name == std::string("lenet5")) m = models::zoo::lenet5();
+    else if (name == std::string("resnet18")) m = models::zoo::resnet18();
+    else m = models::zoo::bert_classifier();
     m->load_state_dict(zoo_data(name));
     const Tensor x = zoo_data(std::string(name) + "_io")["input"];
     Tensor other;
@@ -574,8 +577,12 @@ std::vector<ZooCase> zoo_cases() {
     r.push_back({name, m, x, other});
   }
   std::vector<int64_t> ids(2 * 12), ids2(2 * 12);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i * 37 % 256), ids2[i] = static_cast<int64_t>(i * 11 % 256);
-  r.push_back({"gpt", std::make_shared<models::GPT>(models::GPTConfig{.d_model = 64, .nhead = 4, .layers = 2, .ff = 128, .max_len = 64}, 3),
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = static_cast<int64_t>(i * 37 % 256);
+    ids2[i] = static_cast<int64_t>(i * 11 % 256);
+  }
+  const models::GPTConfig gpt{.d_model = 64, .nhead = 4, .layers = 2, .ff = 128, .max_len = 64};
+  r.push_back({"gpt", std::make_shared<models::GPT>(gpt, 3),
                Tensor::from_indices(ids, {2, 12}), Tensor::from_indices(ids2, {2, 12})});
   return r;
 }
@@ -661,7 +668,8 @@ TEST(WrapInHPUGraph, BypassRunsEagerAndSignatureSeesDtypeAndLayout) {
   EXPECT_EQ(w->stats().graphs, 2u);
   EXPECT_THAT(w->cached_keys()[0], HasSubstr("strides[1, 2]"));
   // The BERT classifier takes I64 or I32 ids: one graph each.
-  std::shared_ptr<models::Module> bert = models::zoo::bert_classifier({.vocab = 50, .d_model = 16, .nhead = 2, .layers = 1, .ff = 32, .max_len = 8});
+  std::shared_ptr<models::Module> bert =
+      models::zoo::bert_classifier({.vocab = 50, .d_model = 16, .nhead = 2, .layers = 1, .ff = 32, .max_len = 8});
   bert->to(kHpu);
   bert->eval();
   auto wb = models::wrap_in_hpu_graph(bert);
