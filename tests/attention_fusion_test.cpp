@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 #include <random>
 
 #include "engine/autograd.h"
@@ -16,6 +18,8 @@
 #include "engine/ops.h"
 #include "graphs/hpu_graph.h"
 #include "graphs/passes.h"
+#include "models/gpt.h"
+#include "models/zoo.h"
 #include "tests/fusion_test_util.h"
 
 using namespace hg;
@@ -216,6 +220,64 @@ TEST(AttentionFusion, CapturedAttentionUsesTheFusedKernel) {
   EXPECT_EQ(count_ops(g.executable().graph(), "sdpa"), default_pass_options().fusion ? 1 : 0);
   g.replay();
   expect_near({out.to_vector()}, {want.to_vector()}, 1e-5);
+}
+
+// Sets HG_DISABLE_FUSION for the compiles in its scope, then restores the variable.
+class FusionEnv {
+ public:
+  explicit FusionEnv(bool fusion) {
+    if (const char* v = std::getenv("HG_DISABLE_FUSION")) saved_ = v;
+    if (fusion) unsetenv("HG_DISABLE_FUSION");
+    else setenv("HG_DISABLE_FUSION", "1", 1);
+  }
+  ~FusionEnv() {
+    if (saved_) setenv("HG_DISABLE_FUSION", saved_->c_str(), 1);
+    else unsetenv("HG_DISABLE_FUSION");
+  }
+
+ private:
+  std::optional<std::string> saved_;
+};
+
+// GPT decode steps of batch 2 in every attention bucket (16 to 256 positions) capture to graphs
+// with one sdpa per layer, whose replay equals the same capture with fusion off.
+TEST(AttentionFusion, GptDecodeBucketsFuseAndEqualUnfused) {
+  NoGradGuard no_grad;
+  const Device d = Device::hpu(0);
+  const models::GPTConfig config;
+  auto gpt = models::zoo::gpt(config, 3);
+  gpt->eval();
+  gpt->to(d);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  const Shape kv{2, config.nhead, config.max_len, config.d_model / config.nhead};
+  std::vector<std::vector<float>> k(config.layers), v(config.layers);
+  for (int64_t l = 0; l < config.layers; ++l) {
+    k[l].resize(numel(kv)), v[l].resize(numel(kv));
+    for (auto& x : k[l]) x = nd(rng);
+    for (auto& x : v[l]) x = nd(rng);
+  }
+  for (int64_t len : {5, 20, 40, 100, 200, 255}) {
+    std::vector<float> out[2];
+    for (int fusion : {0, 1}) {
+      const FusionEnv env(fusion);
+      models::KVCache cache;
+      for (int64_t l = 0; l < config.layers; ++l) {
+        cache.k.push_back(Tensor::from_vector(k[l], kv).to(d));
+        cache.v.push_back(Tensor::from_vector(v[l], kv).to(d));
+      }
+      cache.length = len;
+      const models::DecodeInputs in = gpt->decode_inputs(Tensor::from_indices({7, 200}, {2}), cache);
+      HPUGraph g(d);
+      g.capture_begin();
+      const Tensor logits = gpt->decode(in, cache);
+      g.capture_end();
+      EXPECT_EQ(count_ops(g.executable().graph(), "sdpa"), fusion ? config.layers : 0) << "length " << len;
+      out[fusion] = logits.to_vector();
+    }
+    SCOPED_TRACE("length " + std::to_string(len));
+    expect_near({out[1]}, {out[0]}, 1e-5, 1e-5);
+  }
 }
 
 }  // namespace
