@@ -42,7 +42,7 @@ TensorMeta infer_sdpa(const OpSchema& op, const Metas& in, const Attrs& a) {
     fail(op, in, "mask kind " + std::to_string(kind) + " takes " + std::to_string(expected_inputs(kind)) + " inputs");
   for (size_t i = 0; i < 3; ++i) expect_dtype(op, in, i, DType::F32);
   const size_t r = in[0].shape.size();
-  if (r < 2 || in[1].shape.size() != r || in[2].shape.size() != r) fail(op, in, "q, k and v need one rank >= 2");
+  if (r < 2 || in[1].shape.size() != r || in[2].shape.size() != r) fail(op, in, "q, k and v need the same rank, at least 2");
   for (size_t d = 0; d + 2 < r; ++d)
     if (in[1].shape[d] != in[0].shape[d] || in[2].shape[d] != in[0].shape[d]) fail(op, in, "q, k and v differ in a batch dim");
   const bool kt = a.i(2);
