@@ -14,8 +14,11 @@
 #include "engine/error.h"
 #include "engine/ops.h"
 #include "engine/post_ops.h"
+#include "engine/autograd.h"
 #include "graphs/executable.h"
+#include "graphs/hpu_graph.h"
 #include "golden.h"
+#include "models/zoo.h"
 
 namespace hg {
 namespace {
@@ -485,6 +488,63 @@ TEST(FusionPrepack, FrozenWeightsThroughTheExecutable) {
   std::vector<const void*> ptrs{in[0].data(), nullptr, nullptr, nullptr, nullptr};
   exe->run(aligned, ptrs.data(), &o);
   expect_rel_close(out, plain[0], "fused + prepacked vs plain");
+}
+
+// ---- zoo models through an HPU graph with frozen weights ----
+
+struct ZooRun {
+  std::vector<float> eager, replay;
+  int conv_act = 0, conv_residual = 0, linear_gelu = 0, prepacked = 0;
+};
+
+// Captures m(x) with every parameter and buffer frozen (batch norm folds, weights pre-pack)
+// and counts the fused nodes of the compiled graph.
+ZooRun run_zoo(models::Module& m, const Tensor& x_cpu) {
+  const Device d = Device::hpu(0);
+  m.to(d);
+  m.eval();
+  NoGradGuard no_grad;
+  ZooRun r;
+  const Tensor x = x_cpu.to(d);
+  r.eager = m.forward(x).to_vector();
+  std::vector<Tensor> frozen;
+  for (const auto& [name, t] : m.state_dict()) frozen.push_back(t);
+  graphs::HPUGraph g(d);
+  g.capture_begin({.frozen = frozen});
+  const Tensor out = m.forward(x);
+  g.capture_end();
+  g.replay();
+  r.replay = out.to_vector();
+  const Graph& cg = g.executable().graph();
+  for (size_t i = 0; i < cg.nodes.size(); ++i) {
+    const Node& n = cg.nodes[i];
+    if (n.kind != Node::Kind::Op) continue;
+    r.prepacked += g.executable().prepacked(static_cast<int>(i));
+    const std::string& op = n.op->name;
+    if ((op == "conv2d" || op == "conv2d_nobias") && n.attrs.i(7) != 0) ++r.conv_act;
+    if (op == "conv2d" && n.inputs.size() == 4) ++r.conv_residual;
+    if (op == "linear" && n.attrs.i(0) == static_cast<int64_t>(FusedAct::GeluErf)) ++r.linear_gelu;
+  }
+  return r;
+}
+
+TEST(FusionZoo, ResNet18FusesEveryBlockAndEqualsEager) {
+  auto m = models::zoo::resnet18(10, 0);
+  const ZooRun r = run_zoo(*m, Tensor::from_vector(random_vec(2 * 3 * 64 * 64, 9), {2, 3, 64, 64}));
+  expect_rel_close(r.replay, r.eager, "resnet18 replay vs eager");
+  EXPECT_EQ(r.conv_residual, 8);  // conv -> bn -> add(identity) -> relu in each basic block
+  EXPECT_EQ(r.conv_act, 17);      // the stem, the first conv of each block, the 8 residual convs
+  EXPECT_EQ(r.prepacked, 21);     // 20 convs and the fc, all with frozen weights
+}
+
+TEST(FusionZoo, BertFusesTheFeedForwardGeluAndEqualsEager) {
+  auto m = models::zoo::bert_classifier({}, 0);
+  std::vector<int64_t> ids(2 * 128);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 37) % 1000);
+  const ZooRun r = run_zoo(*m, Tensor::from_indices(ids, {2, 128}));
+  expect_rel_close(r.replay, r.eager, "bert replay vs eager");
+  EXPECT_EQ(r.linear_gelu, 2);  // one feed-forward per encoder layer
+  EXPECT_GE(r.prepacked, 2 * 4 + 1);
 }
 
 }  // namespace
