@@ -69,6 +69,12 @@ std::optional<Graph> DiskCache::load(const std::string& key) {
     ++misses_;
     return std::nullopt;
   }
+  if (const uint64_t size = fs::file_size(p, ec); !ec && size > cfg_.max_bytes) {
+    discard(key, "it is " + std::to_string(size) + " bytes, more than the cache's cap of " +
+                     std::to_string(cfg_.max_bytes));
+    ++misses_;
+    return std::nullopt;
+  }
   try {
     Graph g = read_entry(read_file(p), header_for(key), p.string());
     fs::last_write_time(p, fs::file_time_type::clock::now(), ec);  // recently used: evicted last

@@ -1,20 +1,26 @@
 #include "models/predictor.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <set>
 
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/ops.h"
+#include "graphs/graph_cache.h"
 #include "graphs/hpu_graph.h"
+#include "models/buckets.h"
 #include "models/module.h"
 #include "models/onnx_import.h"
 
 namespace hg::models {
 
 namespace {
-std::mutex& capture_mutex() {  // one capture at a time per process (one per device would do)
+std::mutex& capture_mutex() {  // one capture (or unpadded run) at a time per process
   static std::mutex m;
   return m;
 }
@@ -23,60 +29,112 @@ int64_t sample_size(const IOSpec& s) { return numel(Shape(s.shape.begin() + 1, s
 
 struct Bucket {
   int64_t batch;
+  std::atomic<bool> left_out{false};  // by a memory budget
   std::mutex mu;
   std::vector<Tensor> inputs, outputs;  // static buffers of the captured graph
   std::unique_ptr<graphs::HPUGraph> graph;
-  double capture_ms = 0;
+  BucketInfo info;
 };
 
 struct Predictor::Impl {
   ModelPackage package;
   PredictorOptions opt;
   std::unique_ptr<Module> module;
+  std::vector<Tensor> frozen;                    // the module's parameters and buffers
   std::vector<std::unique_ptr<Bucket>> buckets;  // ascending batch
+  std::mutex warned_mu;
+  std::set<int64_t> warned;  // batch sizes warned about running unpadded
 
-  void check_outputs(const Bucket& b) const {
+  void check_outputs(const std::vector<Tensor>& outputs, int64_t batch) const {
     const auto& specs = package.spec.outputs;
-    if (b.outputs.size() != specs.size())
-      throw InvalidArgument("Predictor: the model returns " + std::to_string(b.outputs.size()) + " outputs, the package declares " +
+    if (outputs.size() != specs.size())
+      throw InvalidArgument("Predictor: the model returns " + std::to_string(outputs.size()) + " outputs, the package declares " +
                             std::to_string(specs.size()));
     for (size_t j = 0; j < specs.size(); ++j) {
       Shape want = specs[j].shape;
-      want[0] = b.batch;
+      want[0] = batch;
       const TensorMeta meta{want, dtype_from_kserve(specs[j].datatype)};
-      if (b.outputs[j].meta() != meta)
-        throw InvalidArgument("Predictor: output '" + specs[j].name + "' is " + meta_str(b.outputs[j].meta()) +
+      if (outputs[j].meta() != meta)
+        throw InvalidArgument("Predictor: output '" + specs[j].name + "' is " + meta_str(outputs[j].meta()) +
                               ", the package declares " + meta_str(meta));
     }
+  }
+
+  std::vector<Tensor> make_inputs(int64_t batch, Device d) const {
+    std::vector<Tensor> in;
+    for (const auto& io : package.spec.inputs) {
+      Shape shape = io.shape;
+      shape[0] = batch;
+      in.push_back(Tensor::zeros(shape, dtype_from_kserve(io.datatype), d));
+    }
+    return in;
   }
 
   BucketInfo capture(Bucket& b) {  // caller holds b.mu
     if (!b.graph) {
       std::lock_guard lk(capture_mutex());
       const auto t0 = std::chrono::steady_clock::now();
-      b.inputs.clear();
-      for (const auto& io : package.spec.inputs) {
-        Shape shape = io.shape;
-        shape[0] = b.batch;
-        b.inputs.push_back(Tensor::zeros(shape, dtype_from_kserve(io.datatype), opt.device));
-      }
+      b.inputs = make_inputs(b.batch, opt.device);
       auto g = std::make_unique<graphs::HPUGraph>(opt.device);
       NoGradGuard no_grad;
-      g->capture_begin();
       try {
-        b.outputs = module->forward_all(b.inputs);  // alive at capture_end: the graph's outputs
-        for (auto& o : b.outputs) o = ops::contiguous(o);
-        check_outputs(b);
-        g->capture_end();
+        g->capture(
+            [&] {
+              b.outputs = module->forward_all(b.inputs);  // alive at capture_end: the graph's outputs
+              for (auto& o : b.outputs) o = ops::contiguous(o);
+              check_outputs(b.outputs, b.batch);
+            },
+            {.frozen = frozen});
       } catch (...) {
         b.outputs.clear();
-        g.reset();
         throw;
       }
+      const graphs::CompileInfo& ci = graphs::last_compile_info();
+      const graphs::Executable& exe = g->executable();
+      b.info = {b.batch,
+                true,
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+                ci.compile_ms,
+                exe.arena_bytes(),
+                exe.buffer_bytes(),
+                exe.constant_bytes(),
+                ci.disk_hit};
       b.graph = std::move(g);
-      b.capture_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     }
-    return {b.batch, b.capture_ms, b.graph->arena_bytes()};
+    return b.info;
+  }
+
+  void release(Bucket& b) {  // caller holds b.mu
+    b.graph.reset();
+    b.inputs.clear();
+    b.outputs.clear();
+    b.info.captured = false;
+  }
+
+  // Above the largest bucket: the module runs on this batch directly, no capture, no padding.
+  void run_unpadded(const std::vector<const void*>& in, int64_t batch, const std::vector<void*>& out) {
+    {
+      std::lock_guard lk(warned_mu);
+      int64_t largest = 0;
+      for (const auto& b : buckets)
+        if (!b->left_out) largest = b->batch;
+      if (warned.insert(batch).second)
+        spdlog::warn("Predictor '{}': batch {} is above the largest bucket{}; running it unpadded without a "
+                     "captured graph (add a bucket to capture it)",
+                     package.spec.name, batch, largest ? " " + std::to_string(largest) : " (none captured)");
+    }
+    std::lock_guard lk(capture_mutex());  // no capture may be recording on the device meanwhile
+    NoGradGuard no_grad;
+    std::vector<Tensor> host = make_inputs(batch, Device());
+    for (size_t i = 0; i < in.size(); ++i) std::memcpy(host[i].raw_data(), in[i], host[i].meta().bytes());
+    std::vector<Tensor> dev;
+    for (const auto& h : host) dev.push_back(h.to(opt.device));
+    std::vector<Tensor> outputs = module->forward_all(dev);
+    check_outputs(outputs, batch);
+    for (size_t j = 0; j < outputs.size(); ++j) {
+      Tensor o = outputs[j].contiguous().to(Device());
+      std::memcpy(out[j], o.raw_data(), o.meta().bytes());
+    }
   }
 };
 
@@ -91,13 +149,18 @@ std::unique_ptr<Predictor> Predictor::load(const std::filesystem::path& dir, con
   if (!impl->module) impl->module = build_module(impl->package);
   impl->module->eval();
   impl->module->to(opt.device);
-  std::vector<int64_t> sizes = opt.batch_buckets;
-  std::sort(sizes.begin(), sizes.end());
-  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  if (sizes.empty() || sizes.front() <= 0) throw InvalidArgument("Predictor: batch buckets must be positive");
+  for (auto& [name, t] : impl->module->named_parameters()) impl->frozen.push_back(*t);
+  for (auto& [name, t] : impl->module->named_buffers()) impl->frozen.push_back(*t);
+  std::vector<int64_t> sizes;
+  try {
+    sizes = normalize_buckets(opt.batch_buckets);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string("Predictor: ") + e.what());
+  }
   for (int64_t b : sizes) {
     auto bucket = std::make_unique<Bucket>();
     bucket->batch = b;
+    bucket->info.batch = b;
     impl->buckets.push_back(std::move(bucket));
   }
   return std::unique_ptr<Predictor>(new Predictor(std::move(impl)));
@@ -109,12 +172,40 @@ int64_t Predictor::output_size(size_t i) const { return sample_size(impl_->packa
 DType Predictor::input_dtype(size_t i) const { return dtype_from_kserve(impl_->package.spec.inputs.at(i).datatype); }
 DType Predictor::output_dtype(size_t i) const { return dtype_from_kserve(impl_->package.spec.outputs.at(i).datatype); }
 
-std::vector<BucketInfo> Predictor::capture_all() {
+std::vector<BucketInfo> Predictor::capture_all(const CaptureAllOptions& opt) {
   std::vector<BucketInfo> r;
-  for (auto& b : impl_->buckets) {
-    std::lock_guard lk(b->mu);
-    r.push_back(impl_->capture(*b));
+  size_t used = 0;
+  bool over = false;
+  const size_t n = impl_->buckets.size();
+  for (size_t k = 0; k < n; ++k) {
+    Bucket& b = *impl_->buckets[k];
+    std::lock_guard lk(b.mu);
+    if (!over && !b.left_out) {
+      if (opt.progress) opt.progress(k, n, b.batch);
+      BucketInfo info = impl_->capture(b);
+      const size_t cost = info.arena_bytes + info.constant_bytes;
+      if (opt.memory_budget && used + cost > opt.memory_budget) {
+        impl_->release(b);
+        over = true;
+      } else {
+        used += cost;
+        r.push_back(info);
+        continue;
+      }
+    }
+    if (opt.memory_budget) b.left_out = true;
+    BucketInfo info = b.info;
+    info.captured = false;
+    r.push_back(info);
   }
+  if (opt.progress) opt.progress(n, n, 0);
+  return r;
+}
+
+std::vector<int64_t> Predictor::buckets() const {
+  std::vector<int64_t> r;
+  for (const auto& b : impl_->buckets)
+    if (!b->left_out) r.push_back(b->batch);
   return r;
 }
 
@@ -125,25 +216,22 @@ void Predictor::run(const std::vector<const void*>& inputs, int64_t batch, const
                           std::to_string(spec.outputs.size()) + " outputs, got " + std::to_string(inputs.size()) + " and " +
                           std::to_string(outputs.size()));
   if (batch <= 0) throw InvalidArgument("Predictor::run: batch must be positive");
-  for (int64_t done = 0; done < batch;) {
-    const int64_t left = batch - done;
-    auto it = std::find_if(impl_->buckets.begin(), impl_->buckets.end(), [&](auto& b) { return b->batch >= left; });
-    Bucket& b = it == impl_->buckets.end() ? *impl_->buckets.back() : **it;
-    const int64_t n = std::min(left, b.batch);
-    std::lock_guard lk(b.mu);
-    impl_->capture(b);
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      const size_t sample = dtype_size(b.inputs[i].dtype()) * input_size(i);
-      auto* in = static_cast<uint8_t*>(b.inputs[i].raw_data());  // waits for earlier replays on the device
-      std::memcpy(in, static_cast<const uint8_t*>(inputs[i]) + done * sample, n * sample);
-      std::memset(in + n * sample, 0, (b.batch - n) * sample);  // zero padding (valid token ids too)
-    }
-    b.graph->replay();
-    for (size_t j = 0; j < outputs.size(); ++j) {
-      const size_t sample = dtype_size(b.outputs[j].dtype()) * output_size(j);
-      std::memcpy(static_cast<uint8_t*>(outputs[j]) + done * sample, b.outputs[j].raw_data(), n * sample);
-    }
-    done += n;
+  auto it = std::find_if(impl_->buckets.begin(), impl_->buckets.end(),
+                         [&](auto& b) { return !b->left_out && b->batch >= batch; });
+  if (it == impl_->buckets.end()) return impl_->run_unpadded(inputs, batch, outputs);
+  Bucket& b = **it;
+  std::lock_guard lk(b.mu);
+  impl_->capture(b);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const size_t sample = dtype_size(b.inputs[i].dtype()) * input_size(i);
+    auto* in = static_cast<uint8_t*>(b.inputs[i].raw_data());  // waits for earlier replays on the device
+    std::memcpy(in, inputs[i], batch * sample);
+    std::memset(in + batch * sample, 0, (b.batch - batch) * sample);  // zero padding (valid token ids too)
+  }
+  b.graph->replay();
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    const size_t sample = dtype_size(b.outputs[j].dtype()) * output_size(j);
+    std::memcpy(outputs[j], b.outputs[j].raw_data(), batch * sample);
   }
 }
 

@@ -7,10 +7,15 @@
 //   p->input_dtype(0);                       // e.g. DType::I64 for token ids: pass int64_t data
 //
 // A directory holding model.onnx instead of model.json is imported (models/onnx_import.h).
-// run() is thread-safe (one replay of a bucket at a time). Batches above the largest bucket
-// are run in chunks of the largest bucket.
+// run() is thread-safe (one replay of a bucket at a time). A batch is padded to the smallest
+// bucket that holds it (models/buckets.h) and the padding stripped from the outputs; a batch
+// above the largest bucket runs unpadded, without a captured graph (a warning is logged once
+// per size). The module's parameters and buffers are frozen in every capture (folded and
+// pre-packed), and captures compile through the graph cache (graphs/graph_cache.h): with
+// HG_GRAPH_CACHE set, a second process starts from the disk cache.
 #pragma once
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -26,9 +31,23 @@ struct PredictorOptions {
 };
 
 struct BucketInfo {
-  int64_t batch;
-  double capture_ms;
-  size_t arena_bytes;
+  int64_t batch = 0;
+  bool captured = false;    // false: left out (memory budget)
+  double capture_ms = 0;    // trace + compile + first run
+  double compile_ms = 0;    // the graph cache lookup and compile alone
+  size_t arena_bytes = 0;   // the planned arena
+  size_t buffer_bytes = 0;  // the sum of the arena's buffers without reuse
+  size_t constant_bytes = 0;
+  bool disk_hit = false;    // compiled from the disk cache (passes skipped)
+};
+
+struct CaptureAllOptions {
+  // Arena + constant bytes all captured buckets may take; 0: no limit. Buckets are captured
+  // smallest first; the bucket that would exceed the budget and every larger one are left out
+  // (reported with captured = false) and later batches pad to the captured buckets only.
+  size_t memory_budget = 0;
+  // Called before each bucket's capture: (index, count, batch).
+  std::function<void(size_t, size_t, int64_t)> progress;
 };
 
 class Predictor {
@@ -42,8 +61,10 @@ class Predictor {
   // The element types the package declares (IOSpec::datatype).
   DType input_dtype(size_t i) const;
   DType output_dtype(size_t i) const;
-  // Captures every bucket not yet captured (warmup) and reports each.
-  std::vector<BucketInfo> capture_all();
+  // Captures every bucket not yet captured (warmup) and reports each, in ascending order.
+  std::vector<BucketInfo> capture_all(const CaptureAllOptions& opt = {});
+  // The buckets batches are padded to (ascending; those left out by a budget excluded).
+  std::vector<int64_t> buckets() const;
   // inputs[i] holds batch * input_size(i) elements of input_dtype(i) (one per model input, in
   // order); outputs[j] receives batch * output_size(j) elements of output_dtype(j).
   void run(const std::vector<const void*>& inputs, int64_t batch, const std::vector<void*>& outputs);

@@ -1,10 +1,17 @@
 // hgraph-capture: compiles and captures a model package for every batch bucket ahead of
-// time (warmup) and reports what each bucket cost.
+// time (warmup), writes the disk graph cache, and reports what each bucket cost.
 //
-//   hgraph-capture --model models/repository/digits_mlp/1 --batch-sizes 1,2,4,8 --device hpu:0
-//   batch 1: capture 3.2 ms, arena 4096 bytes
+//   hgraph-capture --model models/repository/digits_mlp/1 --buckets exp:1:64 --cache /tmp/hgc,512
+//   bucket  compile ms  arena MB  sum MB  from cache
+//        1        41.2     0.000   0.001  no
 //   ...
-//   total: 4 buckets, capture 11.9 ms, arena 40960 bytes (load 25.0 ms)
+//   captured 7/7 buckets, compile 130.5 ms, arena 0.041 MB, constants 0.017 MB (load 25.0 ms) on hpu:0
+//
+// `HG_GRAPH_CACHE=/tmp/hgc,512 hgraph-serve ...` then starts from the cache (no passes run).
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
@@ -14,19 +21,44 @@
 
 #include "engine/device.h"
 #include "engine/error.h"
+#include "graphs/disk_cache.h"
+#include "graphs/graph_dump.h"
+#include "models/buckets.h"
 #include "models/predictor.h"
-#include "server/model_repository.h"
 
 namespace po = boost::program_options;
 
+namespace {
+
+double mb(size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+void progress_bar(size_t done, size_t total, int64_t batch) {
+  constexpr int kWidth = 30;
+  const int filled = total ? static_cast<int>(kWidth * done / total) : kWidth;
+  std::fprintf(stderr, "\rcapturing [%s%s] %zu/%zu", std::string(filled, '#').c_str(),
+               std::string(kWidth - filled, '.').c_str(), done, total);
+  if (done < total) std::fprintf(stderr, " batch %lld   ", static_cast<long long>(batch));
+  else std::fprintf(stderr, "              \n");
+  std::fflush(stderr);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  std::string model, batch_sizes = "1,2,4,8", device = "hpu:0";
+  std::string model, buckets = "1,2,4,8", device = "hpu:0", cache, dump;
+  double budget_mb = 0;
+  bool no_progress = false;
   po::options_description desc("hgraph-capture options");
   desc.add_options()
       ("help,h", "show this help")
-      ("model", po::value(&model)->required(), "model package version directory (with model.json)")
-      ("batch-sizes", po::value(&batch_sizes)->default_value(batch_sizes), "comma-separated batch buckets")
-      ("device", po::value(&device)->default_value(device), "device: cpu, hpu, hpu:N");
+      ("model", po::value(&model)->required(), "model package version directory (model.json or model.onnx)")
+      ("buckets", po::value(&buckets), "batch buckets: 1,2,4,8 | linear:START:MAX[:STEP] | exp:MIN:MAX (default 1,2,4,8)")
+      ("batch-sizes", po::value(&buckets), "alias of --buckets")
+      ("device", po::value(&device)->default_value(device), "device: cpu, hpu, hpu:N")
+      ("cache", po::value(&cache), "disk graph cache to write, DIR[,MAX_MB] (default: HG_GRAPH_CACHE)")
+      ("memory-budget", po::value(&budget_mb), "MB of arenas + constants to spend; larger buckets are left out")
+      ("dump-graph", po::value(&dump), "append every compiled graph's dump to FILE (- for stderr)")
+      ("no-progress", po::bool_switch(&no_progress), "no progress bar on stderr");
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -35,29 +67,62 @@ int main(int argc, char** argv) {
       return 0;
     }
     po::notify(vm);
+    if (vm.count("buckets") && vm.count("batch-sizes")) throw po::error("give --buckets or --batch-sizes, not both");
+    if (budget_mb < 0) throw po::error("--memory-budget must not be negative");
   } catch (const std::exception& e) {
     std::cerr << "hgraph-capture: " << e.what() << "\n" << desc << "\n";
     return 2;
   }
 
+  spdlog::set_default_logger(spdlog::stderr_color_mt("hgraph-capture"));  // stdout holds the table
   try {
+    if (!cache.empty()) hg::graphs::set_disk_cache(hg::graphs::parse_disk_cache_config(cache));
+    if (!dump.empty()) hg::graphs::set_graph_dump(dump);
     hg::models::PredictorOptions opt;
     opt.device = hg::Device::parse(device);
-    opt.batch_buckets = hg::server::parse_batch_sizes(batch_sizes);
+    opt.batch_buckets = hg::models::parse_buckets(buckets);
     auto t0 = std::chrono::steady_clock::now();
     auto predictor = hg::models::Predictor::load(model, opt);
     double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    std::vector<hg::models::BucketInfo> buckets = predictor->capture_all();
+    hg::models::CaptureAllOptions copt;
+    copt.memory_budget = static_cast<size_t>(budget_mb * (1 << 20));
+    if (!no_progress && isatty(STDERR_FILENO)) copt.progress = progress_bar;
+    else if (!no_progress)
+      copt.progress = [](size_t done, size_t total, int64_t batch) {
+        if (done < total) std::fprintf(stderr, "capturing %zu/%zu: batch %lld\n", done + 1, total, static_cast<long long>(batch));
+      };
+    std::vector<hg::models::BucketInfo> infos = predictor->capture_all(copt);
+
     double total_ms = 0;
-    size_t total_bytes = 0;
-    for (const auto& b : buckets) {
-      std::printf("batch %lld: capture %.1f ms, arena %zu bytes\n", static_cast<long long>(b.batch), b.capture_ms,
-                  b.arena_bytes);
-      total_ms += b.capture_ms;
-      total_bytes += b.arena_bytes;
+    size_t arena = 0, constants = 0, captured = 0;
+    std::vector<int64_t> left_out;
+    std::printf("%8s %11s %9s %9s %11s  %s\n", "bucket", "compile ms", "arena MB", "sum MB", "const MB", "from cache");
+    for (const auto& b : infos) {
+      if (!b.captured) {
+        left_out.push_back(b.batch);
+        continue;
+      }
+      std::printf("%8lld %11.1f %9.3f %9.3f %11.3f  %s\n", static_cast<long long>(b.batch), b.compile_ms,
+                  mb(b.arena_bytes), mb(b.buffer_bytes), mb(b.constant_bytes), b.disk_hit ? "yes" : "no");
+      total_ms += b.compile_ms;
+      arena += b.arena_bytes;
+      constants += b.constant_bytes;
+      ++captured;
     }
-    std::printf("total: %zu buckets, capture %.1f ms, arena %zu bytes (load %.1f ms) on %s\n", buckets.size(),
-                total_ms, total_bytes, load_ms, opt.device.str().c_str());
+    std::printf("captured %zu/%zu buckets, compile %.1f ms, arena %.3f MB, constants %.3f MB (load %.1f ms) on %s\n",
+                captured, infos.size(), total_ms, mb(arena), mb(constants), load_ms, opt.device.str().c_str());
+    if (!left_out.empty()) {
+      std::printf("left out (memory budget %.3f MB):", budget_mb);
+      for (int64_t b : left_out) std::printf(" %lld", static_cast<long long>(b));
+      std::printf("\n");
+    }
+    if (auto dc = hg::graphs::disk_cache()) {
+      const auto s = dc->stats();
+      std::printf("graph cache %s: %llu hits, %llu written, %llu invalid removed, %.3f MB on disk\n",
+                  dc->config().dir.c_str(), static_cast<unsigned long long>(s.hits),
+                  static_cast<unsigned long long>(s.writes), static_cast<unsigned long long>(s.invalid),
+                  mb(dc->total_bytes()));
+    }
     std::fflush(stdout);
     return 0;
   } catch (const std::exception& e) {

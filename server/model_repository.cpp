@@ -84,8 +84,9 @@ ModelEntry load_model(const fs::path& model_dir, const models::PredictorOptions&
   e.load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (log) {
     if (e.ready()) {
+      const auto cached = std::count_if(e.buckets.begin(), e.buckets.end(), [](auto& b) { return b.disk_hit; });
       *log << "hgraph-serve: model '" << e.name << "' version " << e.version << " READY (" << e.load_ms
-           << " ms, " << e.buckets.size() << " buckets captured)\n";
+           << " ms, " << e.buckets.size() << " buckets captured, " << cached << " from the graph cache)\n";
     } else {
       *log << "hgraph-serve: model '" << e.name << "' version " << e.version
            << " UNAVAILABLE: failed to load " << dir.string() << ": " << e.reason << "\n";

@@ -113,7 +113,7 @@ TEST(Predictor, BucketedReplaysMatchEager) {
   EXPECT_GT(info[2].arena_bytes, 0u);
   EXPECT_EQ(pred->input_size(0), 64);
   EXPECT_EQ(pred->output_size(0), 10);
-  for (int64_t batch : {1, 3, 4, 7}) {  // 3 pads into the 4 bucket; 7 runs as 4 + 3
+  for (int64_t batch : {1, 3, 4, 7}) {  // 3 pads into the 4 bucket; 7 runs unpadded (above the largest)
     std::vector<float> x(static_cast<size_t>(batch * 64));
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 17) / 17.0f - 0.5f;
     std::vector<float> out(static_cast<size_t>(batch * 10));
