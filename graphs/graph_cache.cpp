@@ -87,12 +87,6 @@ std::string compile_key(const Graph& g, const PassOptions& opt) {
   return g.signature() + (opt.fusion ? "|fusion" : "|nofusion");
 }
 
-namespace {
-thread_local CompileInfo t_last_info;
-}  // namespace
-
-const CompileInfo& last_compile_info() { return t_last_info; }
-
 std::shared_ptr<const Executable> compile_cached(const Graph& g, std::vector<const void*> frozen_data,
                                                  CompileInfo* info) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -101,7 +95,6 @@ std::shared_ptr<const Executable> compile_cached(const Graph& g, std::vector<con
   out = {};
   auto done = [&](std::shared_ptr<const Executable> exe) {
     out.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    t_last_info = out;
     return exe;
   };
   const PassOptions opt = default_pass_options();

@@ -84,7 +84,5 @@ std::string compile_key(const Graph& g, const PassOptions& opt);
 // memory cache (the disk cache holds only the graph and recompiles it with this frozen_data).
 std::shared_ptr<const Executable> compile_cached(const Graph& g, std::vector<const void*> frozen_data = {},
                                                  CompileInfo* info = nullptr);
-// What the last compile_cached call on this thread did (e.g. inside HPUGraph::capture_end).
-const CompileInfo& last_compile_info();
 
 }  // namespace hg::graphs

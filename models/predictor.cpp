@@ -89,16 +89,16 @@ struct Predictor::Impl {
         b.outputs.clear();
         throw;
       }
-      const graphs::CompileInfo& ci = graphs::last_compile_info();
+      const graphs::HPUGraphStats& st = g->stats();
       const graphs::Executable& exe = g->executable();
       b.info = {b.batch,
                 true,
                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
-                ci.compile_ms,
+                st.compile_ms,
                 exe.arena_bytes(),
                 exe.buffer_bytes(),
                 exe.constant_bytes(),
-                ci.disk_hit};
+                st.disk_cache_hit};
       b.graph = std::move(g);
     }
     return b.info;
