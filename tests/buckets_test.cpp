@@ -262,6 +262,14 @@ TEST(BucketsCaptureTool, CapturesEveryBucketWritesTheCacheAndStartsWarm) {
   EXPECT_THAT(budget, HasSubstr("left out (memory budget"));
   EXPECT_THAT(budget, HasSubstr(": 1 2 3 4"));
 
+  // hgraph-serve with the same cache starts hot (its default buckets are 1..32).
+  ASSERT_EQ((run_command(base + " --buckets exp:1:32 --no-progress", &status), status), 0);
+  const std::string serve = run_command("HG_GRAPH_CACHE=" + cache.string() + " timeout -s TERM 5 " + HG_SERVE_BIN +
+                                            " --model-repository " + kDigits.parent_path().parent_path().string() +
+                                            " --host 127.0.0.1 --port 0 2>&1",
+                                        &status);
+  EXPECT_THAT(serve, HasSubstr("6 buckets captured, 6 from the graph cache")) << serve;
+
   const std::string bad = run_command(base + " --buckets exp:0:4 2>&1", &status);
   EXPECT_NE(status, 0);
   EXPECT_THAT(bad, HasSubstr("MIN '0'"));
