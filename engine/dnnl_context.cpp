@@ -69,16 +69,15 @@ struct ThreadBindings {
   Bound* last = nullptr;
 };
 
-// Kernels run on replay paths that must not throw, and an output left unwritten would be
-// served silently: a failed oneDNN call aborts with a message (one compare when it succeeds).
-void check(dnnl_status_t status, const char* what) {
+}  // namespace
+
+// A failed oneDNN call aborts with a message (one compare when it succeeds).
+void dnnl_check(dnnl_status_t status, const char* what) {
   if (status == dnnl_success) return;
   std::fprintf(stderr, "hgraph: oneDNN %s failed with status %d; aborting rather than leave the output unwritten\n",
                what, static_cast<int>(status));
   std::abort();
 }
-
-}  // namespace
 
 DnnlCall::DnnlCall(dnnl::primitive prim, Args args, bool single_thread)
     : prim_(std::move(prim)), args_(std::move(args)), single_thread_(single_thread) {
@@ -100,15 +99,15 @@ void DnnlCall::run(const void* const* ptrs) const {
     tb.last_id = id_, tb.last = b;
   }
   for (size_t i = 0; i < b->mems.size(); ++i)
-    check(dnnl_memory_set_data_handle_v2(b->mems[i].get(), const_cast<void*>(ptrs[i]), nullptr), "set_data_handle");
+    dnnl_check(dnnl_memory_set_data_handle_v2(b->mems[i].get(), const_cast<void*>(ptrs[i]), nullptr), "set_data_handle");
   dnnl::stream& s = dnnl_stream();
   const int threads = single_thread_ ? omp_get_max_threads() : 1;
   if (threads > 1) omp_set_num_threads(1);  // this thread's setting only
   const dnnl_status_t status =
       dnnl_primitive_execute(prim_.get(), s.get(), static_cast<int>(b->exec_args.size()), b->exec_args.data());
   if (threads > 1) omp_set_num_threads(threads);
-  check(status, "primitive_execute");
-  check(dnnl_stream_wait(s.get()), "stream_wait");
+  dnnl_check(status, "primitive_execute");
+  dnnl_check(dnnl_stream_wait(s.get()), "stream_wait");
 }
 
 }  // namespace hg::kernels

@@ -29,6 +29,10 @@ dnnl::engine& dnnl_engine();
 dnnl::stream& dnnl_stream();                  // one per thread
 dnnl::memory::data_type dnnl_dtype(DType t);  // F32 or BF16 (callers check dtypes in infer)
 
+// Aborts with a message naming `what` unless `status` is dnnl_success: kernels run on replay
+// paths that cannot throw, and an output left unwritten must not be served.
+void dnnl_check(dnnl_status_t status, const char* what);
+
 // Sets attr's post-ops: `sum` (dst += the primitive's result: a residual preloaded into dst),
 // then the activation `act` as an eltwise post-op (none for FusedAct::None).
 void append_post_ops(dnnl::primitive_attr& attr, FusedAct act, bool sum);

@@ -1,5 +1,7 @@
 // conv2d forward / backward-data / backward-weights through oneDNN, the per-channel sum that
 // gives bias gradients, and the oneDNN toolkit of the nn family (scratch, DnnlStep).
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -49,25 +51,37 @@ namespace {
 constexpr int kReorderScratchpadSlot = kScratchSlots - 2;
 constexpr int kScratchpadSlot = kScratchSlots - 1;
 
-void exec(const dnnl::primitive& p, const dnnl::memory::desc& scratchpad_md, std::unordered_map<int, dnnl::memory> args,
-          int slot) {
-  if (scratchpad_md.get_size() > 0)
-    args.emplace(DNNL_ARG_SCRATCHPAD,
-                 dnnl::memory(scratchpad_md, dnnl_engine(), scratch(slot, scratchpad_md.get_size())));
-  p.execute(dnnl_stream(), args);
-}
-
 dnnl::reorder make_reorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to, dnnl::memory::desc& pad) {
   auto& eng = dnnl_engine();
   dnnl::reorder::primitive_desc pd(eng, from, eng, to, user_scratchpad());
   pad = pd.scratchpad_desc();
   return dnnl::reorder(pd);
 }
+
+void set_handle(const dnnl::memory& m, const void* p) {
+  dnnl_check(dnnl_memory_set_data_handle_v2(m.get(), const_cast<void*>(p), nullptr), "set_data_handle");
+}
+
+void execute(const dnnl::primitive& p, const std::vector<dnnl_exec_arg_t>& args) {
+  dnnl_check(dnnl_primitive_execute(p.get(), dnnl_stream().get(), static_cast<int>(args.size()), args.data()),
+             "primitive_execute");
+}
 }  // namespace
+
+// Per argument k: src (the input's user layout), dst (the output's user layout) and prim (the
+// primitive's layout: a scratch copy, a temp, or the packed constant), as each needs.
+struct DnnlStep::Thread {
+  std::vector<dnnl::memory> src, dst, prim;
+  dnnl::memory scratchpad, reorder_scratchpad;
+  std::vector<std::vector<dnnl_exec_arg_t>> to_prim, from_prim;  // reorder arguments per k
+  std::vector<dnnl_exec_arg_t> args;                              // the primitive's
+};
 
 DnnlStep::DnnlStep(const dnnl::primitive_desc& pd, dnnl::primitive prim, std::vector<DnnlArg> args,
                    const std::vector<const void*>& constant)
     : prim_(std::move(prim)), scratchpad_md_(pd.scratchpad_desc()) {
+  static std::atomic<uint64_t> next_id{1};
+  id_ = next_id++;
   if (kTempSlots + args.size() >= static_cast<size_t>(kReorderScratchpadSlot))
     throw InternalError("DnnlStep: too many arguments");
   for (auto& a : args) {
@@ -82,48 +96,79 @@ DnnlStep::DnnlStep(const dnnl::primitive_desc& pd, dnnl::primitive prim, std::ve
       else b.reorder = true;
       if (b.reorder && in) b.to_prim = make_reorder(a.user_md, b.prim_md, b.to_scratch);
       if (b.reorder && a.from != ArgFrom::Input) b.from_prim = make_reorder(b.prim_md, a.user_md, b.from_scratch);
+      reorder_scratch_bytes_ = std::max({reorder_scratch_bytes_, b.to_scratch.get_size(), b.from_scratch.get_size()});
     }
     args_.push_back(std::move(b));
   }
 }
 
+DnnlStep::Thread& DnnlStep::bind() const {
+  thread_local std::unordered_map<uint64_t, Thread> bindings;
+  thread_local uint64_t last_id = 0;
+  thread_local Thread* last = nullptr;
+  if (last_id == id_) return *last;
+  if (bindings.size() > 4096) bindings.clear();  // steps of freed kernels leave entries behind
+  auto [it, fresh] = bindings.try_emplace(id_);
+  Thread& t = it->second;
+  if (fresh) {
+    auto& eng = dnnl_engine();
+    const size_t n = args_.size();
+    t.src.resize(n), t.dst.resize(n), t.prim.resize(n), t.to_prim.resize(n), t.from_prim.resize(n);
+    if (reorder_scratch_bytes_ > 0)
+      t.reorder_scratchpad = dnnl::memory(dnnl::memory::desc({static_cast<int64_t>(reorder_scratch_bytes_)},
+                                                             dnnl::memory::data_type::u8, dnnl::memory::format_tag::a),
+                                          eng, nullptr);
+    for (size_t k = 0; k < n; ++k) {
+      const Bound& b = args_[k];
+      const ArgFrom from = b.a.from;
+      if (from == ArgFrom::Temp || b.reorder) t.prim[k] = dnnl::memory(b.prim_md, eng, nullptr);
+      if (b.packed) t.prim[k] = dnnl::memory(b.prim_md, eng, b.packed.get());
+      if (!b.packed && (from == ArgFrom::Input || from == ArgFrom::InOut)) t.src[k] = dnnl::memory(b.a.user_md, eng, nullptr);
+      if (from == ArgFrom::Output || from == ArgFrom::InOut) t.dst[k] = dnnl::memory(b.a.user_md, eng, nullptr);
+      auto with_pad = [&](std::vector<dnnl_exec_arg_t> v, const dnnl::memory::desc& pad) {
+        if (pad.get_size() > 0) v.push_back({DNNL_ARG_SCRATCHPAD, t.reorder_scratchpad.get()});
+        return v;
+      };
+      if (b.reorder && t.src[k]) t.to_prim[k] = with_pad({{DNNL_ARG_FROM, t.src[k].get()}, {DNNL_ARG_TO, t.prim[k].get()}}, b.to_scratch);
+      if (b.reorder && t.dst[k])
+        t.from_prim[k] = with_pad({{DNNL_ARG_FROM, t.prim[k].get()}, {DNNL_ARG_TO, t.dst[k].get()}}, b.from_scratch);
+      const dnnl::memory& m = t.prim[k] ? t.prim[k] : from == ArgFrom::Input ? t.src[k] : t.dst[k];
+      t.args.push_back({b.a.arg, m.get()});
+    }
+    if (scratchpad_md_.get_size() > 0) {
+      t.scratchpad = dnnl::memory(scratchpad_md_, eng, nullptr);
+      t.args.push_back({DNNL_ARG_SCRATCHPAD, t.scratchpad.get()});
+    }
+  }
+  last_id = id_, last = &t;
+  return t;
+}
+
 void DnnlStep::run(const void* const* in, void* out) const {
-  auto& eng = dnnl_engine();
-  auto& s = dnnl_stream();
-  std::unordered_map<int, dnnl::memory> margs;
+  Thread& t = bind();
+  if (t.reorder_scratchpad) set_handle(t.reorder_scratchpad, scratch(kReorderScratchpadSlot, reorder_scratch_bytes_));
+  if (t.scratchpad) set_handle(t.scratchpad, scratch(kScratchpadSlot, scratchpad_md_.get_size()));
   for (size_t k = 0; k < args_.size(); ++k) {
     const Bound& b = args_[k];
     if (b.a.from == ArgFrom::Temp) {
-      margs.emplace(b.a.arg, dnnl::memory(b.prim_md, eng, scratch(b.a.index, b.prim_md.get_size())));
+      set_handle(t.prim[k], scratch(b.a.index, b.prim_md.get_size()));
       continue;
     }
-    if (b.packed) {
-      margs.emplace(b.a.arg, dnnl::memory(b.prim_md, eng, b.packed.get()));
-      continue;
-    }
-    const bool is_out = b.a.from == ArgFrom::Output || b.a.from == ArgFrom::InOut;
+    if (b.packed) continue;
     const void* src = b.a.from == ArgFrom::Output ? nullptr : in[b.a.index];  // the data the arg starts with
-    void* user = is_out ? out : const_cast<void*>(src);
-    dnnl::memory um(b.a.user_md, eng, user);
+    if (t.src[k]) set_handle(t.src[k], src);
+    if (t.dst[k]) set_handle(t.dst[k], out);
     if (!b.reorder) {
       if (b.a.from == ArgFrom::InOut && src != out) std::memcpy(out, src, b.a.user_md.get_size());
-      margs.emplace(b.a.arg, um);
       continue;
     }
-    dnnl::memory pm(b.prim_md, eng, scratch(kTempSlots + static_cast<int>(k), b.prim_md.get_size()));
-    if (src)
-      exec(b.to_prim, b.to_scratch,
-           {{DNNL_ARG_FROM, dnnl::memory(b.a.user_md, eng, const_cast<void*>(src))}, {DNNL_ARG_TO, pm}},
-           kReorderScratchpadSlot);
-    margs.emplace(b.a.arg, pm);
+    set_handle(t.prim[k], scratch(kTempSlots + static_cast<int>(k), b.prim_md.get_size()));
+    if (!t.to_prim[k].empty()) execute(b.to_prim, t.to_prim[k]);
   }
-  exec(prim_, scratchpad_md_, margs, kScratchpadSlot);
-  for (const Bound& b : args_)
-    if (b.reorder && (b.a.from == ArgFrom::Output || b.a.from == ArgFrom::InOut))
-      exec(b.from_prim, b.from_scratch,
-           {{DNNL_ARG_FROM, margs.at(b.a.arg)}, {DNNL_ARG_TO, dnnl::memory(b.a.user_md, eng, out)}},
-           kReorderScratchpadSlot);
-  s.wait();
+  execute(prim_, t.args);
+  for (size_t k = 0; k < args_.size(); ++k)
+    if (!t.from_prim[k].empty()) execute(args_[k].from_prim, t.from_prim[k]);
+  dnnl_check(dnnl_stream_wait(dnnl_stream().get()), "stream_wait");
 }
 
 // ---- conv2d ----

@@ -56,7 +56,9 @@ struct DnnlArg {
   dnnl::memory::desc user_md;    // the tensor's layout (ignored for temps)
 };
 
-// One primitive with the reorders between plain tensors and the layouts it chose.
+// One primitive with the reorders between plain tensors and the layouts it chose. Like
+// DnnlCall, each thread builds its memory objects on its first run; later runs only swap data
+// handles and execute. Copies share the primitive and the packed constants.
 class DnnlStep {
  public:
   // constant[i] non-null: input i is fixed for the step's life; when the primitive wants another
@@ -74,9 +76,14 @@ class DnnlStep {
     dnnl::memory::desc to_scratch, from_scratch;
     std::shared_ptr<void> packed;      // a constant input already in the prim layout
   };
+  struct Thread;  // one thread's memory objects and execute arguments
+  Thread& bind() const;
+
   dnnl::primitive prim_;
   dnnl::memory::desc scratchpad_md_;
   std::vector<Bound> args_;
+  size_t reorder_scratch_bytes_ = 0;  // the largest reorder scratchpad
+  uint64_t id_;                       // unique per constructed step: the key of each thread's bindings
 };
 
 // Temp slots used by steps; reorder buffers and scratchpads use the slots above these.

@@ -10,6 +10,7 @@
 #include <functional>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "engine/error.h"
 #include "engine/ops.h"
@@ -457,6 +458,30 @@ TEST(FusionPrepack, ConvEqualsPlainKernel) {
       {"conv2d_nobias", {f32({1, 8, 9, 9}), f32({8, 4, 3, 3})}, Attrs{{1, 1, 1, 1, 2, 2, 2}, {}}, {false, true}},
   };
   for (const auto& c : cases) expect_prepack_equals_prepare(c);
+}
+
+// A step binds its memory objects per thread: one prepacked conv kernel (blocked layouts,
+// residual reorder, packed weights) run from several threads at once gives every thread the
+// single-thread result.
+TEST(FusionPrepack, ConvKernelRunsOnSeveralThreadsAtOnce) {
+  const OpSchema& op = op_schema("conv2d");
+  const std::vector<TensorMeta> in{f32({1, 16, 28, 28}), f32({16, 16, 3, 3}), f32({16}), f32({1, 16, 28, 28})};
+  const Attrs a{{1, 1, 1, 1, 1, 1, 1, static_cast<int64_t>(FusedAct::Relu)}, {}};
+  const TensorMeta out = op.infer(op, in, a);
+  std::vector<std::vector<float>> data;
+  for (size_t i = 0; i < in.size(); ++i) data.push_back(random_vec(in[i].numel(), 40 + uint32_t(i)));
+  const std::vector<const void*> ptrs{data[0].data(), data[1].data(), data[2].data(), data[3].data()};
+  const Kernel k = op.prepack(in, out, a, {nullptr, data[1].data(), nullptr, nullptr});
+  std::vector<float> want(static_cast<size_t>(out.numel()));
+  k(ptrs.data(), want.data());
+  std::vector<std::vector<float>> got(4, std::vector<float>(want.size()));
+  std::vector<std::thread> threads;
+  for (auto& g : got)
+    threads.emplace_back([&k, &ptrs, &g] {
+      for (int rep = 0; rep < 20; ++rep) k(ptrs.data(), g.data());
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& g : got) expect_rel_close(g, want, "conv on another thread");
 }
 
 TEST(FusionPrepack, FrozenWeightsThroughTheExecutable) {
