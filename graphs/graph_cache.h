@@ -45,7 +45,7 @@ class GraphCache {
   // end until both bounds hold. An entry larger than max_bytes on its own is not kept (and
   // evicts nothing).
   void put(const std::string& key, std::shared_ptr<const Executable> exe);
-  void clear();
+  void clear();  // drops every entry (the hit/miss/eviction counters keep counting)
   void set_limits(GraphCacheLimits limits);  // evicts down to the new bounds
   GraphCacheLimits limits() const;
   GraphCacheStats stats() const;

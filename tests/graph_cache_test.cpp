@@ -7,10 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <sstream>
+#include <thread>
 
 #include "engine/atomic_file.h"
 #include "engine/autograd.h"
@@ -161,6 +163,39 @@ TEST(GraphCacheMemory, CompileCachedHitsMemoryOnlyWithoutFrozenInputs) {
   EXPECT_FALSE(info.memory_hit);  // baked-in weights are per caller
   EXPECT_NE(f1, f2);
   test::expect_close(run_exe(*f2, in), run_exe(*first, in), 1e-6, "frozen == plain");
+}
+
+TEST(GraphCacheMemory, ConcurrentCallersGetWorkingExecutables) {
+  set_disk_cache(std::nullopt);
+  memory_graph_cache().clear();
+  const GraphCacheLimits saved = memory_graph_cache().limits();
+  memory_graph_cache().set_limits({.max_entries = 2, .max_bytes = saved.max_bytes});  // constant eviction
+  std::vector<Graph> graphs;
+  std::vector<std::vector<std::vector<float>>> inputs;
+  std::vector<std::vector<float>> want;
+  for (int64_t batch : {1, 2, 3}) {
+    graphs.push_back(mlp_graph(batch, 16, false));
+    inputs.push_back(inputs_for(graphs.back()));
+    want.push_back(run_exe(*Executable::compile(graphs.back()), inputs.back()));
+  }
+  const GraphCacheStats before = memory_graph_cache().stats();  // counters are cumulative
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 30; ++i) {
+        const size_t k = static_cast<size_t>(t + i) % graphs.size();
+        if (run_exe(*compile_cached(graphs[k]), inputs[k]) != want[k]) ++wrong;
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  const GraphCacheStats st = memory_graph_cache().stats();
+  EXPECT_EQ(st.hits + st.misses - before.hits - before.misses, 120u);
+  EXPECT_LE(st.entries, 2u);
+  EXPECT_GT(st.evictions, before.evictions);
+  memory_graph_cache().set_limits(saved);
+  memory_graph_cache().clear();
 }
 
 // ---------------------------------------------------------------------------- disk cache
