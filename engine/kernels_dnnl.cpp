@@ -63,14 +63,14 @@ Kernel make_matmul(const MatmulSpec& s, const void* packed_from) {
   dnnl::primitive_attr attr;
   append_post_ops(attr, s.act, false);
   dnnl::matmul::primitive_desc pd;
+  std::shared_ptr<void> packed;
   try {
     pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_want, bias_md, c_md), attr, dnnl_engine());
+    if (packed_from && pd.weights_desc() != b_md) packed = reorder_once(b_md, packed_from, pd.weights_desc());
   } catch (const dnnl::error& e) {
     throw InternalError(std::string("op 'matmul': oneDNN could not create a primitive: ") + e.what());
   }
-  std::shared_ptr<void> packed;
   const auto b_prim = pd.weights_desc();
-  if (packed_from && b_prim != b_md) packed = reorder_once(b_md, packed_from, b_prim);
   DnnlCall::Args args{{DNNL_ARG_SRC, a_md}, {DNNL_ARG_WEIGHTS, b_prim}};
   if (s.bias) args.emplace_back(DNNL_ARG_BIAS, bias_md);
   args.emplace_back(DNNL_ARG_DST, c_md);
