@@ -27,6 +27,12 @@ dnnl::memory::data_type dnnl_dtype(DType t) {
   return t == DType::BF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
 }
 
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
 void append_post_ops(dnnl::primitive_attr& attr, FusedAct act, bool sum) {
   dnnl::post_ops po;
   if (sum) po.append_sum(1.f);
@@ -63,6 +69,26 @@ struct Bound {
   std::vector<dnnl_exec_arg_t> exec_args;
 };
 
+// The running thread's scratchpad for DnnlCalls (one primitive runs at a time per thread).
+void* thread_scratchpad(size_t bytes) {
+  struct Buf {
+    void* p = nullptr;
+    size_t n = 0;
+    ~Buf() { std::free(p); }
+  };
+  thread_local Buf b;
+  if (b.n < bytes) {
+    std::free(b.p);
+    b.n = (bytes + 63) / 64 * 64;
+    b.p = std::aligned_alloc(64, b.n);
+    if (!b.p) {
+      std::fprintf(stderr, "hgraph: out of host memory for a %zu-byte oneDNN scratchpad; aborting\n", bytes);
+      std::abort();
+    }
+  }
+  return b.p;
+}
+
 struct ThreadBindings {
   std::unordered_map<uint64_t, Bound> map;
   uint64_t last_id = 0;  // one-entry cache in front of the map
@@ -81,6 +107,17 @@ void dnnl_check(dnnl_status_t status, const char* what) {
 
 DnnlCall::DnnlCall(dnnl::primitive prim, Args args, bool single_thread)
     : prim_(std::move(prim)), args_(std::move(args)), single_thread_(single_thread) {
+  const bool has_pad = std::any_of(args_.begin(), args_.end(), [](const auto& a) { return a.first == DNNL_ARG_SCRATCHPAD; });
+  const_dnnl_primitive_desc_t pd = nullptr;
+  dnnl_check(dnnl_primitive_get_primitive_desc(prim_.get(), &pd), "get_primitive_desc");
+  const dnnl_memory_desc_t* pad = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  if (!has_pad && pad) {
+    dnnl::memory::desc md(*pad);
+    if (md.get_size() > 0) {
+      scratchpad_bytes_ = md.get_size();
+      args_.emplace_back(DNNL_ARG_SCRATCHPAD, md);
+    }
+  }
   static std::atomic<uint64_t> next_id{1};
   id_ = next_id++;
 }
@@ -98,8 +135,12 @@ void DnnlCall::run(const void* const* ptrs) const {
     }
     tb.last_id = id_, tb.last = b;
   }
-  for (size_t i = 0; i < b->mems.size(); ++i)
+  const size_t n = b->mems.size() - (scratchpad_bytes_ ? 1 : 0);
+  for (size_t i = 0; i < n; ++i)
     dnnl_check(dnnl_memory_set_data_handle_v2(b->mems[i].get(), const_cast<void*>(ptrs[i]), nullptr), "set_data_handle");
+  if (scratchpad_bytes_)
+    dnnl_check(dnnl_memory_set_data_handle_v2(b->mems[n].get(), thread_scratchpad(scratchpad_bytes_), nullptr),
+               "set_data_handle");
   dnnl::stream& s = dnnl_stream();
   const int threads = single_thread_ ? omp_get_max_threads() : 1;
   if (threads > 1) omp_set_num_threads(1);  // this thread's setting only

@@ -33,6 +33,11 @@ dnnl::memory::data_type dnnl_dtype(DType t);  // F32 or BF16 (callers check dtyp
 // paths that cannot throw, and an output left unwritten must not be served.
 void dnnl_check(dnnl_status_t status, const char* what);
 
+// An attribute with scratchpad_mode::user. Every primitive we run is made with it: in library
+// mode (Debian's build has DNNL_ENABLE_CONCURRENT_EXEC) a primitive owns one scratchpad, so two
+// threads running one prepared kernel at once corrupt each other's results.
+dnnl::primitive_attr user_scratchpad();
+
 // Sets attr's post-ops: `sum` (dst += the primitive's result: a residual preloaded into dst),
 // then the activation `act` as an eltwise post-op (none for FusedAct::None).
 void append_post_ops(dnnl::primitive_attr& attr, FusedAct act, bool sum);
@@ -41,9 +46,10 @@ void append_post_ops(dnnl::primitive_attr& attr, FusedAct act, bool sum);
 // weights pre-packed once into the layout a primitive chose. Throws dnnl::error.
 std::shared_ptr<void> reorder_once(const dnnl::memory::desc& from, const void* data, const dnnl::memory::desc& to);
 
-// A primitive and its arguments (no scratchpad). Each thread that runs it creates its memory
-// objects on its first call; later calls only swap their data handles and execute, with no
-// allocation. `single_thread`: run on one OpenMP thread (small problems, where a fork/join
+// A primitive and its arguments. Each thread that runs it creates its memory objects on its
+// first call; later calls only swap their data handles and execute, with no allocation. A
+// primitive made with user_scratchpad() that needs a scratchpad gets the running thread's own
+// (grown on demand), unless `args` already name DNNL_ARG_SCRATCHPAD (then the caller passes it). `single_thread`: run on one OpenMP thread (small problems, where a fork/join
 // costs more than it gives). Copyable; copies share the primitive.
 class DnnlCall {
  public:
@@ -56,6 +62,7 @@ class DnnlCall {
  private:
   dnnl::primitive prim_;
   Args args_;
+  size_t scratchpad_bytes_ = 0;  // > 0: the last arg is the thread's scratchpad, not in ptrs
   uint64_t id_;  // unique per constructed call: the key of each thread's memory objects
   bool single_thread_;
 };

@@ -39,7 +39,7 @@ Kernel prepare_bmm(const Metas& in, const TensorMeta& out, const Attrs& a) {
   const dnnl::memory::desc c_md(out.shape, t, contiguous_strides(out.shape));
   dnnl::matmul prim;
   try {
-    prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), dnnl_engine()));
+    prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), user_scratchpad(), dnnl_engine()));
   } catch (const dnnl::error& e) {
     throw InternalError(std::string("bmm: oneDNN has no matmul for these operands: ") + e.what());
   }

@@ -19,12 +19,6 @@ dnnl::memory::desc plain_md(const Shape& dims, DType t) {
   return dnnl::memory::desc(dims, dnnl_dtype(t), contiguous_strides(dims));
 }
 
-dnnl::primitive_attr user_scratchpad() {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return attr;
-}
-
 void* scratch(int slot, size_t bytes) {
   struct Free {
     void operator()(void* p) const { std::free(p); }
@@ -228,7 +222,7 @@ Kernel zero_fill(const TensorMeta& out) {
 // convolution (the NCHW path) runs a sum post-op slower than this extra pass (ResNet-18
 // layer4 at batch 1, one thread: 1190 us plain, 1305 us with sum + relu, 1190 + 20 us so).
 DnnlCall residual_step(const ConvGeom& g, FusedAct act) {
-  dnnl::primitive_attr attr;
+  dnnl::primitive_attr attr = user_scratchpad();
   append_post_ops(attr, act, false);
   const memory::desc y = dst_md(g);
   dnnl::binary::primitive_desc pd(dnnl::binary::desc(dnnl::algorithm::binary_add, y, y, y), attr, dnnl_engine());

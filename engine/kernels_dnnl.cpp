@@ -60,7 +60,7 @@ Kernel make_matmul(const MatmulSpec& s, const void* packed_from) {
   const auto b_want = packed_from ? dnnl::memory::desc({s.k, s.n}, t, dnnl::memory::format_tag::any) : b_md;
   const dnnl::memory::desc bias_md = s.bias ? dnnl::memory::desc({1, s.n}, t, dnnl::memory::dims{s.n, 1})
                                             : dnnl::memory::desc();
-  dnnl::primitive_attr attr;
+  dnnl::primitive_attr attr = user_scratchpad();
   append_post_ops(attr, s.act, false);
   dnnl::matmul::primitive_desc pd;
   std::shared_ptr<void> packed;

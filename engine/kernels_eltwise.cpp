@@ -25,7 +25,8 @@ Kernel dnnl_eltwise(dnnl::algorithm alg, DType t, int64_t n, float alpha) {
   dnnl::eltwise_forward::primitive_desc pd;
   try {
     pd = dnnl::eltwise_forward::primitive_desc(
-        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, alg, md, alpha, 0.f), dnnl_engine());
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, alg, md, alpha, 0.f), user_scratchpad(),
+        dnnl_engine());
   } catch (const dnnl::error&) {
     return nullptr;  // unsupported here: the caller's loop runs instead
   }
@@ -54,7 +55,7 @@ Kernel dnnl_softmax(const Shape& s, DType t, int64_t dim, bool log) {
     pd = dnnl::softmax_v2_forward::primitive_desc(
         dnnl::softmax_v2_forward::desc(dnnl::prop_kind::forward_inference,
                                        log ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate, md, md, 1),
-        dnnl_engine());
+        user_scratchpad(), dnnl_engine());
   } catch (const dnnl::error&) {
     return nullptr;  // unsupported here: the caller's loop runs instead
   }

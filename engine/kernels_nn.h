@@ -36,7 +36,6 @@ inline int64_t adaptive_end(int64_t i, int64_t in, int64_t out) { return ((i + 1
 
 // dnnl_engine(), dnnl_stream() and dnnl_dtype() come from engine/dnnl_context.h.
 dnnl::memory::desc plain_md(const Shape& dims, DType t);  // row-major (nchw, oihw, ...)
-dnnl::primitive_attr user_scratchpad();  // primitives take their scratchpad from us (thread-safe)
 
 // Thread-local scratch buffer number `slot` (< kScratchSlots) of at least `bytes`, 64-byte
 // aligned; valid until the next request for the same slot on the same thread.

@@ -86,12 +86,6 @@ dnnl::memory::desc md3(int64_t a, int64_t b, int64_t c, int64_t sa, int64_t sb, 
   return dnnl::memory::desc({a, b, c}, dnnl::memory::data_type::f32, dnnl::memory::dims{sa, sb, sc});
 }
 
-dnnl::primitive_attr user_scratchpad() {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return attr;
-}
-
 // A primitive made from `make(attr)`; its args then DNNL_ARG_SCRATCHPAD, whose size goes to `pad`.
 template <class PD, class Prim, class Make>
 kernels::DnnlCall call_with_scratchpad(Make make, const dnnl::primitive_attr& attr, kernels::DnnlCall::Args args,
@@ -118,7 +112,7 @@ UnitCalls make_calls(const Plan& p, int64_t g, int64_t t, bool kt) {
   const auto o = md3(g, t, p.dv, p.l * p.dv, p.dv, 1);
   const dnnl::memory::desc rows({g * t, p.s}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ab);
   size_t pad = 0;
-  dnnl::primitive_attr scaled = user_scratchpad();
+  dnnl::primitive_attr scaled = kernels::user_scratchpad();
   scaled.set_output_scales(0, {p.scale});
   auto qk = call_with_scratchpad<MM, dnnl::matmul>(
       [&](const dnnl::primitive_attr& a) { return MM(dnnl::matmul::desc(q, k, sc), a, e); }, scaled,
@@ -129,9 +123,9 @@ UnitCalls make_calls(const Plan& p, int64_t g, int64_t t, bool kt) {
                                                  rows, rows, 1),
                   a, e);
       },
-      user_scratchpad(), {{DNNL_ARG_SRC, rows}, {DNNL_ARG_DST, rows}}, pad);
+      kernels::user_scratchpad(), {{DNNL_ARG_SRC, rows}, {DNNL_ARG_DST, rows}}, pad);
   auto pv = call_with_scratchpad<MM, dnnl::matmul>(
-      [&](const dnnl::primitive_attr& a) { return MM(dnnl::matmul::desc(sc, v, o), a, e); }, user_scratchpad(),
+      [&](const dnnl::primitive_attr& a) { return MM(dnnl::matmul::desc(sc, v, o), a, e); }, kernels::user_scratchpad(),
       {{DNNL_ARG_SRC, sc}, {DNNL_ARG_WEIGHTS, v}, {DNNL_ARG_DST, o}}, pad);
   return {std::move(qk), std::move(softmax), std::move(pv), pad};
 }
