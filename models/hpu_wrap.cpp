@@ -46,8 +46,16 @@ std::vector<const Storage*> HPUGraphModule::state_storages() const {
   return r;
 }
 
-std::string HPUGraphModule::key_of(const std::vector<Tensor>& inputs, const std::vector<Arg>& args) const {
-  std::string k = module_->training() ? "train" : "eval";
+bool HPUGraphModule::with_grad() const {
+  if (!module_->training() || !grad_mode_enabled()) return false;
+  for (auto& [name, p] : module_->named_parameters())
+    if (p->requires_grad()) return true;
+  return false;
+}
+
+std::string HPUGraphModule::key_of(const std::vector<Tensor>& inputs, const std::vector<Arg>& args,
+                                   bool with_grad) const {
+  std::string k = module_->training() ? (with_grad ? "train+grad" : "train") : "eval";
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     if (!t.defined()) throw InvalidArgument("wrap_in_hpu_graph: input " + std::to_string(i) + " is undefined");
@@ -55,13 +63,17 @@ std::string HPUGraphModule::key_of(const std::vector<Tensor>& inputs, const std:
     k += dtype_name(t.dtype());
     k += '@' + t.device().str() + shape_str(t.shape());
     if (!t.is_contiguous()) k += "strides" + shape_str(t.strides());
+    if (with_grad && t.requires_grad()) k += "+grad";
   }
   for (const Arg& a : args) k += '|' + arg_str(a);
   return k;
 }
 
 void HPUGraphModule::clear_cache() {
-  for (auto& [k, e] : cache_) e.graph.reset();  // waits for queued replays
+  for (auto& [k, e] : cache_) {  // the destructors wait for queued replays
+    e.graph.reset();
+    e.graphed.reset();
+  }
   cache_.clear();
   lru_.clear();
 }
@@ -70,7 +82,9 @@ HPUGraphWrapStats HPUGraphModule::stats() const {
   HPUGraphWrapStats s = stats_;
   s.graphs = cache_.size();
   s.arena_bytes = 0;
-  for (auto& [k, e] : cache_) s.arena_bytes += e.graph->arena_bytes();
+  for (auto& [k, e] : cache_)
+    s.arena_bytes += e.graph ? e.graph->arena_bytes()
+                             : e.graphed->forward_graph().arena_bytes() + e.graphed->backward_graph().arena_bytes();
   return s;
 }
 
@@ -95,7 +109,7 @@ std::vector<Tensor> HPUGraphModule::call(const std::vector<Tensor>& inputs, cons
     ++stats_.invalidations;
     clear_cache();
   }
-  const std::string key = key_of(inputs, args);
+  const std::string key = key_of(inputs, args, with_grad());
   auto it = cache_.find(key);
   if (it == cache_.end()) {
     ++stats_.misses;
@@ -104,6 +118,7 @@ std::vector<Tensor> HPUGraphModule::call(const std::vector<Tensor>& inputs, cons
   ++stats_.hits;
   Entry& e = it->second;
   lru_.splice(lru_.begin(), lru_, e.lru);
+  if (e.graphed) return (*e.graphed)(inputs);
   if (opt_.disable_tensor_cache) {
     std::vector<Tensor> outs;
     for (const Tensor& o : e.outputs) outs.push_back(Tensor::empty(o.shape(), o.dtype(), o.device()));
@@ -129,6 +144,15 @@ std::vector<Tensor> HPUGraphModule::capture(const std::string& key, const std::v
     captured_training_ = module_->training();
   }
   Entry e;
+  if (with_grad()) {
+    std::vector<Tensor> params;
+    for (auto& [name, p] : module_->named_parameters()) params.push_back(*p);
+    e.graphed = graphs::make_graphed_callables(
+        [this, &args](const std::vector<Tensor>& in) { return fn_(*module_, in, args); }, inputs, params,
+        {.allow_unused_input = true});
+    std::vector<Tensor> result = (*e.graphed)(inputs);
+    return insert(key, std::move(e), std::move(result));
+  }
   if (opt_.disable_tensor_cache) {
     for (const Tensor& x : inputs) e.static_in.push_back(x.is_contiguous() ? x : x.contiguous());
   } else {
@@ -169,6 +193,10 @@ std::vector<Tensor> HPUGraphModule::capture(const std::string& key, const std::v
     e.graph->mark_user_outputs(e.outputs);
     for (auto& r : result) r = r.clone();
   }
+  return insert(key, std::move(e), std::move(result));
+}
+
+std::vector<Tensor> HPUGraphModule::insert(const std::string& key, Entry e, std::vector<Tensor> result) {
   ++stats_.captures;
   lru_.push_front(key);
   e.lru = lru_.begin();

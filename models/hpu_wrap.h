@@ -21,10 +21,13 @@
 //
 // Eval mode: the module's parameters and buffers are frozen into the graphs (folded,
 // pre-packed); after changing weights in place call clear_cache(). Train mode: graphs read the
-// live parameters (in-place optimizer updates are seen) but record no autograd history — use
-// graphs::make_graphed_callables for training. Either way, a parameter or buffer replaced by
-// another tensor (to(device), a reassigned buffer) drops the cached graphs before the next call.
-// Graphs are captured under NoGradGuard. The wrapper is not thread-safe.
+// live parameters (in-place optimizer updates are seen). In train mode with grad mode on and
+// parameters that require grad, each signature gets a forward and a backward graph
+// (graphs::make_graphed_callables): the outputs are new tensors with autograd history and
+// backward() replays the backward graph (asynchronous, dry_run and disable_tensor_cache do not
+// apply to those). Either way, a parameter or buffer replaced by another tensor (to(device), a
+// reassigned buffer) drops the cached graphs before the next call.
+// Forward-only graphs are captured under NoGradGuard. The wrapper is not thread-safe.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -35,6 +38,7 @@
 #include <variant>
 #include <vector>
 
+#include "graphs/graphed_callables.h"
 #include "graphs/hpu_graph.h"
 #include "models/module.h"
 
@@ -81,13 +85,16 @@ class HPUGraphModule : public Module {
 
  private:
   struct Entry {
-    std::unique_ptr<graphs::HPUGraph> graph;
+    std::unique_ptr<graphs::HPUGraph> graph;               // forward only
+    std::unique_ptr<graphs::GraphedCallable> graphed;      // or forward + backward (training)
     std::vector<Tensor> static_in, outputs;
     std::list<std::string>::iterator lru;
   };
-  std::string key_of(const std::vector<Tensor>& inputs, const std::vector<Arg>& args) const;
+  std::string key_of(const std::vector<Tensor>& inputs, const std::vector<Arg>& args, bool with_grad) const;
+  bool with_grad() const;  // train mode, grad mode on, a parameter that requires grad
   std::vector<const Storage*> state_storages() const;
   std::vector<Tensor> capture(const std::string& key, const std::vector<Tensor>& inputs, const std::vector<Arg>& args);
+  std::vector<Tensor> insert(const std::string& key, Entry e, std::vector<Tensor> result);
 
   std::shared_ptr<Module> module_;
   HPUGraphWrapOptions opt_;

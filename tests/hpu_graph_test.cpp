@@ -703,6 +703,35 @@ TEST(WrapInHPUGraph, TrainModeReadsLiveWeightsAndReplacedStateRecaptures) {
   EXPECT_EQ(w->stats().captures, 3u);
 }
 
+TEST(WrapInHPUGraph, TrainModeWithGradGivesEagerGradients) {
+  auto m = small_mlp();
+  m->train();
+  auto twin = models::zoo::mlp({8, 16, 3}, 6);
+  twin->to(kHpu);
+  copy_params(*m, *twin);
+  auto w = models::wrap_in_hpu_graph(m);
+  const Tensor r = ramp({4, 3}, 0.2f);
+  for (int it = 0; it < 2; ++it) {
+    const Tensor x = ramp({4, 8}, 0.1f * static_cast<float>(it + 1));
+    for (auto* mod : {static_cast<models::Module*>(m.get()), static_cast<models::Module*>(twin.get())})
+      for (auto& [n, p] : mod->named_parameters()) p->zero_grad();
+    const Tensor y = w->forward(x);
+    EXPECT_TRUE(y.requires_grad());
+    ops::sum(ops::mul(y, r)).backward();
+    ops::sum(ops::mul(twin->forward(x), r)).backward();
+    expect_same_grads(*m, *twin, "wrapped train step " + std::to_string(it));
+  }
+  EXPECT_EQ(w->stats().captures, 1u);
+  EXPECT_EQ(w->stats().hits, 1u);
+  EXPECT_THAT(w->cached_keys()[0], HasSubstr("train+grad"));
+  NoGradGuard no_grad;  // train mode without grad: a forward-only graph of its own
+  const Tensor x = ramp({4, 8}, 0.3f);
+  const Tensor y = w->forward(x);
+  EXPECT_FALSE(y.requires_grad());
+  test::expect_close(y.to_vector(), twin->forward(x).to_vector(), 1e-5, "train mode, no grad");
+  EXPECT_EQ(w->stats().captures, 2u);
+}
+
 TEST(WrapInHPUGraph, NonTensorArgumentsAreKeyedOnlyWhenAsked) {
   auto m = small_mlp();
   models::ModuleFn scaled = [](models::Module& mod, const std::vector<Tensor>& in, const std::vector<models::Arg>& a) {
