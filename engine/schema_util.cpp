@@ -27,6 +27,7 @@ void expect_rank(const OpSchema& op, const Metas& in, size_t i, size_t r) {
 }
 
 int64_t norm_dim(const OpSchema& op, const Metas& in, int64_t dim) {
+  if (in.empty()) fail(op, in, "needs at least one input");
   const int64_t n = static_cast<int64_t>(in[0].shape.size());
   if (dim < -n || dim >= n || n == 0) fail(op, in, "dim " + std::to_string(dim) + " out of range");
   return dim < 0 ? dim + n : dim;

@@ -9,6 +9,7 @@
 
 #include "engine/atomic_file.h"
 #include "engine/error.h"
+#include "graphs/graph_dump.h"
 #include "graphs/graph_serialize.h"
 
 namespace hg::graphs {
@@ -57,9 +58,7 @@ DiskCache::DiskCache(DiskCacheConfig cfg) : cfg_(std::move(cfg)) {
 }
 
 fs::path DiskCache::path_for(const std::string& key) const {
-  char name[32];
-  std::snprintf(name, sizeof name, "%016llx%s", static_cast<unsigned long long>(hash64(key)), kExt);
-  return cfg_.dir / name;
+  return cfg_.dir / (hex64(hash64(key)) + kExt);
 }
 
 std::optional<Graph> DiskCache::load(const std::string& key) {

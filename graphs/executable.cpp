@@ -7,6 +7,7 @@
 
 #include "engine/error.h"
 #include "graphs/graph_dump.h"
+#include "graphs/graph_serialize.h"
 
 namespace hg::graphs {
 
@@ -37,7 +38,7 @@ void Executable::AlignedFree::operator()(std::byte* p) const { ::operator delete
 std::shared_ptr<const Executable> Executable::compile(Graph g, const CompileOptions& opt,
                                                      std::vector<const void*> frozen_data) {
   auto exe = std::shared_ptr<Executable>(new Executable());
-  exe->signature_hash_ = fnv1a64(g.signature());
+  exe->signature_hash_ = hash64(g.signature());
   exe->optimized_ = opt.optimize;
   if (opt.optimize) exe->report_ = run_passes(g, opt.passes);
   const int n = static_cast<int>(g.nodes.size());

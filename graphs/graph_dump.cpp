@@ -79,15 +79,6 @@ void append_graph_dump(const Executable& exe) {
   if (!ok) std::fprintf(stderr, "hgraph: graph dump file '%s': cannot append: %s\n", path.c_str(), std::strerror(err));
 }
 
-uint64_t fnv1a64(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 std::string hex64(uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));

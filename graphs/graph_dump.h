@@ -20,8 +20,7 @@ std::string graph_dump_path();  // "" when off
 // Appends `exe`'s dump to the dump file if one is set; a write failure is reported on stderr.
 void append_graph_dump(const Executable& exe);
 
-// FNV-1a 64 of `text`, as 16 hex digits in the dump header.
-uint64_t fnv1a64(const std::string& text);
+// `v` as 16 hex digits (the dump header's signature hash, the disk cache's file names).
 std::string hex64(uint64_t v);
 
 }  // namespace hg::graphs

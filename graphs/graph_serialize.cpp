@@ -224,6 +224,7 @@ Graph read_graph(Reader& r) {
       if (node.op->num_inputs >= 0 && nin != static_cast<uint32_t>(node.op->num_inputs))
         r.fail_at(op_at, name + ": " + std::to_string(nin) + " inputs, the op takes " +
                              std::to_string(node.op->num_inputs));
+      if (node.op->num_inputs < 0 && nin == 0) r.fail_at(op_at, name + ": no inputs, the op takes one or more");
       for (uint32_t k = 0; k < nin; ++k) {
         const size_t in_at = r.pos();
         const auto id = r.pod<int32_t>("op input id");
@@ -247,7 +248,7 @@ Graph read_graph(Reader& r) {
       TensorMeta inferred;
       try {
         inferred = node.op->infer(*node.op, in, node.attrs);
-      } catch (const Error& e) {
+      } catch (const std::exception& e) {  // hg::Error, or e.g. length_error on absurd attributes
         r.fail_at(meta_at, name + ": shape inference rejects its inputs: " + e.what());
       }
       if (inferred != node.meta)

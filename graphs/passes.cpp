@@ -1,5 +1,7 @@
 #include "graphs/passes.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -54,7 +56,8 @@ PassReport run_passes(Graph& g, const PassOptions& opt) {
   const auto& passes = all_passes();
   PassReport r;
   for (const Pass& p : passes) r.applied.emplace_back(p.name, 0);
-  for (bool changed = true; changed && r.rounds < kMaxRounds; ++r.rounds) {
+  bool changed = true;
+  for (; changed && r.rounds < kMaxRounds; ++r.rounds) {
     changed = false;
     for (size_t k = 0; k < passes.size(); ++k) {
       if (passes[k].fusion && !opt.fusion) continue;
@@ -63,6 +66,9 @@ PassReport run_passes(Graph& g, const PassOptions& opt) {
       changed |= n > 0;
     }
   }
+  if (changed)  // a pass that keeps rewriting is a bug; the graph is still valid, so go on
+    spdlog::warn("graph passes: no fixed point after {} rounds ({} nodes); a pass keeps rewriting", kMaxRounds,
+                 g.nodes.size());
   return r;
 }
 

@@ -20,6 +20,7 @@
 #include "engine/kernels.h"
 #include "graphs/executable.h"
 #include "graphs/graph_dump.h"
+#include "graphs/graph_serialize.h"
 
 using namespace hg;
 using namespace hg::graphs;
@@ -430,9 +431,9 @@ TEST(GraphDump, EveryCompileAppendsUnderItsSignatureHash) {
   ss << in.rdbuf();
   const std::string text = ss.str();
   const auto exe = Executable::compile(golden_graph(), unoptimized(), {nullptr, w.data()});
-  const std::string block = "=== graph " + hex64(fnv1a64(golden_graph().signature())) + ": 6 nodes, 4 steps ===\n" +
+  const std::string block = "=== graph " + hex64(hash64(golden_graph().signature())) + ": 6 nodes, 4 steps ===\n" +
                             exe->dump() + "\n";
-  EXPECT_EQ(exe->signature_hash(), fnv1a64(golden_graph().signature()));
+  EXPECT_EQ(exe->signature_hash(), hash64(golden_graph().signature()));
   std::string twelve;
   for (int k = 0; k < 12; ++k) twelve += block;
   EXPECT_EQ(text, twelve) << "12 whole, unmixed dumps";

@@ -398,6 +398,12 @@ TEST(DiskCacheFormat, RejectsInconsistentGraphsNamingTheProblem) {
   expect_error([&](Graph& g) { g.outputs.clear(); }, "no outputs");
   expect_error([&](Graph& g) { g.nodes[1].input_index = 3; }, "input index 3, expected 1");
   expect_error([&](Graph& g) { g.nodes[op].inputs.pop_back(); }, "inputs, the op takes 3");
+  expect_error(
+      [&](Graph& g) {  // a variadic op with no inputs (its shape inference would read input 0)
+        g.nodes[op].op = &op_schema("concat");
+        g.nodes[op].inputs.clear();
+      },
+      "no inputs, the op takes one or more");
   const std::vector<uint8_t> bytes = serialize_graph(good);
   for (size_t n : {size_t{0}, size_t{3}, size_t{9}, bytes.size() / 2, bytes.size() - 1}) {
     SCOPED_TRACE(n);

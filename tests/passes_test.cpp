@@ -630,10 +630,15 @@ TEST(PassesResNet18, EvalGraphWithFrozenWeightsFoldsEveryBatchNorm) {
   const PassReport report = run_passes(opt, {.fusion = true});
   EXPECT_EQ(count_run_time_ops(opt, "batch_norm_eval"), 0) << "every conv -> bn pair is one conv";
   EXPECT_EQ(count_run_time_ops(opt, "conv2d_nobias"), 0);
-  for (const auto& [name, n] : report.applied)
-    if (name == std::string("bn_fold")) EXPECT_EQ(n, 20);
+  for (const auto& [name, n] : report.applied) {
+    if (name == std::string("bn_fold")) {
+      EXPECT_EQ(n, 20);
+    }
+  }
   const std::string once = opt.dump();
-  for (const auto& [name, n] : run_passes(opt, {.fusion = true}).applied) EXPECT_EQ(n, 0) << name;
+  for (const auto& [name, n] : run_passes(opt, {.fusion = true}).applied) {
+    EXPECT_EQ(n, 0) << name;
+  }
   EXPECT_EQ(opt.dump(), once);
   const auto want = run(g, data, false);
   expect_close(run(g, data, true), want, kPipelineTol, kPipelineTol);
