@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +27,17 @@ bool is_entry(const fs::directory_entry& e) {
   std::error_code ec;
   const std::string name = e.path().filename().string();
   return e.is_regular_file(ec) && name.size() > 4 && name.front() != '.' && e.path().extension() == kExt;
+}
+
+// A temporary file of write_file_atomic (".<entry>.tmp-XXXXXX") that a writer which died left
+// behind: old enough that no live writer still owns it.
+bool is_stale_temp(const fs::directory_entry& e) {
+  std::error_code ec;
+  const std::string name = e.path().filename().string();
+  if (name.front() != '.' || name.find(std::string(kExt) + ".tmp-") == std::string::npos || !e.is_regular_file(ec))
+    return false;
+  const auto mtime = e.last_write_time(ec);
+  return !ec && fs::file_time_type::clock::now() - mtime > std::chrono::minutes(10);
 }
 
 }  // namespace
@@ -117,6 +129,11 @@ void DiskCache::evict(const fs::path& keep) {
   uint64_t total = 0;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(cfg_.dir, ec)) {
+    if (is_stale_temp(e)) {
+      std::error_code ec2;
+      fs::remove(e.path(), ec2);
+      continue;
+    }
     if (!is_entry(e)) continue;
     std::error_code ec2;
     const uint64_t size = e.file_size(ec2);

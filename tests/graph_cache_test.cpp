@@ -2,6 +2,8 @@
 // trip, corruption of every kind, concurrent writers, size cap) and the entry format.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <fstream>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
@@ -484,6 +486,18 @@ TEST_F(DiskCacheTest, EvictsTheOldestEntriesBeyondTheCap) {
   for (const char* k : {"k1", "k4", "k5"}) EXPECT_TRUE(fs::exists(dc.path_for(k))) << k;
   EXPECT_EQ(dc.stats().evictions, 2u);
   EXPECT_LE(dc.total_bytes(), dc.config().max_bytes);
+}
+
+TEST_F(DiskCacheTest, TemporaryFilesOfDeadWritersAreRemovedWhenOld) {
+  const Graph optimized = Executable::compile(mlp_graph(4, 32, false))->graph();
+  DiskCache dc({dir_, 64 << 20});
+  const fs::path stale = dir_ / ".0123456789abcdef.hgg.tmp-AbC123", fresh = dir_ / ".fedcba9876543210.hgg.tmp-XyZ789";
+  for (const fs::path& p : {stale, fresh}) std::ofstream(p) << "half-written entry";
+  fs::last_write_time(stale, fs::file_time_type::clock::now() - std::chrono::minutes(11));
+  dc.store("k", optimized);  // a store sweeps the directory
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(fresh)) << "a temp file a live writer may still own stays";
+  EXPECT_TRUE(dc.load("k").has_value());
 }
 
 TEST_F(DiskCacheTest, AnEntryLargerThanTheCapIsNotRead) {
