@@ -15,7 +15,7 @@ namespace hg::graphs {
 namespace {
 
 std::atomic<bool> g_lazy_on{false};
-std::atomic<uint64_t> g_steps{0}, g_hits{0}, g_misses{0};
+std::atomic<uint64_t> g_steps{0}, g_hits{0}, g_disk_hits{0}, g_misses{0};
 
 const void* data_ptr(const Tensor& t) {
   const TensorImpl* i = t.impl();
@@ -166,9 +166,15 @@ void mark_step(Device d) {
   }
   if (c.outputs.empty()) return;
   CompileInfo info;
-  auto exe = compile_cached(c.graph, {}, &info);
+  std::shared_ptr<const Executable> exe;
+  try {
+    exe = compile_cached(c.graph, {}, &info);
+  } catch (...) {  // the step's values can never be computed: reading one names its op
+    abort_values(c, "a lazy step on " + d.str() + " whose compile failed");
+    throw;
+  }
   ++g_steps;
-  ++(info.memory_hit ? g_hits : g_misses);
+  ++(info.memory_hit ? g_hits : info.disk_hit ? g_disk_hits : g_misses);
   bind_outputs(c, d);
   auto arena = std::make_shared<Storage>(d, std::max<size_t>(exe->arena_bytes(), 1));
   std::vector<const void*> in;
@@ -183,6 +189,6 @@ void mark_step(Device d) {
                              keep = std::move(keep)] { exe->run(arena->data, in.data(), out.data()); });
 }
 
-LazyStats lazy_stats() { return {g_steps.load(), g_hits.load(), g_misses.load()}; }
+LazyStats lazy_stats() { return {g_steps.load(), g_hits.load(), g_disk_hits.load(), g_misses.load()}; }
 
 }  // namespace hg::graphs

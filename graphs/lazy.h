@@ -29,7 +29,10 @@ void init_lazy_mode_from_env();
 void mark_step(Device d = Device::hpu(0));
 
 struct LazyStats {
-  uint64_t steps = 0, cache_hits = 0, cache_misses = 0;
+  uint64_t steps = 0;
+  uint64_t cache_hits = 0;       // compiled executable found in memory
+  uint64_t disk_cache_hits = 0;  // optimized graph read from the disk cache (HG_GRAPH_CACHE), kernels prepared
+  uint64_t cache_misses = 0;     // compiled from scratch
 };
 LazyStats lazy_stats();
 

@@ -362,6 +362,18 @@ TEST(Lazy, MarkStepCompilesOnceThenHitsTheCache) {
   EXPECT_EQ(last, (std::vector<float>{7, 12, 0, 0}));
 }
 
+TEST(Lazy, AStepWhoseCompileFailsLeavesValuesThatNameTheirOp) {
+  register_test_ops();
+  test::ModeGuard lazy(test::Mode::HpuLazy);
+  Tensor x = Tensor::from_vector({1, -1}, {2}, kHpu);
+  Tensor half = dispatch("test_unpreparable", {ops::relu(x)});
+  EXPECT_THROW(mark_step(kHpu), InvalidArgument);
+  EXPECT_THAT(error_of<InvalidArgument>([&] { half.to_vector(); }),
+              HasSubstr("value produced by op 'test_unpreparable' in a lazy step on hpu:0 whose compile failed"));
+  Tensor y = ops::scale(x, 2);  // the device keeps working
+  EXPECT_EQ(y.to_vector(), (std::vector<float>{2, -2}));
+}
+
 TEST(Lazy, HostReadRunsThePendingGraph) {
   test::ModeGuard lazy(test::Mode::HpuLazy);
   Tensor x = Tensor::from_vector({-1, 2}, {2}, kHpu);
