@@ -73,14 +73,8 @@ void HPUGraph::capture_begin(const CaptureOptions& opt) {
 
 void HPUGraph::capture_abort() {
   if (!capturing_) return;
-  Trace& t = trace_for(device_);
-  ClosedTrace c;
-  {
-    std::lock_guard lk(t.mu);
-    c = close_trace(t);
-    t.capturing = false;
-    capturing_ = false;
-  }
+  ClosedTrace c = end_capture(trace_for(device_));
+  capturing_ = false;
   abort_values(c, "an aborted HPU graph capture on " + device_.str());
   opt_ = {};
   ++stats_.aborted_captures;
@@ -99,14 +93,8 @@ void HPUGraph::capture(const std::function<void()>& body, const CaptureOptions& 
 
 void HPUGraph::capture_end() {
   if (!capturing_) throw InvalidArgument("HPUGraph::capture_end without capture_begin");
-  Trace& t = trace_for(device_);
-  ClosedTrace c;
-  {
-    std::lock_guard lk(t.mu);
-    c = close_trace(t);
-    t.capturing = false;
-    capturing_ = false;
-  }
+  ClosedTrace c = end_capture(trace_for(device_));
+  capturing_ = false;
   const CaptureOptions opt = std::move(opt_);
   opt_ = {};
   if (c.outputs.empty()) {

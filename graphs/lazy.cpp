@@ -131,6 +131,13 @@ void bind_outputs(const ClosedTrace& c, Device d) {
   }
 }
 
+ClosedTrace end_capture(Trace& t) {
+  std::lock_guard lk(t.mu);
+  ClosedTrace c = close_trace(t);
+  t.capturing = false;
+  return c;
+}
+
 void abort_values(const ClosedTrace& c, const std::string& why) {
   for (size_t k = 0; k < c.outputs.size(); ++k)
     c.outputs[k]->lazy = std::make_shared<AbortedValue>(c.graph.nodes[c.graph.outputs[k]].op->name, why);

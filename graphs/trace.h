@@ -50,6 +50,8 @@ Trace& trace_for(Device d);
 ClosedTrace close_trace(Trace& t);
 // Gives each output its own storage on `d` and clears its lazy mark.
 void bind_outputs(const ClosedTrace& c, Device d);
+// Locks `t`, takes its graph (close_trace) and ends the capture on its device.
+ClosedTrace end_capture(Trace& t);
 // Turns every output of `c` into an AbortedValue (the trace it came from will never run).
 void abort_values(const ClosedTrace& c, const std::string& why);
 

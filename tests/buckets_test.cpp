@@ -15,6 +15,7 @@
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "golden.h"
+#include "test_env.h"
 #include "graphs/disk_cache.h"
 #include "graphs/graph_cache.h"
 #include "models/buckets.h"
@@ -36,28 +37,8 @@ namespace {
 
 const fs::path kDigits = fs::path(HG_SOURCE_DIR) / "models/repository/digits_mlp/1";
 
-fs::path temp_dir(const std::string& name) {
-  auto d = fs::temp_directory_path() / ("hgraph_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-class LogCapture {
- public:
-  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
-    spdlog::default_logger()->sinks().push_back(sink_);
-  }
-  ~LogCapture() {
-    auto& sinks = spdlog::default_logger()->sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-  }
-  std::string text() const { return out_.str(); }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-};
+using hg::test::LogCapture;
+using hg::test::temp_dir;
 
 std::vector<float> digits_input(int64_t batch) {
   std::vector<float> x(static_cast<size_t>(batch * 64));

@@ -20,6 +20,7 @@
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "golden.h"
+#include "test_env.h"
 #include "graphs/disk_cache.h"
 #include "graphs/graph_cache.h"
 #include "graphs/graph_serialize.h"
@@ -33,29 +34,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path temp_dir(const std::string& name) {
-  auto d = fs::temp_directory_path() / ("hgraph_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-// Collects what spdlog logs while alive.
-class LogCapture {
- public:
-  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
-    spdlog::default_logger()->sinks().push_back(sink_);
-  }
-  ~LogCapture() {
-    auto& sinks = spdlog::default_logger()->sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-  }
-  std::string text() const { return out_.str(); }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-};
+using hg::test::LogCapture;
+using hg::test::temp_dir;
 
 // x [batch, 16] -> linear(hidden) -> relu -> linear(4); the weights are inputs 1..4.
 Graph mlp_graph(int64_t batch, int64_t hidden, bool frozen) {

@@ -10,6 +10,7 @@
 #include "models/package.h"
 #include "models/predictor.h"
 #include "models/zoo.h"
+#include "test_env.h"
 
 using namespace hg;
 using namespace hg::models;
@@ -17,12 +18,7 @@ using ::testing::HasSubstr;
 
 namespace {
 
-std::filesystem::path temp_dir(const std::string& name) {
-  auto d = std::filesystem::temp_directory_path() / ("hgraph_test_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
-}
+using hg::test::temp_dir;
 
 PackageSpec mlp_spec() {
   PackageSpec s;

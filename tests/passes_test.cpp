@@ -24,6 +24,7 @@
 #include "graphs/rewrite.h"
 #include "graphs/trace.h"
 #include "models/zoo.h"
+#include "fusion_test_util.h"
 
 using namespace hg;
 using namespace hg::graphs;
@@ -186,18 +187,7 @@ Graph applied(Graph g, int (*pass)(Graph&), int rewrites) {
 
 // Compares "before" and "after" dumps to tests/golden/passes/<name>.txt; HG_UPDATE_GOLDENS=1 writes it.
 void expect_golden(const std::string& name, const Graph& before, const Graph& after) {
-  const std::string text = "# before\n" + before.dump() + "# after\n" + after.dump();
-  const std::string path = std::string(HG_SOURCE_DIR) + "/tests/golden/passes/" + name + ".txt";
-  const char* update = std::getenv("HG_UPDATE_GOLDENS");
-  if (update && std::strcmp(update, "1") == 0) {
-    write_file_atomic(path, {as_bytes(text)});
-    return;
-  }
-  std::ifstream f(path);
-  ASSERT_TRUE(f.good()) << "missing golden " << path << " (HG_UPDATE_GOLDENS=1 writes it)";
-  std::stringstream want;
-  want << f.rdbuf();
-  EXPECT_EQ(text, want.str()) << "golden " << path << " differs (HG_UPDATE_GOLDENS=1 rewrites it; review the diff)";
+  hg::test::fusion::expect_golden("passes", name, before, after);
 }
 
 void expect_equal(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want) {
