@@ -180,7 +180,7 @@ void register_core_ops() {
   register_op({"relu_backward", 2, infer_same, k::prepare_relu_backward});
   register_op({"softmax", 1, infer_softmax, k::prepare_softmax, bw_softmax});
   register_op({"softmax_backward", 2, infer_softmax, k::prepare_softmax_backward});
-  register_op({"reshape", 1, infer_reshape, k::prepare_copy, bw_reshape});
+  register_op({"reshape", 1, infer_reshape, k::prepare_copy, bw_reshape, true});
   register_op({"expand", 1, infer_expand, k::prepare_expand, bw_expand});
   register_op({"sum_to", 1, infer_sum_to, k::prepare_sum_to, bw_sum_to});
 }

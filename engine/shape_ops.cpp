@@ -173,7 +173,7 @@ Ts bw_bmm(const Ts& in, const Tensor& g, const Attrs& a) {
 void register_shape_ops() {
   namespace k = kernels;
   register_op({"permute", 1, infer_permute, k::prepare_permute, bw_permute});
-  register_op({"contiguous", 1, infer_identity, k::prepare_copy, bw_identity});
+  register_op({"contiguous", 1, infer_identity, k::prepare_copy, bw_identity, true});
   register_op({"slice", 1, infer_slice, k::prepare_slice, bw_slice});
   register_op({"slice_backward", 1, infer_slice_backward, k::prepare_slice_backward, bw_slice_backward});
   register_op({"concat", -1, infer_concat, k::prepare_concat, bw_concat});

@@ -44,6 +44,7 @@ const std::vector<Pass>& all_passes() {
       {"constant_fold", false, fold_constants},
       {"algebra", false, simplify_algebra},
       {"bn_fold", true, fold_batch_norm},
+      {"flatten_matmul", true, flatten_matmul},
       {"fuse_post_ops", true, fuse_post_ops},
       {"fuse_attention", true, fuse_attention},
       {"fuse_elementwise", true, fuse_elementwise},

@@ -47,6 +47,9 @@ int simplify_algebra(Graph& g);
 // conv2d (or linear) -> batch_norm_eval with constant parameters becomes one conv2d (linear)
 // with constant folded weight and bias (graphs/pass_bn_fold.cpp).
 int fold_batch_norm(Graph& g);
+// bmm of [.., M, K] activations by one shared [K, N] matrix (+ a bias add) becomes one 2-D
+// matmul between reshapes (graphs/pass_flatten_matmul.cpp).
+int flatten_matmul(Graph& g);
 // linear / matmul / conv2d followed by a bias add, a residual add (conv) or an activation
 // become one node with oneDNN post-ops (graphs/pass_fuse_postops.cpp).
 int fuse_post_ops(Graph& g);

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "engine/atomic_file.h"
@@ -321,6 +323,66 @@ struct Importer {
     return s;
   }
 
+  // The scalar value of constant `name`, if it is one.
+  std::optional<double> scalar_constant(const std::string& name) const {
+    auto it = vals.find(name);
+    if (it == vals.end() || it->second.kind != Kind::Const || it->second.probe[0].numel() != 1) return std::nullopt;
+    const Tensor& t = it->second.probe[0];
+    if (t.dtype() != DType::F32 && t.dtype() != DType::F64) return std::nullopt;
+    return host_doubles(t)[0];
+  }
+
+  // GELU as exporters before opset 20 write it, y = x * 0.5 * (1 + erf(x / sqrt(2))):
+  // Div(x, sqrt 2) -> Erf -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5), in either operand order,
+  // each intermediate read only by the next node, becomes one Gelu node (ONNX Runtime's
+  // optimizer does the same). Our gelu then runs as one vectorised pass or a matmul post-op
+  // instead of five passes with a scalar erf.
+  void fuse_erf_gelu() {
+    std::map<std::string, int> readers;
+    for (const auto& n : graph.nodes)
+      for (const auto& i : n.inputs) readers[i]++;
+    for (const auto& o : graph.outputs) readers[o]++;
+    std::map<std::string, size_t> producer;
+    for (size_t k = 0; k < graph.nodes.size(); ++k)
+      for (const auto& o : graph.nodes[k].outputs) producer[o] = k;
+    auto near = [](std::optional<double> v, double want) { return v && std::fabs(*v - want) <= 1e-6 * want; };
+    // The node reading `value` if it is `op` and the only reader; the operand beside `value` in `other`.
+    auto only_reader = [&](const std::string& value, const char* op, std::string* other) -> OpNode* {
+      if (readers[value] != 1) return nullptr;
+      for (auto& n : graph.nodes) {
+        if (n.op != op || n.inputs.size() != 2 || n.outputs.size() != 1) continue;
+        if (n.inputs[0] == value) *other = n.inputs[1];
+        else if (n.inputs[1] == value && n.op != "Div") *other = n.inputs[0];
+        else continue;
+        return &n;
+      }
+      return nullptr;
+    };
+    for (auto& div : graph.nodes) {
+      if (div.op != "Div" || div.inputs.size() != 2 || div.outputs.size() != 1) continue;
+      if (!near(scalar_constant(div.inputs[1]), std::sqrt(2.0))) continue;
+      const std::string x = div.inputs[0];
+      std::string c1, c2, c3;
+      OpNode* erf = nullptr;
+      if (readers[div.outputs[0]] == 1)
+        for (auto& n : graph.nodes)
+          if (n.op == "Erf" && n.inputs.size() == 1 && n.inputs[0] == div.outputs[0]) erf = &n;
+      if (!erf) continue;
+      OpNode* add = only_reader(erf->outputs[0], "Add", &c1);
+      if (!add || !near(scalar_constant(c1), 1.0)) continue;
+      OpNode* mul = only_reader(add->outputs[0], "Mul", &c2);
+      if (!mul || c2 != x) continue;
+      OpNode* half = only_reader(mul->outputs[0], "Mul", &c3);
+      if (!half || !near(scalar_constant(c3), 0.5)) continue;
+      // `half` becomes the Gelu; the four before it are dropped.
+      half->op = "Gelu";
+      half->inputs = {x};
+      half->attrs = {{"approximate", "none"}};
+      for (OpNode* d : {&div, erf, add, mul}) d->op.clear();  // dropped below
+    }
+    std::erase_if(graph.nodes, [](const OpNode& n) { return n.op.empty(); });
+  }
+
   // Drops nodes and constants no output needs.
   void prune() {
     std::set<std::string> needed(graph.outputs.begin(), graph.outputs.end());
@@ -363,6 +425,7 @@ ModelPackage import_model(const fs::path& file) {
   for (const auto& np : g.node()) im.import_node(np);
   for (const auto& vi : g.output()) p.spec.outputs.push_back(im.output_spec(vi.name()));
   if (p.spec.outputs.empty()) im.fail("the graph has no outputs");
+  im.fuse_erf_gelu();
   im.prune();
   p.spec.graph = op_graph_to_json(im.graph);
   p.spec.metadata = {{"source", "onnx"},

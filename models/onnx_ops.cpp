@@ -326,6 +326,11 @@ const std::map<std::string, OpFn>& op_table() {
       {"Erf", [](const Ctx& c) { return Ts{ops::erf(c.x(0))}; }},
       {"Exp", [](const Ctx& c) { return Ts{ops::exp(c.x(0))}; }},
       {"Relu", [](const Ctx& c) { return Ts{ops::relu(c.x(0))}; }},
+      {"Gelu", [](const Ctx& c) {  // opset 20's op; the importer also makes it from the erf form
+         const std::string a = c.s("approximate", "none");
+         if (a != "none" && a != "tanh") c.fail("approximate must be 'none' or 'tanh', got '" + a + "'");
+         return Ts{ops::gelu(c.x(0), a)};
+       }},
       {"Sigmoid", [](const Ctx& c) { return Ts{ops::sigmoid(c.x(0))}; }},
       {"Tanh", [](const Ctx& c) { return Ts{ops::tanh(c.x(0))}; }},
       {"Softmax", [](const Ctx& c) { return Ts{ops::softmax(c.x(0), c.i("axis", -1))}; }},

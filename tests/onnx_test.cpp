@@ -122,6 +122,20 @@ TEST(OnnxImportTest, ShapeSubgraphsAreFolded) {
   EXPECT_TRUE(symbolic);
 }
 
+// The erf form of GELU that torch.onnx writes (Div, Erf, Add, Mul, Mul) imports as one Gelu per
+// feed-forward block; the model still matches PyTorch (MatchesPyTorchThroughPredictor).
+TEST(OnnxImportTest, ErfGeluBecomesOneGeluNode) {
+  for (const char* model : {"bert_op13.onnx", "bert_op17.onnx"}) {
+    const auto p = hg::models::import_onnx(data_dir() / model);
+    int gelu = 0;
+    for (const auto& n : p.spec.graph["nodes"]) {
+      EXPECT_NE(n["op"], "Erf") << model << ": " << n.dump();
+      gelu += n["op"] == "Gelu";
+    }
+    EXPECT_EQ(gelu, 2) << model << ": one per encoder layer";
+  }
+}
+
 // ONNX's external data (onnx.save(..., save_as_external_data=True)): same graph, same outputs.
 TEST(OnnxImportTest, ExternalDataLoads) {
   const Reference ref = reference("mlp_op13");

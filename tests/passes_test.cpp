@@ -524,6 +524,32 @@ Graph resnet_block() {
   return g;
 }
 
+TEST(PassesFlattenMatmul, SharedWeightBmmBecomesOneGemmWithItsBias) {
+  Graph g;
+  const int a = g.add_input({{4, 3, 8}, DType::F32});        // [S, B, K] activations
+  const int w = frozen_input(g, {{8, 6}, DType::F32});       // [K, N]
+  const int wt = frozen_input(g, {{6, 8}, DType::F32});      // [N, K], used transposed
+  const int bias = frozen_input(g, {{6}, DType::F32});
+  const int w3 = g.add_input({{4, 8, 6}, DType::F32});        // a batched right operand
+  const int y = g.add_op(op("bmm"), {a, w}, Attrs{{0, 0}, {}});
+  const int with_bias = g.add_op(op("binary"), {bias, y}, Attrs{{0}, {}});  // add, bias first as ONNX has it
+  const int no_bias = g.add_op(op("bmm"), {a, wt}, Attrs{{0, 1}, {}});
+  const int batched = g.add_op(op("bmm"), {a, w3}, Attrs{{0, 0}, {}});                    // stays a bmm
+  g.outputs = {with_bias, no_bias, batched};
+  const Graph opt = applied(g, flatten_matmul, 2);
+  EXPECT_EQ(count_ops(opt, "bmm"), 1);
+  EXPECT_EQ(count_ops(opt, "matmul"), 2);
+  for (const auto& n : opt.nodes)
+    if (n.kind == Node::Kind::Op && n.op->name == "matmul") {
+      ASSERT_EQ(n.meta.shape.size(), 2u);  // one GEMM over all 12 rows
+      EXPECT_EQ(n.meta.shape[0], 12);
+    }
+  expect_golden("flatten_matmul", g, opt);
+  const auto data = random_inputs(g, 5);
+  expect_close(run(opt, data, false), run(g, data, false), 1e-5, 1e-5);
+  expect_close(run(g, data, true), run(g, data, false), kPipelineTol, kPipelineTol);
+}
+
 TEST(PassesPipeline, ReachesAFixedPointAndMatchesTheUnoptimizedGraph) {
   const Graph g = resnet_block();
   Graph opt = g;
