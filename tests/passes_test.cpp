@@ -255,6 +255,23 @@ Graph cse_graph() {
   return g;
 }
 
+TEST(PassesDce, RemovesOpsNoOutputNeedsAndKeepsEveryInput) {
+  Graph g;
+  const int x = g.add_input({{2, 3}, DType::F32});
+  const int unused = g.add_input({{3}, DType::F32});  // inputs stay: their numbering is the interface
+  const int kept = g.add_op(op("relu"), {x}, {});
+  const int dead = g.add_op(op("tanh"), {kept}, {});
+  g.add_op(op("scale"), {dead}, Attrs{{}, {2.0}});  // reads a dead node: dead too
+  g.outputs = {g.add_op(op("sigmoid"), {kept}, {})};
+  (void)unused;
+  const Graph opt = applied(g, eliminate_dead_code, 2);
+  EXPECT_EQ(opt.num_inputs, 2);
+  EXPECT_EQ(count_ops(opt, "tanh") + count_ops(opt, "scale"), 0);
+  expect_golden("dce", g, opt);
+  const auto data = random_inputs(g, 7);
+  expect_equal(run(opt, data, false), run(g, data, false));
+}
+
 TEST(PassesCse, MergesEqualNodesKeepsDifferentAttrs) {
   const Graph g = cse_graph();
   const Graph opt = applied(g, eliminate_common_subexpressions, 3);
