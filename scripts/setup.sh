@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package hgraph's build and tests need; with --with-python also the
 # ones for the test-data, golden-data and peer-benchmark scripts (python3-torch,
-# torchvision, onnx, sklearn, matplotlib for the benchmark chart); the test suite generates its PyTorch data at test time.
+# torchvision, onnx, sklearn, matplotlib for the benchmark chart); the test suite
+# generates its PyTorch data at test time.
 # --with-fuzz adds clang and libFuzzer for scripts/fuzz.sh.
 # Safe to run again: packages already present are skipped.
 set -euo pipefail
