@@ -143,12 +143,28 @@ Kernel prepare_batch_norm_update_stats(const std::vector<TensorMeta>& in, const 
 
 namespace {
 
+// Mean and 1/std of a row, accumulated in F64 over 8 independent partial sums: one chain of
+// dependent adds ran at one add per 4 cycles (17% of BERT's time went to layer_norm).
 template <class T>
 void row_stats(const T* x, int64_t d, double eps, double& mean, double& rstd) {
-  double sum = 0, sq = 0;
-  for (int64_t k = 0; k < d; ++k) sum += static_cast<double>(x[k]);
+  constexpr int kLanes = 8;
+  double part[kLanes] = {};
+  int64_t k = 0;
+  for (; k + kLanes <= d; k += kLanes)
+    for (int l = 0; l < kLanes; ++l) part[l] += static_cast<double>(x[k + l]);
+  double sum = 0;
+  for (; k < d; ++k) sum += static_cast<double>(x[k]);
+  for (double p : part) sum += p;
   mean = sum / static_cast<double>(d);
-  for (int64_t k = 0; k < d; ++k) sq += (static_cast<double>(x[k]) - mean) * (static_cast<double>(x[k]) - mean);
+  double sq_part[kLanes] = {};
+  for (k = 0; k + kLanes <= d; k += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const double c = static_cast<double>(x[k + l]) - mean;
+      sq_part[l] += c * c;
+    }
+  double sq = 0;
+  for (; k < d; ++k) sq += (static_cast<double>(x[k]) - mean) * (static_cast<double>(x[k]) - mean);
+  for (double p : sq_part) sq += p;
   rstd = 1.0 / std::sqrt(sq / static_cast<double>(d) + eps);
 }
 
@@ -169,13 +185,15 @@ Kernel prepare_layer_norm(const std::vector<TensorMeta>& in, const TensorMeta& o
     return [d, rows, eps](const void* const* inp, void* o) {
       const T* w = static_cast<const T*>(inp[1]);
       const T* b = static_cast<const T*>(inp[2]);
+      // Statistics in F64, the normalisation in T (a vectorisable loop); rows in parallel when large.
+#pragma omp parallel for schedule(static) if (rows * d >= (int64_t{1} << 15))
       for (int64_t r = 0; r < rows; ++r) {
         const T* x = static_cast<const T*>(inp[0]) + r * d;
         T* y = static_cast<T*>(o) + r * d;
         double mean, rstd;
         row_stats(x, d, eps, mean, rstd);
-        for (int64_t k = 0; k < d; ++k)
-          y[k] = static_cast<T>((static_cast<double>(x[k]) - mean) * rstd * static_cast<double>(w[k]) + b[k]);
+        const T m = static_cast<T>(mean), s = static_cast<T>(rstd);
+        for (int64_t k = 0; k < d; ++k) y[k] = (x[k] - m) * s * w[k] + b[k];
       }
     };
   });
