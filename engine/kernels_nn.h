@@ -65,6 +65,8 @@ class DnnlStep {
   DnnlStep(const dnnl::primitive_desc& pd, dnnl::primitive prim, std::vector<DnnlArg> args,
            const std::vector<const void*>& constant = {});
   void run(const void* const* in, void* out) const;  // never throws for valid pointers
+  // Runs on one OpenMP thread (small problems, where a fork/join costs more than it gives).
+  void set_single_thread(bool on) { single_thread_ = on; }
 
  private:
   struct Bound {
@@ -77,12 +79,14 @@ class DnnlStep {
   };
   struct Thread;  // one thread's memory objects and execute arguments
   Thread& bind() const;
+  void run_steps(const void* const* in, void* out) const;
 
   dnnl::primitive prim_;
   dnnl::memory::desc scratchpad_md_;
   std::vector<Bound> args_;
   size_t reorder_scratch_bytes_ = 0;  // the largest reorder scratchpad
   uint64_t id_;                       // unique per constructed step: the key of each thread's bindings
+  bool single_thread_ = false;
 };
 
 // Temp slots used by steps; reorder buffers and scratchpads use the slots above these.

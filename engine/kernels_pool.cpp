@@ -57,6 +57,7 @@ Kernel pool_forward(const char* name, const std::vector<TensorMeta>& in, const T
     auto pd = pool_fwd_pd(g, dnnl::prop_kind::forward_inference);
     DnnlStep step(pd, dnnl::pooling_forward(pd),
                   {{DNNL_ARG_SRC, ArgFrom::Input, 0, g.src}, {DNNL_ARG_DST, ArgFrom::Output, 0, g.dst}});
+    step.set_single_thread(out.numel() < (int64_t{1} << 16));  // small maps: no fork/join
     return [step = std::move(step)](const void* const* i, void* o) { step.run(i, o); };
   } catch (const dnnl::error& e) {
     rethrow_dnnl(name, e);
