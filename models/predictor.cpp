@@ -32,6 +32,7 @@ struct Bucket {
   std::atomic<bool> left_out{false};  // by a memory budget
   std::mutex mu;
   std::vector<Tensor> inputs, outputs;  // static buffers of the captured graph
+  std::vector<int64_t> index_rows;      // per input: rows of the table it indexes (embedding), or 0
   std::unique_ptr<graphs::HPUGraph> graph;
   BucketInfo info;
 };
@@ -99,9 +100,40 @@ struct Predictor::Impl {
                 exe.buffer_bytes(),
                 exe.constant_bytes(),
                 st.disk_cache_hit};
+      b.index_rows = index_rows(*g, b.inputs);
       b.graph = std::move(g);
     }
     return b.info;
+  }
+
+  // Per model input: the rows of the embedding table it indexes directly in the captured graph
+  // (the smallest if several), or 0. A replayed kernel cannot throw, so ids are checked before.
+  static std::vector<int64_t> index_rows(const graphs::HPUGraph& g, const std::vector<Tensor>& inputs) {
+    const graphs::Graph& gr = g.executable().graph();
+    std::vector<int64_t> rows(inputs.size(), 0);
+    for (const auto& n : gr.nodes) {
+      if (n.kind != graphs::Node::Kind::Op || n.op->name != "embedding") continue;
+      const graphs::Node& ids = gr.nodes[n.inputs[0]];
+      if (ids.kind != graphs::Node::Kind::Input) continue;
+      const TensorImpl* s = g.static_inputs()[ids.input_index].impl();
+      const int64_t table = gr.nodes[n.inputs[1]].meta.shape[0];
+      for (size_t i = 0; i < inputs.size(); ++i)
+        if (inputs[i].impl() == s) rows[i] = rows[i] ? std::min(rows[i], table) : table;
+    }
+    return rows;
+  }
+
+  // Throws naming the input, the element and its value when an id is outside [0, rows).
+  static void check_ids(const std::string& input, const void* data, DType t, int64_t n, int64_t rows) {
+    auto check = [&](const auto* p) {
+      for (int64_t k = 0; k < n; ++k)
+        if (p[k] < 0 || static_cast<int64_t>(p[k]) >= rows)
+          throw InvalidArgument("input '" + input + "': element " + std::to_string(k) + " is " +
+                                std::to_string(static_cast<int64_t>(p[k])) + ", outside the embedding table's " +
+                                std::to_string(rows) + " rows (valid ids: 0 to " + std::to_string(rows - 1) + ")");
+    };
+    if (t == DType::I64) check(static_cast<const int64_t*>(data));
+    else if (t == DType::I32) check(static_cast<const int32_t*>(data));
   }
 
   void release(Bucket& b) {  // caller holds b.mu
@@ -222,6 +254,9 @@ void Predictor::run(const std::vector<const void*>& inputs, int64_t batch, const
   Bucket& b = **it;
   std::lock_guard lk(b.mu);
   impl_->capture(b);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (b.index_rows[i] > 0)
+      Impl::check_ids(spec.inputs[i].name, inputs[i], b.inputs[i].dtype(), batch * input_size(i), b.index_rows[i]);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const size_t sample = dtype_size(b.inputs[i].dtype()) * input_size(i);
     auto* in = static_cast<uint8_t*>(b.inputs[i].raw_data());  // waits for earlier replays on the device

@@ -122,6 +122,29 @@ TEST(OnnxImportTest, ShapeSubgraphsAreFolded) {
   EXPECT_TRUE(symbolic);
 }
 
+// Token ids outside the embedding table are refused before the replay (a replayed kernel cannot
+// throw: it gave zeros), naming the input, the element and the value; valid ids still run.
+TEST(OnnxServeTest, PredictorRefusesIdsOutsideTheEmbeddingTable) {
+  auto p = Predictor::load(onnx_version_dir("bert_op17"), {});
+  const int64_t per = p->input_size(0);
+  std::vector<int64_t> ids(static_cast<size_t>(2 * per), 1);
+  std::vector<float> out(static_cast<size_t>(2 * p->output_size(0)));
+  EXPECT_NO_THROW(p->run({ids.data()}, 2, {out.data()}));
+  for (int64_t bad : {int64_t{-1}, int64_t{1000}, int64_t{1} << 40}) {
+    ids[static_cast<size_t>(per + 3)] = bad;
+    try {
+      p->run({ids.data()}, 2, {out.data()});
+      ADD_FAILURE() << "no error for id " << bad;
+    } catch (const hg::InvalidArgument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("element " + std::to_string(per + 3) + " is " + std::to_string(bad)), std::string::npos) << what;
+      EXPECT_NE(what.find("outside the embedding table's 1000 rows"), std::string::npos) << what;
+    }
+  }
+  ids[static_cast<size_t>(per + 3)] = 999;
+  EXPECT_NO_THROW(p->run({ids.data()}, 2, {out.data()}));
+}
+
 // The erf form of GELU that torch.onnx writes (Div, Erf, Add, Mul, Mul) imports as one Gelu per
 // feed-forward block; the model still matches PyTorch (MatchesPyTorchThroughPredictor).
 TEST(OnnxImportTest, ErfGeluBecomesOneGeluNode) {
