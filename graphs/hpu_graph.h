@@ -37,7 +37,7 @@ namespace hg::graphs {
 struct CaptureOptions {
   // Tensors whose values stay fixed for the graph's life (weights): graph inputs sharing their
   // storage become frozen inputs, folded and pre-packed at compile.
-  std::vector<Tensor> frozen;
+  std::vector<Tensor> frozen = {};
   // Compile only: capture_end does not run the graph; outputs hold no values until a replay.
   bool dry_run = false;
 };

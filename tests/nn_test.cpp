@@ -14,6 +14,7 @@
 #include "engine/error.h"
 #include "engine/op.h"
 #include "engine/ops.h"
+#include "errors.h"
 #include "golden.h"
 #include "graphs/lazy.h"
 
@@ -224,16 +225,7 @@ TEST(NnFiniteDifferences, OwnLoopsInF64) {
 
 // ---- errors ----
 
-template <class E, class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return {};
-}
+using test::error_of;
 
 TEST(NnErrors, ConvNamesTheOpShapesAndDtypes) {
   const Tensor x = Tensor::zeros({1, 3, 5, 5}), w = Tensor::zeros({4, 2, 3, 3}), b = Tensor::zeros({4});

@@ -21,6 +21,7 @@
 #include "models/state_dict.h"
 #include "models/zoo.h"
 #include "tests/golden.h"
+#include "tests/zoo_data.h"
 
 namespace hg {
 namespace {
@@ -31,14 +32,6 @@ using test::Mode;
 using Tensors = std::map<std::string, Tensor>;
 
 const std::string kDir = std::string(HG_TESTDATA_DIR) + "/zoo/";
-
-Tensors load(const std::string& name) {
-  const std::string path = kDir + name + ".safetensors";
-  if (!std::filesystem::exists(path))
-    throw std::runtime_error(path + " is missing: run /usr/bin/python3 scripts/testdata_zoo.py " + kDir +
-                             " (ctest runs it as the testdata_zoo fixture)");
-  return tensors_from(safetensors::read(path), path);
-}
 
 // The entries of `t` whose names start with prefix, without it.
 Tensors with_prefix(const Tensors& t, const std::string& prefix) {
@@ -88,7 +81,7 @@ std::unique_ptr<Module> model(const std::string& name) {
 // A zoo model with the PyTorch weights, in eval mode.
 std::unique_ptr<Module> loaded(const std::string& name) {
   auto m = model(name);
-  m->load_state_dict(load(name));
+  m->load_state_dict(test::zoo_data(name));
   m->eval();
   return m;
 }
@@ -113,7 +106,7 @@ TEST_P(ZooModes, OutputsMatchPyTorch) {
   for (const char* name : {"lenet5", "resnet18", "bert_classifier", "layers"}) {
     auto m = loaded(name);
     m->to(d);
-    auto io = load(std::string(name) + "_io");
+    auto io = test::zoo_data(std::string(name) + "_io");
     expect_matches(m->forward_all({io["input"].to(d)})[0], io["output"], 1e-4, name);
   }
 }
@@ -122,7 +115,7 @@ TEST_P(ZooModes, AttentionLayersMatchPyTorch) {
   test::ModeGuard mode(GetParam());
   const Device d = test::device_of(GetParam());
   NoGradGuard no_grad;
-  auto t = load("attention");
+  auto t = test::zoo_data("attention");
   MultiheadAttention mha(16, 4);
   mha.load_state_dict(with_prefix(t, "mha."));
   mha.eval();
@@ -146,8 +139,8 @@ TEST_P(ZooModes, GradientsMatchPyTorch) {
     auto m = loaded(name);
     if (std::string(name) == "layers") m->train();
     m->to(d);
-    auto g = load(std::string(name) + "_grad");
-    const Tensor y = m->forward(load(std::string(name) + "_io")["input"].to(d));
+    auto g = test::zoo_data(std::string(name) + "_grad");
+    const Tensor y = m->forward(test::zoo_data(std::string(name) + "_io")["input"].to(d));
     expect_matches(y, g["output"], 1e-4, std::string(name) + " output");
     ops::sum(ops::mul(y, g["weight"].to(d))).backward();
     for (auto& [k, p] : m->named_parameters()) {
@@ -165,7 +158,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, ZooModes, ::testing::Values(Mode::Cpu, Mode::Hpu
 
 TEST(Zoo, ResNet18At224MatchesPyTorch) {
   auto m = loaded("resnet18");
-  auto io = load("resnet18_io");
+  auto io = test::zoo_data("resnet18_io");
   NoGradGuard no_grad;
   expect_matches(m->forward(io["input224"]), io["output224"], 1e-4, "resnet18 224x224");
 }
@@ -189,7 +182,7 @@ TEST(Zoo, ResNet18InitialisesLikeTorchvision) {
 
 TEST(Zoo, BatchNormTrainingMatchesPyTorch) {
   for (Device d : {Device::cpu(), Device::hpu(0)}) {
-    auto t = load("batchnorm");
+    auto t = test::zoo_data("batchnorm");
     BatchNorm2d bn(3, 1e-5, /*momentum=*/0.2);
     bn.load_state_dict(with_prefix(t, "state."));
     bn.to(d);
@@ -230,7 +223,7 @@ TEST(Zoo, StrictLoadNamesTheKey) {
       EXPECT_THAT(e.what(), HasSubstr(needle));
     }
   };
-  const Tensors w = load("resnet18");
+  const Tensors w = test::zoo_data("resnet18");
   Tensors missing = w, unexpected = w, shape = w, dtype = w;
   missing.erase("layer2.0.downsample.1.running_var");
   expect_error(missing, "tensor 'layer2.0.downsample.1.running_var' is missing");
@@ -276,7 +269,7 @@ TEST(Zoo, PackagesRoundTrip) {
     auto back = build_module(p);
     back->eval();
     EXPECT_EQ(keys_of(*back), keys_of(*m));
-    auto io = load(std::string(name) + "_io");
+    auto io = test::zoo_data(std::string(name) + "_io");
     NoGradGuard no_grad;
     EXPECT_EQ(back->forward(io["input"]).to_vector(), m->forward(io["input"]).to_vector()) << name;
     std::filesystem::remove_all(dir);
@@ -332,7 +325,7 @@ TEST(Zoo, PredictorServesZooPackages) {
     const auto dir = temp_dir(std::string("predictor_") + name);
     save_package(dir, *loaded(name), spec_for(name));
     auto pred = Predictor::load(dir, {.device = Device::hpu(0), .batch_buckets = {1, 2}});
-    auto io = load(std::string(name) + "_io");
+    auto io = test::zoo_data(std::string(name) + "_io");
     const Tensor x = io["input"].contiguous();
     const int64_t batch = x.dim(0);  // lenet5: 3 = 2 + 1 through two buckets
     std::vector<float> out(static_cast<size_t>(batch * pred->output_size(0)));
@@ -346,7 +339,7 @@ TEST(Zoo, HpuGraphReplayEqualsEager) {
   for (const char* name : {"lenet5", "resnet18", "bert_classifier"}) {
     auto m = loaded(name);
     m->to(Device::hpu(0));
-    auto io = load(std::string(name) + "_io");
+    auto io = test::zoo_data(std::string(name) + "_io");
     const Tensor x = io["input"];
     NoGradGuard no_grad;
     const std::vector<float> eager = m->forward(x.to(Device::hpu(0))).to_vector();
