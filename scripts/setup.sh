@@ -3,7 +3,8 @@
 # ones for the test-data, golden-data and peer-benchmark scripts (python3-torch,
 # torchvision, onnx, sklearn, matplotlib for the benchmark chart); the test suite
 # generates its PyTorch data at test time.
-# --with-fuzz adds clang and libFuzzer for scripts/fuzz.sh.
+# --with-fuzz adds clang and libFuzzer for scripts/fuzz.sh; --with-bench adds wrk, FastAPI and
+# uvicorn for the serving benchmark (bench/serve/) on top of --with-python.
 # Safe to run again: packages already present are skipped.
 set -euo pipefail
 build_pkgs=(cmake g++ make pkg-config libdnnl-dev libtbb-dev libcpprest-dev libssl-dev
@@ -11,14 +12,16 @@ build_pkgs=(cmake g++ make pkg-config libdnnl-dev libtbb-dev libcpprest-dev libs
             libgtest-dev libgmock-dev libbenchmark-dev libonnx-dev libprotobuf-dev
             protobuf-compiler curl)
 tool_pkgs=(python3 python3-numpy python3-torch python3-torchvision python3-onnx python3-sklearn python3-matplotlib
-           libopenblas0-openmp)
+           python3-jsonschema python3-yaml libopenblas0-openmp)
+bench_pkgs=(wrk python3-fastapi python3-uvicorn)
 fuzz_pkgs=(clang-14 libclang-rt-14-dev libomp-14-dev)
 want=("${build_pkgs[@]}")
 for arg in "$@"; do
   case "$arg" in
     --with-python) want+=("${tool_pkgs[@]}") ;;
     --with-fuzz) want+=("${fuzz_pkgs[@]}") ;;
-    *) echo "setup: unknown option $arg (use --with-python, --with-fuzz)" >&2; exit 2 ;;
+    --with-bench) want+=("${tool_pkgs[@]}" "${bench_pkgs[@]}") ;;
+    *) echo "setup: unknown option $arg (use --with-python, --with-fuzz, --with-bench)" >&2; exit 2 ;;
   esac
 done
 missing=()

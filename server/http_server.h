@@ -38,11 +38,26 @@ struct HttpRequest {
   std::string_view header(std::string_view name) const;
 };
 
+// The body of a streamed response (chunked transfer encoding), e.g. server-sent events.
+// Thread-safe; write from any thread.
+class ResponseStream {
+ public:
+  virtual ~ResponseStream() = default;
+  // Queues a chunk for the client; false once the client is gone or the server is cut off
+  // (stop producing).
+  virtual bool write(std::string chunk) = 0;
+  // Ends the body (idempotent). Dropping the last reference without close() also ends it.
+  virtual void close() = 0;
+};
+
 struct HttpResponse {
   int status = 200;
   std::string body;
   std::string content_type = "application/json";
   std::vector<std::pair<std::string, std::string>> headers;  // extra ones, e.g. {"Allow", "GET"}
+  // Set: the response is streamed. The status and headers go out (with `body`, if any, as the
+  // first chunk), then `stream` is called once with the sink the rest of the body goes to.
+  std::function<void(std::shared_ptr<ResponseStream>)> stream = nullptr;
 };
 
 // Sends the response for one request. Call it once, from any thread; later calls are
@@ -61,6 +76,9 @@ struct HttpServerOptions {
   std::chrono::milliseconds drain_timeout{std::chrono::seconds(30)};    // graceful shutdown cap
   bool handle_signals = true;  // SIGINT/SIGTERM call stop()
   std::ostream* log = nullptr;  // shutdown messages
+  // Called once when shutdown begins (stop() or a signal), before connections drain: the
+  // handler turns readiness off and refuses new work there.
+  std::function<void()> on_stop;
 };
 
 // {"error": message} as a JSON body.

@@ -23,29 +23,12 @@
 
 #include "models/package.h"
 #include "models/predictor.h"
+#include "server/served_model.h"
 
 namespace hg::server {
 
-// What the server needs from a loaded model. Implemented over models::Predictor; tests may
-// provide their own.
-class ServedModel {
- public:
-  virtual ~ServedModel() = default;
-  virtual const models::PackageSpec& spec() const = 0;
-  // Elements of one sample of input/output i (the shape without the batch dimension).
-  virtual int64_t input_size(size_t i) const = 0;
-  virtual int64_t output_size(size_t i) const = 0;
-  // Thread-safe. inputs[i] holds batch * input_size(i) elements of the datatype spec() declares
-  // (FP32: float, INT64: int64_t); outputs[j] receives batch * output_size(j). Throws hg::Error on failure.
-  virtual void run(const std::vector<const void*>& inputs, int64_t batch,
-                   const std::vector<void*>& outputs) = 0;
-};
-
 // "1,2,4,8" -> {1, 2, 4, 8}; throws hg::InvalidArgument naming a bad entry.
 std::vector<int64_t> parse_batch_sizes(std::string_view text);
-
-// Wraps a loaded, warmed-up Predictor.
-std::shared_ptr<ServedModel> make_served_model(std::unique_ptr<models::Predictor> predictor);
 
 enum class ModelState { Ready, Unavailable };
 const char* model_state_name(ModelState s);  // "READY", "UNAVAILABLE"

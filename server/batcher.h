@@ -1,0 +1,80 @@
+// The dynamic batcher of one model version (Triton's `dynamic_batching`): requests wait in a
+// bounded queue per priority level; `instances` threads each take the oldest requests of the
+// highest level up to the largest bucket (or max_batch_size), waiting at most
+// max_queue_delay_us after the oldest one arrived for more to come, concatenate them, run the
+// model once (the model pads to its smallest captured bucket) and split the outputs back.
+//
+//   BatcherConfig cfg;  cfg.max_batch_size = 32;  cfg.max_queue_delay_us = 200;
+//   auto b = std::make_shared<DynamicBatcher>(model, cfg);
+//   auto job = std::make_shared<BatchJob>();
+//   job->batch = 2;  job->inputs = {bytes_of_2_samples};
+//   job->done = [](BatchJob& j) { if (j.status == 200) use(j.outputs); else report(j.status, j.error); };
+//   if (b->submit(job) != DynamicBatcher::Submit::Queued) ...   // 503: full or stopping
+//   b->drain();   // refuse new jobs, run every queued one, join the instances
+//
+// A job whose deadline passes while it waits is never run: done() gets 504. Jobs of a failed
+// run all get the failure (400 for hg::InvalidArgument-like errors, 500 otherwise). done() is
+// called exactly once per accepted job, on an instance thread (or in drain()/~DynamicBatcher).
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/served_model.h"
+
+namespace hg::server {
+
+using Clock = std::chrono::steady_clock;
+
+struct BatcherConfig {
+  int64_t max_batch_size = 0;       // largest batch one run may take; 0: the model's largest bucket (or 1)
+  uint64_t max_queue_delay_us = 0;  // how long the oldest job may wait for a fuller batch
+  size_t max_queue_size = 0;        // jobs waiting, all levels; 0: unbounded
+  bool preserve_ordering = false;   // done() in submission order across instances
+  int priority_levels = 1;          // levels 1 (highest) .. priority_levels
+  int default_priority_level = 1;   // for jobs with priority 0
+  int instances = 1;                // threads running batches concurrently
+  // Called once per run, on the instance thread, after the jobs' done(): the run's batch size
+  // (before padding) and its compute time. For metrics; must not throw.
+  std::function<void(int64_t batch, Clock::duration compute)> on_batch;
+};
+
+struct BatchJob {
+  int64_t batch = 1;
+  std::vector<std::string> inputs;   // per model input: batch * per-sample bytes
+  int priority = 0;                  // 0: the default level
+  Clock::time_point deadline = Clock::time_point::max();
+  std::function<void(BatchJob&)> done;
+
+  // Filled by the batcher.
+  int status = 0;                    // 200, 400, 500, 503 (drained), 504 (deadline)
+  std::string error;
+  std::vector<std::string> outputs;  // per model output: batch * per-sample bytes
+  Clock::time_point enqueued, compute_start, compute_end;
+  int64_t executed_batch = 0;        // the size of the run this job was part of (before padding)
+};
+
+class DynamicBatcher {
+ public:
+  DynamicBatcher(std::shared_ptr<ServedModel> model, BatcherConfig cfg);
+  ~DynamicBatcher();  // drain()
+  DynamicBatcher(const DynamicBatcher&) = delete;
+  DynamicBatcher& operator=(const DynamicBatcher&) = delete;
+
+  enum class Submit { Queued, QueueFull, Stopped };
+  Submit submit(std::shared_ptr<BatchJob> job);
+  // Stops accepting, runs every queued job (expired ones get 504), joins. Idempotent.
+  void drain();
+
+  size_t queue_depth() const;
+  const BatcherConfig& config() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hg::server

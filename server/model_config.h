@@ -1,0 +1,62 @@
+// A model's serving configuration: `<repo>/<model>/config.json`, with Triton's field names
+// (model_config.proto in JSON form) plus hgraph's `batch_buckets`. Every field is optional.
+//
+//   {"max_batch_size": 32,
+//    "batch_buckets": "exp:1:32",                       // or [1, 2, 4, 8] or "linear:8:64:8"
+//    "dynamic_batching": {"max_queue_delay_microseconds": 200, "preserve_ordering": true,
+//                         "priority_levels": 2, "default_priority_level": 2,
+//                         "default_queue_policy": {"max_queue_size": 256,
+//                                                  "default_timeout_microseconds": 50000,
+//                                                  "allow_timeout_override": true}},
+//    "instance_group": [{"count": 2, "kind": "KIND_CPU"}],
+//    "version_policy": {"latest": {"num_versions": 1}},   // or {"all": {}}, {"specific": {"versions": [1, 3]}}
+//    "model_warmup": true,
+//    "platform": "hgraph"}                                // or "identity" (with "input"/"output" lists)
+//
+//   ModelConfig c = ModelConfig::parse(json, "repo/m/config.json", "m");   // throws FormatError naming the field
+//   nlohmann::json j = c.to_json();                                         // GET .../config
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "models/package.h"
+
+namespace hg::server {
+
+struct VersionPolicy {
+  enum class Kind { Latest, All, Specific } kind = Kind::Latest;
+  int64_t num_versions = 1;       // Latest
+  std::vector<int64_t> versions;  // Specific
+  // The versions to serve out of those available (any order in, descending out).
+  std::vector<int64_t> select(std::vector<int64_t> available) const;
+};
+
+struct ModelConfig {
+  std::string name;
+  std::string platform = "hgraph";  // "hgraph" (package or model.onnx) or "identity"
+  int64_t max_batch_size = 32;      // 0: the model takes no batch dimension from the batcher (batch 1 runs)
+  std::vector<int64_t> batch_buckets;  // captured batch sizes; empty: exponential 1..max_batch_size
+  bool dynamic_batching = false;       // the "dynamic_batching" object is present
+  uint64_t max_queue_delay_us = 0;
+  bool preserve_ordering = false;
+  int priority_levels = 1;
+  int default_priority_level = 1;
+  size_t max_queue_size = 0;           // 0: unbounded
+  uint64_t default_timeout_us = 0;     // 0: none
+  bool allow_timeout_override = true;  // a request's `timeout` may only lower the default
+  int instance_count = 1;
+  VersionPolicy version_policy;
+  bool warmup = true;                  // capture every bucket before READY
+  std::vector<models::IOSpec> inputs, outputs;  // identity platform: the tensors (output i echoes input i)
+
+  // `name` is the model's folder name; a "name" field in the JSON must equal it.
+  static ModelConfig parse(const nlohmann::json& j, const std::string& file, const std::string& name);
+  // config.json of a model folder; the defaults when the file does not exist. Throws FormatError.
+  static ModelConfig load(const std::filesystem::path& model_dir);
+  nlohmann::json to_json() const;
+};
+
+}  // namespace hg::server

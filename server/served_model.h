@@ -1,0 +1,36 @@
+// What the server needs from a loaded model: its package spec and a thread-safe batched run.
+// Implemented over models::Predictor (make_served_model) and by the identity backend; tests
+// may provide their own.
+//
+//   std::shared_ptr<hg::server::ServedModel> m = hg::server::make_served_model(std::move(predictor));
+//   m->run({in.data()}, 3, {out.data()});   // 3 samples; out holds 3 * output_size(0) elements
+//   m->buckets();                           // the captured batch sizes, ascending
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "models/package.h"
+#include "models/predictor.h"
+
+namespace hg::server {
+
+class ServedModel {
+ public:
+  virtual ~ServedModel() = default;
+  virtual const models::PackageSpec& spec() const = 0;
+  // Elements of one sample of input/output i (the shape without the batch dimension).
+  virtual int64_t input_size(size_t i) const = 0;
+  virtual int64_t output_size(size_t i) const = 0;
+  // The batch sizes that run from a captured graph, ascending (empty: any batch runs as is).
+  virtual std::vector<int64_t> buckets() const { return {}; }
+  // Thread-safe. inputs[i] holds batch * input_size(i) elements of the datatype spec() declares
+  // (FP32: float, INT64: int64_t, ...); outputs[j] receives batch * output_size(j). Throws
+  // hg::Error on failure.
+  virtual void run(const std::vector<const void*>& inputs, int64_t batch, const std::vector<void*>& outputs) = 0;
+};
+
+// Wraps a loaded, warmed-up Predictor.
+std::shared_ptr<ServedModel> make_served_model(std::unique_ptr<models::Predictor> predictor);
+
+}  // namespace hg::server
