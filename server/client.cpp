@@ -3,10 +3,12 @@
 
 #include <cctype>
 #include <cmath>
+#include <cpprest/containerstream.h>
 #include <cpprest/http_client.h>
 #include <limits>
 
 #include "server/kserve.h"
+#include "server/sse_parser.h"
 
 namespace hg::server {
 
@@ -33,9 +35,11 @@ std::string error_message(const RawResponse& r) {
   return r.body;
 }
 
+std::string encode(const std::string& segment) { return web::uri::encode_data_string(segment); }
+
 std::string model_path(const std::string& model, const std::string& version) {
-  std::string p = "/v2/models/" + web::uri::encode_data_string(model);
-  if (!version.empty()) p += "/versions/" + web::uri::encode_data_string(version);
+  std::string p = "/v2/models/" + encode(model);
+  if (!version.empty()) p += "/versions/" + encode(version);
   return p;
 }
 
@@ -49,6 +53,35 @@ void flatten_into(const nlohmann::json& j, std::vector<float>& out) {
   } else {
     throw ClientError(200, std::string("unexpected ") + j.type_name() + " in tensor data");
   }
+}
+
+nlohmann::json json_or_throw(const RawResponse& r) {
+  if (r.status != 200) throw ClientError(r.status, error_message(r));
+  try {
+    return nlohmann::json::parse(r.body);
+  } catch (const std::exception& e) {
+    throw ClientError(r.status, std::string("response is not JSON: ") + e.what());
+  }
+}
+
+void ok_or_throw(const RawResponse& r) {
+  if (r.status != 200) throw ClientError(r.status, error_message(r));
+}
+
+// A string field of an object; "" when absent or null, numbers as their decimal text.
+std::string string_field(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return {};
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_number_integer()) return it->dump();
+  throw ClientError(200, std::string("field '") + key + "' is " + it->type_name() + ", expected a string");
+}
+
+nlohmann::json generate_body(const std::string& text_input, const GenerateOptions& opt) {
+  nlohmann::json body = {{"text_input", text_input}};
+  if (!opt.id.empty()) body["id"] = opt.id;
+  if (!opt.parameters.empty()) body["parameters"] = opt.parameters;
+  return body;
 }
 
 }  // namespace
@@ -75,53 +108,80 @@ std::vector<float> tensor_data(const nlohmann::json& data) {
 
 struct Client::Impl {
   std::string base;
+  ClientOptions opt;
   http::client::http_client client;
-  Impl(const std::string& url, const http::client::http_client_config& cfg) : base(url), client(web::uri(url), cfg) {}
+  Impl(const std::string& url, ClientOptions o, const http::client::http_client_config& cfg)
+      : base(url), opt(std::move(o)), client(web::uri(url), cfg) {}
+
+  http::http_request make(const std::string& method, const std::string& path, const std::string& body,
+                          const std::string& content_type, const Headers& headers) const {
+    http::http_request req{http::method(method)};
+    req.set_request_uri(web::uri(path));
+    if (!body.empty() || method == "POST" || method == "PUT") req.set_body(body, content_type);
+    if (!opt.token.empty()) req.headers().add("Authorization", "Bearer " + opt.token);
+    for (const auto& [k, v] : opt.headers) req.headers().add(k, v);
+    for (const auto& [k, v] : headers) req.headers().add(k, v);
+    return req;
+  }
+
+  [[noreturn]] void unreachable(const std::string& method, const std::string& path, const std::exception& e) const {
+    throw ClientError(0, method + " " + base + path + " failed: " + e.what());
+  }
 };
 
-Client::Client(const std::string& base_url, std::chrono::milliseconds timeout) {
+namespace {
+
+RawResponse head_of(const http::http_response& resp) {
+  RawResponse out;
+  out.status = resp.status_code();
+  for (const auto& [k, v] : resp.headers()) out.headers.emplace_back(k, v);
+  return out;
+}
+
+std::string read_all(const http::http_response& resp) {
+  concurrency::streams::container_buffer<std::string> buf;
+  resp.body().read_to_end(buf).get();
+  return std::move(buf.collection());
+}
+
+}  // namespace
+
+Client::Client(const std::string& base_url, ClientOptions opt) {
   http::client::http_client_config cfg;
-  cfg.set_timeout(timeout);
+  cfg.set_timeout(opt.timeout);
   try {
-    impl_ = std::make_unique<Impl>(base_url, cfg);
+    impl_ = std::make_unique<Impl>(base_url, std::move(opt), cfg);
   } catch (const std::exception& e) {
     throw ClientError(0, "bad server URL '" + base_url + "': " + e.what());
   }
 }
+
+namespace {
+ClientOptions with_timeout(std::chrono::milliseconds timeout) {
+  ClientOptions o;
+  o.timeout = timeout;
+  return o;
+}
+}  // namespace
+
+Client::Client(const std::string& base_url, std::chrono::milliseconds timeout)
+    : Client(base_url, with_timeout(timeout)) {}
 
 Client::~Client() = default;
 Client::Client(Client&&) noexcept = default;
 Client& Client::operator=(Client&&) noexcept = default;
 
 RawResponse Client::request(const std::string& method, const std::string& path, const std::string& body,
-                            const std::string& content_type) {
-  RawResponse out;
+                            const std::string& content_type, const Headers& headers) {
   try {
-    http::http_request req{http::method(method)};
-    req.set_request_uri(web::uri(path));
-    if (!body.empty() || method == "POST" || method == "PUT") req.set_body(body, content_type);
-    http::http_response resp = impl_->client.request(req).get();
-    out.status = resp.status_code();
-    for (const auto& [k, v] : resp.headers()) out.headers.emplace_back(k, v);
-    out.body = resp.extract_utf8string(true).get();
-  } catch (const ClientError&) {
-    throw;
+    http::http_response resp = impl_->client.request(impl_->make(method, path, body, content_type, headers)).get();
+    RawResponse out = head_of(resp);
+    out.body = read_all(resp);
+    return out;
   } catch (const std::exception& e) {
-    throw ClientError(0, method + " " + impl_->base + path + " failed: " + e.what());
-  }
-  return out;
-}
-
-namespace {
-nlohmann::json json_or_throw(const RawResponse& r) {
-  if (r.status != 200) throw ClientError(r.status, error_message(r));
-  try {
-    return nlohmann::json::parse(r.body);
-  } catch (const std::exception& e) {
-    throw ClientError(r.status, std::string("response is not JSON: ") + e.what());
+    impl_->unreachable(method, path, e);
   }
 }
-}  // namespace
 
 bool Client::live() { return request("GET", "/v2/health/live").status == 200; }
 bool Client::ready() { return request("GET", "/v2/health/ready").status == 200; }
@@ -180,6 +240,122 @@ std::vector<Tensor> Client::infer(const std::string& model, const std::vector<Te
     throw ClientError(200, std::string("unexpected inference response: ") + e.what());
   }
   return out;
+}
+
+// ---- repository extension ---------------------------------------------------------------
+
+std::vector<RepositoryModel> Client::repository_index(bool ready_only) {
+  nlohmann::json j = json_or_throw(request("POST", "/v2/repository/index", nlohmann::json{{"ready", ready_only}}.dump()));
+  if (!j.is_array()) throw ClientError(200, "repository index is " + std::string(j.type_name()) + ", expected an array");
+  std::vector<RepositoryModel> out;
+  for (const auto& m : j) {
+    if (!m.is_object() || !m.contains("name"))
+      throw ClientError(200, "repository index entry " + std::to_string(out.size()) + " has no name: " + m.dump());
+    out.push_back({string_field(m, "name"), string_field(m, "version"), string_field(m, "state"),
+                   string_field(m, "reason")});
+  }
+  return out;
+}
+
+void Client::load_model(const std::string& model, const std::string& config) {
+  nlohmann::json body = nlohmann::json::object();
+  if (!config.empty()) body["parameters"] = {{"config", config}};
+  ok_or_throw(request("POST", "/v2/repository/models/" + encode(model) + "/load", body.dump()));
+}
+
+void Client::unload_model(const std::string& model, bool unload_dependents) {
+  nlohmann::json body = nlohmann::json::object();
+  if (unload_dependents) body["parameters"] = {{"unload_dependents", true}};
+  ok_or_throw(request("POST", "/v2/repository/models/" + encode(model) + "/unload", body.dump()));
+}
+
+// ---- configuration, statistics, metrics -------------------------------------------------
+
+nlohmann::json Client::model_config(const std::string& model, const std::string& version) {
+  return json_or_throw(request("GET", model_path(model, version) + "/config"));
+}
+
+nlohmann::json Client::model_statistics(const std::string& model, const std::string& version) {
+  if (model.empty() && !version.empty())
+    throw InvalidArgument("model_statistics: version '" + version + "' given without a model");
+  return json_or_throw(request("GET", model.empty() ? "/v2/models/stats" : model_path(model, version) + "/stats"));
+}
+
+std::string Client::metrics() {
+  RawResponse r = request("GET", "/metrics");
+  ok_or_throw(r);
+  return std::move(r.body);
+}
+
+// ---- generate extension -----------------------------------------------------------------
+
+std::string Client::generate(const std::string& model, const std::string& text_input, const GenerateOptions& opt) {
+  nlohmann::json r =
+      json_or_throw(request("POST", model_path(model, opt.version) + "/generate", generate_body(text_input, opt).dump()));
+  if (!r.is_object() || !r.contains("text_output") || !r["text_output"].is_string())
+    throw ClientError(200, "generate response has no text_output string: " + r.dump());
+  return r["text_output"].get<std::string>();
+}
+
+std::vector<nlohmann::json> Client::generate_stream(const std::string& model, const std::string& text_input,
+                                                    const GenerateOptions& opt, const OnEvent& on_event) {
+  const std::string path = model_path(model, opt.version) + "/generate_stream";
+  // Cancelling closes the connection: on an early stop or an exception (also one from
+  // on_event) nothing reads the rest of the stream. A no-op once the response is complete.
+  pplx::cancellation_token_source cancel;
+  struct CancelOnExit {
+    pplx::cancellation_token_source& c;
+    ~CancelOnExit() { c.cancel(); }
+  } cancel_on_exit{cancel};
+  auto io = [&](auto&& f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (const std::exception& e) {
+      impl_->unreachable("POST", path, e);
+    }
+  };
+  http::http_response resp = io([&] {
+    return impl_->client
+        .request(impl_->make("POST", path, generate_body(text_input, opt).dump(), "application/json",
+                             {{"Accept", "text/event-stream"}}),
+                 cancel.get_token())
+        .get();
+  });
+  if (resp.status_code() != 200) {
+    RawResponse r = head_of(resp);
+    r.body = io([&] { return read_all(resp); });
+    throw ClientError(r.status, error_message(r));
+  }
+  std::vector<nlohmann::json> events;
+  std::optional<std::string> error;  // an {"error"} event
+  auto dispatch = [&](SseEvent&& e) {
+    nlohmann::json j = nlohmann::json::parse(e.data, nullptr, false);
+    if (j.is_discarded())
+      throw ClientError(200, "event " + std::to_string(events.size()) + " of the stream is not JSON: " + e.data);
+    if (j.is_object() && j.contains("error")) {
+      error = j["error"].is_string() ? j["error"].get<std::string>() : j["error"].dump();
+      return false;
+    }
+    events.push_back(std::move(j));
+    return !on_event || on_event(events.back());
+  };
+  // Take what has arrived: wait for one byte, then whatever else is buffered.
+  concurrency::streams::streambuf<uint8_t> body = resp.body().streambuf();
+  std::string chunk(16 * 1024, '\0');
+  auto* data = reinterpret_cast<uint8_t*>(chunk.data());
+  SseParser parser;
+  for (bool go = true; go;) {
+    size_t n = io([&] { return body.getn(data, 1).get(); });
+    if (n == 0) {
+      parser.finish(dispatch);
+      break;
+    }
+    const size_t more = std::min(static_cast<size_t>(body.in_avail()), chunk.size() - 1);
+    if (more) n += io([&] { return body.getn(data + 1, more).get(); });
+    go = parser.feed(std::string_view(chunk.data(), n), dispatch);
+  }
+  if (error) throw ClientError(200, "error event in the stream of '" + model + "': " + *error);
+  return events;
 }
 
 }  // namespace hg::server
