@@ -25,6 +25,10 @@
 namespace hg::server {
 
 enum class WireType : uint8_t { BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FP16, FP32, FP64, BF16, BYTES };
+inline constexpr WireType kAllWireTypes[] = {
+    WireType::BOOL,  WireType::UINT8, WireType::UINT16, WireType::UINT32, WireType::UINT64,
+    WireType::INT8,  WireType::INT16, WireType::INT32,  WireType::INT64,  WireType::FP16,
+    WireType::FP32,  WireType::FP64,  WireType::BF16,   WireType::BYTES};
 
 // "FP32" -> FP32; nullopt for anything else (names are case-sensitive).
 std::optional<WireType> wire_type_from_name(std::string_view name);
@@ -47,7 +51,7 @@ struct WireTensor {
   std::vector<int64_t> shape;
   std::string data;  // raw bytes, as above
   nlohmann::json parameters = nlohmann::json::object();
-  bool binary = false;  // an output sent as binary data (binary tensor extension)
+  bool binary = false;  // sent as binary data (binary tensor extension), not as JSON `data`
 };
 
 // Product of the dims; saturates at UINT64_MAX instead of overflowing.
@@ -55,20 +59,31 @@ uint64_t element_count(const std::vector<int64_t>& shape);
 // "[1,3,224,224]"
 std::string shape_text(const std::vector<int64_t>& shape);
 
+// `role` names the kind of tensor in error messages: "input 'x': ..." or "output 'y': ...".
+
 // JSON `data` (flat or nested, row-major) of tensor t (name, datatype, shape) -> raw bytes.
 // Checks every element against the datatype (range, integer-ness, bool, string) and the count
-// against the shape. FP16/BF16 in JSON are accepted as numbers (rounded to nearest even).
-std::string json_to_bytes(const nlohmann::json& data, const WireTensor& t, const WireLimits& limits);
+// against the shape. FP16/BF16 in JSON are accepted as numbers (rounded to nearest even);
+// for FP16/FP32/FP64/BF16 `null` reads as NaN (what append_json_data writes for NaN/inf).
+std::string json_to_bytes(const nlohmann::json& data, const WireTensor& t, const WireLimits& limits,
+                          std::string_view role = "input");
 // Appends t.data as a flat JSON array: shortest round-trip decimals for floats ("null" for
 // NaN/inf), true/false for BOOL, JSON strings for BYTES (invalid UTF-8 replaced).
 void append_json_data(std::string& out, const WireTensor& t);
 // Checks that `bytes` is a valid binary form of tensor t: the exact size for fixed-size types;
 // for BYTES, length prefixes that stay inside the buffer and add up to exactly its size, with
-// element_count(t.shape) elements. `what` names the tensor in errors.
-void check_binary(std::string_view bytes, const WireTensor& t);
+// element_count(t.shape) elements. Errors name the tensor (role + t.name) and the byte offset.
+void check_binary(std::string_view bytes, const WireTensor& t, std::string_view role = "input");
 // The elements of a BYTES tensor's data (check_binary first).
 std::vector<std::string> bytes_elements(std::string_view data);
 // Length-prefixed encoding of strings (the inverse of bytes_elements).
 std::string bytes_encode(const std::vector<std::string>& elements);
+
+// Shortest decimal that reads back as the same value ("null" for NaN/inf): the one float
+// printer of the server.
+void append_number(std::string& out, float v);
+void append_number(std::string& out, double v);
+// `s` as a quoted JSON string literal; invalid UTF-8 becomes U+FFFD.
+void append_json_string(std::string& out, std::string_view s);
 
 }  // namespace hg::server
