@@ -74,6 +74,7 @@ struct ModelInputs {
   std::vector<std::string> data;  // per model input: batch * per-sample bytes
   std::vector<size_t> outputs;    // model output indices to return, in request order
   std::vector<bool> binary;       // per returned output: send as binary
+  std::vector<uint32_t> classification;  // per returned output: top-N classes (0: the tensor itself)
 };
 ModelInputs bind_inputs(InferRequest& req, const models::PackageSpec& spec, int64_t max_batch_size);
 
