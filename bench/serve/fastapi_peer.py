@@ -15,7 +15,7 @@ fastapi_peer:app --workers 1` is not affected).
 HG_PEER_DATA is the zoo benchmark's data (`bench/torch_zoo_bench.py prepare DATA`); the models
 are built as bench/torch_zoo_bench.py builds them (scripts/torch_zoo.py) and load the zoo
 packages' weights.safetensors, the files hgraph-serve loads: identity ([N, 16]), mlp (the digits
-MLP), lenet5, resnet18 (also as resnet18_64: the same network, for 64x64 images), bert.
+MLP), lenet5, resnet18 (also as resnet18_64, for 64x64 images), bert (also as bert_s16).
 HG_PEER_THREADS (default 1) sets torch.set_num_threads in each uvicorn worker (inter-op 1).
 
 Endpoints: GET /v2/health/live, GET /v2/health/ready, POST /v2/models/{model}/infer (one input,
@@ -49,7 +49,8 @@ def load_models(data):
         weights = os.path.join(data, name, "zoo", "weights.safetensors")
         net.load_state_dict(torch_zoo_bench.load_safetensors(weights))
         models[name] = net.eval()
-    models["resnet18_64"] = models["resnet18"]  # the same network on 64x64 images
+    models["resnet18_64"] = models["resnet18"]  # the same networks on smaller inputs
+    models["bert_s16"] = models["bert"]
     return models
 
 

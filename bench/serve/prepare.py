@@ -17,8 +17,9 @@ a model package (model.json + weights.safetensors), DATA/MODEL/input.npy its inp
 
 Models: identity (platform "identity", FP32 [-1, 16]), mlp (the digits MLP 64-64-10), lenet5,
 resnet18 (3x224x224), resnet18_64 (the same network and weights on 3x64x64 images: the
-top-left crop of the same input), bert (the BERT-style encoder on 128 token ids) with dynamic batching, and
-bert_b1: the same encoder with max_batch_size 1 (no batching), the baseline of the batching target.
+top-left crop of the same input), bert (the BERT-style encoder on 128 token ids) with dynamic
+batching and bert_b1, the same encoder with max_batch_size 1 (no batching: the baseline of the
+batching target), bert_s16 and bert_s16_b1 alike on 16 token ids (the first 16 of the same row).
 Every model runs INSTANCES (default 2) instances; the batched ones gather whatever waits when an
 instance is free (max_queue_delay_microseconds 0 unless BERT_DELAY_US sets the encoder's).
 """
@@ -29,12 +30,16 @@ import sys
 import numpy as np
 
 IDENTITY_WIDTH = 16
-SMALL_IMAGE = 64
+# variant -> (the zoo model it serves, the input's trailing dimensions: the leading part of the
+# zoo input, or None for the zoo's own), and whether the peer serves it (the _b1 baselines not)
+VARIANTS = {"resnet18_64": ("resnet18", [3, 64, 64]), "bert_b1": ("bert", None),
+            "bert_s16": ("bert", [16]), "bert_s16_b1": ("bert", [16])}
 
 
 def configs(instances):
     group = [{"count": instances, "kind": "KIND_CPU"}]
     bert_delay = int(os.environ.get("BERT_DELAY_US", "0"))
+    unbatched = {"max_batch_size": 1, "batch_buckets": [1], "instance_group": group}
 
     def batched(buckets, delay=0):
         return {"max_batch_size": buckets[-1], "batch_buckets": buckets,
@@ -49,7 +54,9 @@ def configs(instances):
         "resnet18": batched([1, 2, 4, 8]),
         "resnet18_64": batched([1, 2, 4, 8, 16, 32]),
         "bert": batched([1, 2, 4, 8, 16], bert_delay),
-        "bert_b1": {"max_batch_size": 1, "batch_buckets": [1], "instance_group": group},
+        "bert_b1": unbatched,
+        "bert_s16": batched([1, 2, 4, 8, 16], bert_delay),
+        "bert_s16_b1": unbatched,
     }
 
 
@@ -83,7 +90,7 @@ def main():
     os.makedirs(bodies, exist_ok=True)
     models = []
     for name, config in configs(instances).items():
-        source = {"bert_b1": "bert", "resnet18_64": "resnet18"}.get(name, name)
+        source, dims = VARIANTS.get(name, (name, None))
         version = os.path.join(repo, name, "1")
         os.makedirs(version, exist_ok=True)
         write_json(os.path.join(repo, name, "config.json"), {"name": name, **config})
@@ -96,16 +103,16 @@ def main():
             with open(os.path.join(package, "model.json")) as f:
                 package_spec = json.load(f)
             x = np.load(os.path.join(data, source, "input.npy"))[0]
-            if name == "resnet18_64":  # the same network on 64x64 images: the top-left crop
-                x = x[:, :SMALL_IMAGE, :SMALL_IMAGE]
-                package_spec["inputs"][0]["shape"][2:] = [SMALL_IMAGE, SMALL_IMAGE]
-                package_spec["name"] = name
+            if dims:  # the same network on a smaller input: the leading corner of the zoo's
+                x = x[tuple(slice(0, d) for d in dims)]
+                package_spec["inputs"][0]["shape"][1:] = dims
+            package_spec["name"] = name
             write_json(os.path.join(version, "model.json"), package_spec)
             spec, flat = package_spec["inputs"][0], x.reshape(-1)
         shape = [1] + spec["shape"][1:]
         write_json(os.path.join(bodies, name + ".json"), body(spec["name"], spec["datatype"], shape, flat),
                    indent=None)
-        models.append({"name": name, "peer": None if name == "bert_b1" else name, "input": spec["name"],
+        models.append({"name": name, "peer": None if name.endswith("_b1") else name, "input": spec["name"],
                        "shape": shape})
     write_json(os.path.join(out, "models.json"), models)
     print(f"{out}: repository and bodies of {', '.join(m['name'] for m in models)}")

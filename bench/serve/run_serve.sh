@@ -2,13 +2,14 @@
 # The serving benchmark of issue 6 in one run: hgraph-serve against a FastAPI + uvicorn + PyTorch
 # server (bench/serve/fastapi_peer.py) on the same models, weights and KServe v2 JSON requests,
 # driven by wrk (bench/serve/post.lua) on 127.0.0.1 at each concurrency, model by model: for
-# each model, hgraph at every concurrency, then the peer at every concurrency (bert_b1, the
-# encoder without batching, is hgraph only). Each (server, model, concurrency) cell gets a 1 s
+# each model, hgraph at every concurrency, then the peer at every concurrency (the _b1 models,
+# the encoder without batching, are hgraph only). Each (server, model, concurrency) cell gets a 1 s
 # warm-up, then SECONDS of wrk; hgraph's GET /metrics is scraped before and after each cell.
 #   bash bench/serve/run_serve.sh [SECONDS] [BUILD_DIR]
 # SECONDS per cell (default 10; 2 for a smoke test), BUILD_DIR default build, with hgraph-serve
 # built (`cmake --build build --target hgraph-serve`). Environment:
-#   SERVE_MODELS       default "identity mlp lenet5 resnet18_64 resnet18 bert bert_b1"
+#   SERVE_MODELS       default "identity mlp lenet5 resnet18_64 resnet18 bert bert_b1 bert_s16
+#                      bert_s16_b1" (bench/serve/prepare.py says what each is)
 #   SERVE_CONCURRENCY  wrk connections, default "1 16 128"
 #   SERVE_THREADS      compute threads per model instance / uvicorn worker (OMP_NUM_THREADS,
 #                      HG_HPU_THREADS; torch.set_num_threads), default 1
@@ -23,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${1:-10}
 build=${2:-build}
-models=${SERVE_MODELS:-identity mlp lenet5 resnet18_64 resnet18 bert bert_b1}
+models=${SERVE_MODELS:-identity mlp lenet5 resnet18_64 resnet18 bert bert_b1 bert_s16 bert_s16_b1}
 concurrency=${SERVE_CONCURRENCY:-1 16 128}
 threads=${SERVE_THREADS:-1}
 instances=${SERVE_INSTANCES:-2}
