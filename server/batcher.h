@@ -13,8 +13,12 @@
 //   b->drain();   // refuse new jobs, run every queued one, join the instances
 //
 // A job whose deadline passes while it waits is never run: done() gets 504. Jobs of a failed
-// run all get the failure (400 for hg::InvalidArgument-like errors, 500 otherwise). done() is
-// called exactly once per accepted job, on an instance thread (or in drain()/~DynamicBatcher).
+// run all get the failure (http_status() of the exception: 400 for hg::InvalidArgument-like
+// errors, 500 otherwise). done() is called exactly once per accepted job, on an instance
+// thread, never under the batcher's lock; it must not throw (an exception is swallowed) and
+// must not call drain() or destroy the batcher. A job larger than the target batch runs alone.
+// Priorities: 1 is the highest; 0 or a level above priority_levels uses default_priority_level.
+// The model must have fixed-size datatypes only (BYTES cannot be split by byte offsets).
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -31,7 +35,7 @@ using Clock = std::chrono::steady_clock;
 
 struct BatcherConfig {
   int64_t max_batch_size = 0;       // largest batch one run may take; 0: the model's largest bucket (or 1)
-  uint64_t max_queue_delay_us = 0;  // how long the oldest job may wait for a fuller batch
+  uint64_t max_queue_delay_us = 0;  // how long the oldest job may wait for a fuller batch (<= 1 h)
   size_t max_queue_size = 0;        // jobs waiting, all levels; 0: unbounded
   bool preserve_ordering = false;   // done() in submission order across instances
   int priority_levels = 1;          // levels 1 (highest) .. priority_levels
@@ -50,7 +54,7 @@ struct BatchJob {
   std::function<void(BatchJob&)> done;
 
   // Filled by the batcher.
-  int status = 0;                    // 200, 400, 500, 503 (drained), 504 (deadline)
+  int status = 0;                    // 200, 4xx/5xx from the run, 504 (deadline)
   std::string error;
   std::vector<std::string> outputs;  // per model output: batch * per-sample bytes
   Clock::time_point enqueued, compute_start, compute_end;
@@ -59,18 +63,25 @@ struct BatchJob {
 
 class DynamicBatcher {
  public:
+  // Throws hg::InvalidArgument for a config the model cannot run (bad levels or instances, a
+  // BYTES tensor).
   DynamicBatcher(std::shared_ptr<ServedModel> model, BatcherConfig cfg);
   ~DynamicBatcher();  // drain()
   DynamicBatcher(const DynamicBatcher&) = delete;
   DynamicBatcher& operator=(const DynamicBatcher&) = delete;
 
   enum class Submit { Queued, QueueFull, Stopped };
+  // Throws hg::InvalidArgument (nothing queued, done() not called) when the job is malformed:
+  // batch < 1, or an input count or byte size that does not match the model.
   Submit submit(std::shared_ptr<BatchJob> job);
   // Stops accepting, runs every queued job (expired ones get 504), joins. Idempotent.
   void drain();
 
   size_t queue_depth() const;
   const BatcherConfig& config() const;
+  // The most samples one run gathers: the largest bucket not above max_batch_size (see
+  // BatcherConfig).
+  int64_t target_batch() const;
 
  private:
   struct Impl;

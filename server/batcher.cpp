@@ -1,0 +1,410 @@
+#include "server/batcher.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstddef>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "engine/error.h"
+#include "server/http_error.h"
+#include "server/wire.h"
+
+namespace hg::server {
+namespace {
+
+// Bytes of one element of a model tensor; the batcher splits by byte offsets, so BYTES (and
+// any unknown name) is refused.
+size_t element_bytes(const models::IOSpec& t, const char* kind) {
+  auto w = wire_type_from_name(t.datatype);
+  std::string what = std::string(kind) + " '" + t.name + "'";
+  if (!w) throw InvalidArgument("dynamic batcher: " + what + " has unknown datatype '" + t.datatype + "'");
+  size_t n = wire_type_size(*w);
+  if (n == 0)
+    throw InvalidArgument("dynamic batcher: " + what +
+                          " is BYTES, which cannot be batched by byte offsets (variable-size elements)");
+  return n;
+}
+
+// Storage kept between runs; grows, never shrinks, and is not zero-filled.
+class ByteBuffer {
+ public:
+  std::byte* at_least(size_t n) {
+    if (n > capacity_) {
+      data_ = std::make_unique_for_overwrite<std::byte[]>(n);
+      capacity_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<std::byte[]> data_;
+  size_t capacity_ = 0;
+};
+
+struct Entry {
+  std::shared_ptr<BatchJob> job;
+  uint64_t seq = 0;  // submission order, for preserve_ordering
+};
+
+void call_done(BatchJob& job) {
+  if (!job.done) return;
+  try {
+    job.done(job);
+  } catch (...) {
+    // done() must not throw; an instance thread has nobody to hand the exception to.
+  }
+}
+
+constexpr uint64_t kMaxQueueDelayUs = 3'600'000'000;
+
+int64_t micros(Clock::duration d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); }
+
+}  // namespace
+
+struct DynamicBatcher::Impl {
+  // What one instance thread reuses from run to run.
+  struct Worker {
+    std::vector<Entry> batch, finished;
+    std::vector<ByteBuffer> in_buf, out_buf;
+    std::vector<const void*> in_ptrs;
+    std::vector<void*> out_ptrs;
+    std::vector<std::shared_ptr<BatchJob>> deliver;
+  };
+
+  std::shared_ptr<ServedModel> model;
+  BatcherConfig cfg;
+  int64_t target = 1;
+  std::vector<size_t> in_bytes, out_bytes;  // per sample
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::deque<Entry>> levels;  // [0] is priority 1
+  size_t queued = 0;
+  uint64_t next_seq = 0;
+  bool stopping = false;
+
+  // preserve_ordering: finished jobs wait here until every earlier one was delivered.
+  std::mutex order_mu;
+  std::deque<std::shared_ptr<BatchJob>> reorder;  // [k] holds seq next_deliver + k
+  uint64_t next_deliver = 0;
+  bool delivering = false;
+
+  std::mutex join_mu;
+  std::vector<std::thread> threads;
+
+  void instance_loop();
+  bool take(Worker& w, std::unique_lock<std::mutex>& lk);
+  void run_batch(Worker& w);
+  void expire(Entry& e, Clock::time_point now, std::vector<Entry>& finished);
+  void complete(Worker& w);
+  void stop_and_join();
+};
+
+void DynamicBatcher::Impl::instance_loop() {
+  Worker w;
+  w.in_buf.resize(in_bytes.size());
+  w.out_buf.resize(out_bytes.size());
+  std::unique_lock lk(mu);
+  for (;;) {
+    if (!take(w, lk)) return;
+    bool more = queued > 0;
+    lk.unlock();
+    if (more) cv.notify_one();
+    run_batch(w);
+    lk.lock();
+  }
+}
+
+// Under `lk`: waits for work, then moves the next batch into w.batch and the expired jobs met
+// on the way into w.finished. Returns false when stopping with nothing queued.
+bool DynamicBatcher::Impl::take(Worker& w, std::unique_lock<std::mutex>& lk) {
+  for (;;) {
+    cv.wait(lk, [&] { return queued > 0 || stopping; });
+    if (queued == 0) return false;
+    // Walk the queue in pick order (levels high to low, FIFO within each) to see whether a full
+    // batch is there and when the oldest candidate arrived.
+    Clock::time_point now = Clock::now(), oldest = Clock::time_point::max();
+    int64_t sum = 0;
+    bool full = false;
+    for (auto& level : levels) {
+      for (auto& e : level) {
+        if (e.job->deadline <= now) continue;
+        if (sum > 0 && sum + e.job->batch > target) {
+          full = true;
+          break;
+        }
+        sum += e.job->batch;
+        oldest = std::min(oldest, e.job->enqueued);
+        if (sum >= target) {
+          full = true;
+          break;
+        }
+      }
+      if (full) break;
+    }
+    bool go = full || sum == 0 || stopping || cfg.max_queue_delay_us == 0;
+    Clock::time_point until = oldest;
+    if (!go) {
+      until = oldest + std::chrono::microseconds(cfg.max_queue_delay_us);
+      go = now >= until;
+    }
+    if (!go) {
+      cv.wait_until(lk, until);
+      continue;
+    }
+    // Pop the same sequence the walk saw.
+    sum = 0;
+    for (auto& level : levels) {
+      while (!level.empty()) {
+        Entry& e = level.front();
+        if (e.job->deadline <= now) {
+          expire(e, now, w.finished);
+        } else if (sum > 0 && sum + e.job->batch > target) {
+          return true;
+        } else {
+          sum += e.job->batch;
+          w.batch.push_back(std::move(e));
+        }
+        level.pop_front();
+        --queued;
+        if (sum >= target) return true;
+      }
+    }
+    return true;
+  }
+}
+
+void DynamicBatcher::Impl::expire(Entry& e, Clock::time_point now, std::vector<Entry>& finished) {
+  e.job->status = 504;
+  e.job->error = "request timeout expired after " + std::to_string(micros(now - e.job->enqueued)) + " us in the queue";
+  finished.push_back(std::move(e));
+}
+
+void DynamicBatcher::Impl::run_batch(Worker& w) {
+  // Deadlines again: the wait for the lock and the previous run may have taken a while.
+  Clock::time_point now = Clock::now();
+  int64_t total = 0;
+  size_t live = 0;
+  for (auto& e : w.batch) {
+    if (e.job->deadline <= now) {
+      expire(e, now, w.finished);
+    } else {
+      total += e.job->batch;
+      w.batch[live++] = std::move(e);
+    }
+  }
+  w.batch.resize(live);
+  if (live == 0) {
+    complete(w);
+    return;
+  }
+
+  size_t n_in = in_bytes.size(), n_out = out_bytes.size();
+  w.in_ptrs.resize(n_in);
+  w.out_ptrs.resize(n_out);
+  if (live == 1) {  // run straight from and into the job's own buffers
+    BatchJob& job = *w.batch[0].job;
+    job.outputs.resize(n_out);
+    for (size_t i = 0; i < n_in; ++i) w.in_ptrs[i] = job.inputs[i].data();
+    for (size_t j = 0; j < n_out; ++j) {
+      job.outputs[j].resize(static_cast<size_t>(total) * out_bytes[j]);
+      w.out_ptrs[j] = job.outputs[j].data();
+    }
+  } else {
+    for (size_t i = 0; i < n_in; ++i) {
+      std::byte* base = w.in_buf[i].at_least(static_cast<size_t>(total) * in_bytes[i]);
+      std::byte* dst = base;
+      for (auto& e : w.batch) {
+        const std::string& src = e.job->inputs[i];
+        std::memcpy(dst, src.data(), src.size());
+        dst += src.size();
+      }
+      w.in_ptrs[i] = base;
+    }
+    for (size_t j = 0; j < n_out; ++j) w.out_ptrs[j] = w.out_buf[j].at_least(static_cast<size_t>(total) * out_bytes[j]);
+  }
+
+  int status = 200;
+  std::string error;
+  Clock::time_point start = Clock::now();
+  try {
+    model->run(w.in_ptrs, total, w.out_ptrs);
+  } catch (const std::exception& e) {
+    status = http_status(e);
+    error = e.what();
+  } catch (...) {
+    status = 500;
+    error = "model run failed with an unknown exception";
+  }
+  Clock::time_point end = Clock::now();
+
+  size_t offset_samples = 0;
+  for (auto& e : w.batch) {
+    BatchJob& job = *e.job;
+    job.status = status;
+    job.error = error;
+    job.compute_start = start;
+    job.compute_end = end;
+    job.executed_batch = total;
+    if (status != 200) {
+      job.outputs.clear();
+    } else if (live > 1) {
+      job.outputs.resize(n_out);
+      for (size_t j = 0; j < n_out; ++j) {
+        const char* src = static_cast<const char*>(w.out_ptrs[j]) + offset_samples * out_bytes[j];
+        job.outputs[j].assign(src, static_cast<size_t>(job.batch) * out_bytes[j]);
+      }
+    }
+    offset_samples += static_cast<size_t>(job.batch);
+  }
+  w.finished.insert(w.finished.end(), std::make_move_iterator(w.batch.begin()), std::make_move_iterator(w.batch.end()));
+  w.batch.clear();
+  complete(w);
+  if (cfg.on_batch) {
+    try {
+      cfg.on_batch(total, end - start);
+    } catch (...) {
+      // on_batch must not throw (metrics); the instance keeps serving.
+    }
+  }
+}
+
+// Calls done() of every job in w.finished (in submission order across instances when asked),
+// outside `mu`.
+void DynamicBatcher::Impl::complete(Worker& w) {
+  if (!cfg.preserve_ordering) {
+    for (auto& e : w.finished) call_done(*e.job);
+    w.finished.clear();
+    return;
+  }
+  {
+    std::lock_guard lk(order_mu);
+    for (auto& e : w.finished) {
+      size_t k = static_cast<size_t>(e.seq - next_deliver);
+      if (k >= reorder.size()) reorder.resize(k + 1);
+      reorder[k] = std::move(e.job);
+    }
+    w.finished.clear();
+    if (delivering) return;  // the delivering thread picks these up
+    delivering = true;
+  }
+  for (;;) {
+    {
+      std::lock_guard lk(order_mu);
+      while (!reorder.empty() && reorder.front()) {
+        w.deliver.push_back(std::move(reorder.front()));
+        reorder.pop_front();
+        ++next_deliver;
+      }
+      if (w.deliver.empty()) {
+        delivering = false;
+        return;
+      }
+    }
+    for (auto& job : w.deliver) call_done(*job);
+    w.deliver.clear();
+  }
+}
+
+void DynamicBatcher::Impl::stop_and_join() {
+  {
+    std::lock_guard lk(mu);
+    stopping = true;
+  }
+  cv.notify_all();
+  std::lock_guard lk(join_mu);
+  for (auto& t : threads)
+    if (t.joinable()) t.join();
+  threads.clear();
+}
+
+DynamicBatcher::DynamicBatcher(std::shared_ptr<ServedModel> model, BatcherConfig cfg) : impl_(std::make_unique<Impl>()) {
+  if (!model) throw InvalidArgument("dynamic batcher: no model");
+  if (cfg.instances < 1) throw InvalidArgument("dynamic batcher: instances must be >= 1, got " + std::to_string(cfg.instances));
+  if (cfg.priority_levels < 1)
+    throw InvalidArgument("dynamic batcher: priority_levels must be >= 1, got " + std::to_string(cfg.priority_levels));
+  if (cfg.default_priority_level < 1 || cfg.default_priority_level > cfg.priority_levels)
+    throw InvalidArgument("dynamic batcher: default_priority_level " + std::to_string(cfg.default_priority_level) +
+                          " is outside 1.." + std::to_string(cfg.priority_levels));
+  if (cfg.max_batch_size < 0)
+    throw InvalidArgument("dynamic batcher: max_batch_size must be >= 0, got " + std::to_string(cfg.max_batch_size));
+  if (cfg.max_queue_delay_us > kMaxQueueDelayUs)
+    throw InvalidArgument("dynamic batcher: max_queue_delay_us " + std::to_string(cfg.max_queue_delay_us) +
+                          " is above one hour (" + std::to_string(kMaxQueueDelayUs) + ")");
+  Impl& m = *impl_;
+  const models::PackageSpec& spec = model->spec();
+  for (size_t i = 0; i < spec.inputs.size(); ++i)
+    m.in_bytes.push_back(static_cast<size_t>(model->input_size(i)) * element_bytes(spec.inputs[i], "input"));
+  for (size_t j = 0; j < spec.outputs.size(); ++j)
+    m.out_bytes.push_back(static_cast<size_t>(model->output_size(j)) * element_bytes(spec.outputs[j], "output"));
+
+  std::vector<int64_t> buckets = model->buckets();
+  if (cfg.max_batch_size == 0) {
+    m.target = buckets.empty() ? 1 : *std::max_element(buckets.begin(), buckets.end());
+  } else {
+    m.target = cfg.max_batch_size;
+    int64_t best = 0;
+    for (int64_t b : buckets)
+      if (b <= cfg.max_batch_size) best = std::max(best, b);
+    if (best > 0) m.target = best;
+  }
+  m.model = std::move(model);
+  m.levels.resize(static_cast<size_t>(cfg.priority_levels));
+  m.cfg = std::move(cfg);
+  try {
+    for (int i = 0; i < m.cfg.instances; ++i) m.threads.emplace_back([&m] { m.instance_loop(); });
+  } catch (...) {
+    m.stop_and_join();
+    throw;
+  }
+}
+
+DynamicBatcher::~DynamicBatcher() { drain(); }
+
+DynamicBatcher::Submit DynamicBatcher::submit(std::shared_ptr<BatchJob> job) {
+  Impl& m = *impl_;
+  if (!job) throw InvalidArgument("dynamic batcher: null job");
+  if (job->batch < 1) throw InvalidArgument("batch size must be >= 1, got " + std::to_string(job->batch));
+  const models::PackageSpec& spec = m.model->spec();
+  if (job->inputs.size() != m.in_bytes.size())
+    throw InvalidArgument("model '" + spec.name + "' expects " + std::to_string(m.in_bytes.size()) + " inputs, got " +
+                          std::to_string(job->inputs.size()));
+  for (size_t i = 0; i < m.in_bytes.size(); ++i) {
+    size_t have = job->inputs[i].size(), per = m.in_bytes[i];
+    bool ok = per == 0 ? have == 0 : have % per == 0 && have / per == static_cast<uint64_t>(job->batch);
+    if (!ok)
+      throw InvalidArgument("input '" + spec.inputs[i].name + "': " + std::to_string(have) + " bytes for batch " +
+                            std::to_string(job->batch) + ", expected " + std::to_string(per) + " bytes per sample");
+  }
+  int level = job->priority >= 1 && job->priority <= m.cfg.priority_levels ? job->priority : m.cfg.default_priority_level;
+  job->status = 0;
+  job->error.clear();
+  job->outputs.clear();
+  job->executed_batch = 0;
+  {
+    std::lock_guard lk(m.mu);
+    if (m.stopping) return Submit::Stopped;
+    if (m.cfg.max_queue_size > 0 && m.queued >= m.cfg.max_queue_size) return Submit::QueueFull;
+    job->enqueued = Clock::now();
+    m.levels[static_cast<size_t>(level - 1)].push_back(Entry{std::move(job), m.next_seq++});
+    ++m.queued;
+  }
+  m.cv.notify_one();
+  return Submit::Queued;
+}
+
+void DynamicBatcher::drain() { impl_->stop_and_join(); }
+
+size_t DynamicBatcher::queue_depth() const {
+  std::lock_guard lk(impl_->mu);
+  return impl_->queued;
+}
+
+const BatcherConfig& DynamicBatcher::config() const { return impl_->cfg; }
+
+int64_t DynamicBatcher::target_batch() const { return impl_->target; }
+
+}  // namespace hg::server
