@@ -2,12 +2,13 @@
 #include "server/client.h"
 
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cpprest/containerstream.h>
 #include <cpprest/http_client.h>
 #include <limits>
 
-#include "server/kserve.h"
+#include "server/infer_codec.h"
 #include "server/sse_parser.h"
 
 namespace hg::server {
@@ -113,16 +114,19 @@ struct Client::Impl {
   Impl(const std::string& url, ClientOptions o, const http::client::http_client_config& cfg)
       : base(url), opt(std::move(o)), client(web::uri(url), cfg) {}
 
-  http::http_request make(const std::string& method, const std::string& path, const std::string& body,
+  http::http_request make(const std::string& method, const std::string& path, std::string body,
                           const std::string& content_type, const Headers& headers) const {
     http::http_request req{http::method(method)};
     req.set_request_uri(web::uri(path));
-    if (!body.empty() || method == "POST" || method == "PUT") req.set_body(body, content_type);
+    if (!body.empty() || method == "POST" || method == "PUT") req.set_body(std::move(body), content_type);
     if (!opt.token.empty()) req.headers().add("Authorization", "Bearer " + opt.token);
     for (const auto& [k, v] : opt.headers) req.headers().add(k, v);
     for (const auto& [k, v] : headers) req.headers().add(k, v);
     return req;
   }
+
+  RawResponse send(const std::string& method, const std::string& path, std::string body,
+                   const std::string& content_type, const Headers& headers);
 
   [[noreturn]] void unreachable(const std::string& method, const std::string& path, const std::exception& e) const {
     throw ClientError(0, method + " " + base + path + " failed: " + e.what());
@@ -171,16 +175,21 @@ Client::~Client() = default;
 Client::Client(Client&&) noexcept = default;
 Client& Client::operator=(Client&&) noexcept = default;
 
-RawResponse Client::request(const std::string& method, const std::string& path, const std::string& body,
-                            const std::string& content_type, const Headers& headers) {
+RawResponse Client::Impl::send(const std::string& method, const std::string& path, std::string body,
+                               const std::string& content_type, const Headers& headers) {
   try {
-    http::http_response resp = impl_->client.request(impl_->make(method, path, body, content_type, headers)).get();
+    http::http_response resp = client.request(make(method, path, std::move(body), content_type, headers)).get();
     RawResponse out = head_of(resp);
     out.body = read_all(resp);
     return out;
   } catch (const std::exception& e) {
-    impl_->unreachable(method, path, e);
+    unreachable(method, path, e);
   }
+}
+
+RawResponse Client::request(const std::string& method, const std::string& path, const std::string& body,
+                            const std::string& content_type, const Headers& headers) {
+  return impl_->send(method, path, body, content_type, headers);
 }
 
 bool Client::live() { return request("GET", "/v2/health/live").status == 200; }
@@ -195,51 +204,55 @@ bool Client::model_ready(const std::string& model, const std::string& version) {
   return request("GET", model_path(model, version) + "/ready").status == 200;
 }
 
-nlohmann::json Client::infer_json(const std::string& model, const std::vector<Tensor>& inputs,
-                                  const InferOptions& opt) {
-  // Built by hand: floats printed shortest-round-trip, no per-element JSON values.
-  std::string body = "{";
-  if (!opt.id.empty()) body += "\"id\":" + nlohmann::json(opt.id).dump() + ",";
-  body += "\"inputs\":[";
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const Tensor& t = inputs[i];
-    if (i) body += ',';
-    body += "{\"name\":" + nlohmann::json(t.name).dump() + ",\"datatype\":" + nlohmann::json(t.datatype).dump() +
-            ",\"shape\":" + nlohmann::json(t.shape).dump() + ",\"data\":[";
-    for (size_t k = 0; k < t.data.size(); ++k) {
-      if (k) body += ',';
-      append_float(body, t.data[k]);
-    }
-    body += "]}";
+const Tensor& InferResult::output(const std::string& name) const {
+  std::string names;
+  for (const Tensor& t : outputs) {
+    if (t.name == name) return t;
+    names += (names.empty() ? "'" : ", '") + t.name + "'";
   }
-  body += "]";
-  if (!opt.outputs.empty()) {
-    body += ",\"outputs\":[";
-    for (size_t j = 0; j < opt.outputs.size(); ++j)
-      body += (j ? ",{\"name\":" : "{\"name\":") + nlohmann::json(opt.outputs[j]).dump() + "}";
-    body += "]";
+  throw InvalidArgument("the response of '" + model_name + "' has no output '" + name + "' (it has " +
+                        (names.empty() ? "none" : names) + ")");
+}
+
+InferResult Client::infer_result(const std::string& model, const std::vector<Tensor>& inputs, const InferOptions& opt) {
+  InferRequest req;
+  if (!opt.id.empty()) req.id = opt.id;
+  req.parameters = opt.parameters;
+  req.inputs.assign(inputs.begin(), inputs.end());
+  for (const InferOutput& o : opt.outputs) req.outputs.push_back({o.name, o.binary, o.parameters});
+  req.binary_data_output = opt.binary_output;
+  req.priority = opt.priority;
+  req.timeout_us = opt.timeout_us;
+  req.raw = opt.raw;
+  EncodedBody b = encode_infer_request(req);
+  Headers headers;
+  if (b.header_length) headers.emplace_back("Inference-Header-Content-Length", std::to_string(*b.header_length));
+  RawResponse r = impl_->send("POST", model_path(model, opt.version) + "/infer", std::move(b.body), b.content_type, headers);
+  ok_or_throw(r);
+  std::optional<size_t> header_length;
+  if (std::string h = r.header("Inference-Header-Content-Length"); !h.empty()) {
+    size_t n = 0;
+    auto [end, ec] = std::from_chars(h.data(), h.data() + h.size(), n);
+    if (ec != std::errc() || end != h.data() + h.size())
+      throw ClientError(200, "bad Inference-Header-Content-Length '" + h + "' in the response");
+    header_length = n;
   }
-  body += "}";
-  return json_or_throw(request("POST", model_path(model, opt.version) + "/infer", body));
+  InferResponse resp;
+  try {
+    resp = decode_infer_response(r.body, header_length);
+  } catch (const Error& e) {
+    throw ClientError(200, std::string("bad inference response: ") + e.what());
+  }
+  InferResult out{std::move(resp.model_name), std::move(resp.model_version), std::move(resp.id),
+                  std::move(resp.parameters), {}};
+  out.outputs.reserve(resp.outputs.size());
+  for (WireTensor& t : resp.outputs) out.outputs.emplace_back(std::move(t));
+  return out;
 }
 
 std::vector<Tensor> Client::infer(const std::string& model, const std::vector<Tensor>& inputs,
                                   const InferOptions& opt) {
-  nlohmann::json r = infer_json(model, inputs, opt);
-  std::vector<Tensor> out;
-  try {
-    for (const auto& o : r.at("outputs")) {
-      Tensor t;
-      t.name = o.at("name").get<std::string>();
-      t.datatype = o.at("datatype").get<std::string>();
-      t.shape = o.at("shape").get<std::vector<int64_t>>();
-      t.data = tensor_data(o.at("data"));
-      out.push_back(std::move(t));
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw ClientError(200, std::string("unexpected inference response: ") + e.what());
-  }
-  return out;
+  return infer_result(model, inputs, opt).outputs;
 }
 
 // ---- repository extension ---------------------------------------------------------------

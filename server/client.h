@@ -7,8 +7,15 @@
 //   hg::server::Client c("http://127.0.0.1:8000", o);
 //   if (c.ready()) {
 //     auto out = c.infer("digits_mlp", {{"input", {1, 64}, pixels}});   // FP32 tensors
-//     out[0].name;  out[0].shape;  out[0].data;                         // "logits", {1, 10}
+//     out[0].name;  out[0].shape;  out[0].as<float>();                  // "logits", {1, 10}
 //   }
+//   hg::server::Tensor ids("input_ids", {1, 16}, token_ids);            // std::vector<int64_t>
+//   ids.binary = true;                                                  // binary tensor data
+//   hg::server::InferOptions io;
+//   io.id = "42";  io.priority = 1;  io.timeout_us = 50000;
+//   io.outputs = {{"logits", true}};                                    // logits as binary data
+//   hg::server::InferResult r = c.infer_result("bert", {ids}, io);
+//   r.id;  r.model_version;  r.output("logits").as<float>();
 //   for (const auto& m : c.repository_index()) m.name, m.state;         // "bert", "READY"
 //   c.load_model("bert", R"({"max_batch_size": 8})");                  // config override
 //   nlohmann::json s = c.model_statistics("bert");
@@ -31,21 +38,17 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "engine/error.h"
+#include "server/client_tensor.h"
+#include "server/infer_codec.h"
 
 namespace hg::server {
-
-struct Tensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  std::vector<float> data;
-  std::string datatype = "FP32";
-};
 
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
@@ -72,10 +75,38 @@ struct ClientOptions {
   Headers headers;    // sent on every request
 };
 
+// An output to return: "logits", {"logits", true} (as binary data), {"probs", std::nullopt,
+// {{"classification", 3}}} (with parameters).
+struct InferOutput {
+  InferOutput(std::string name_, std::optional<bool> binary_ = std::nullopt,  // NOLINT: implicit from a name
+              nlohmann::json parameters_ = nlohmann::json::object())
+      : name(std::move(name_)), binary(binary_), parameters(std::move(parameters_)) {}
+  InferOutput(const char* name_) : InferOutput(std::string(name_)) {}  // NOLINT
+  std::string name;
+  std::optional<bool> binary;  // parameters.binary_data; unset: InferOptions::binary_output decides
+  nlohmann::json parameters;
+};
+
 struct InferOptions {
-  std::string version;               // empty: the server's choice
-  std::string id;                    // echoed back when set
-  std::vector<std::string> outputs;  // empty: all outputs
+  std::string version;  // empty: the server's choice
+  std::string id;       // echoed back when set
+  std::vector<InferOutput> outputs;   // empty: every output
+  bool binary_output = false;         // every output as binary data unless the output says otherwise
+  std::optional<int64_t> priority;    // 1 = highest; 0 = the model's default
+  std::optional<uint64_t> timeout_us; // may only lower the model's default timeout
+  nlohmann::json parameters = nlohmann::json::object();  // other request parameters
+  // Raw binary mode (Inference-Header-Content-Length: 0): the body is the bytes of the one
+  // input (its name is not sent), for a model with exactly one input; outputs come back binary.
+  bool raw = false;
+};
+
+struct InferResult {
+  std::string model_name, model_version;
+  std::optional<std::string> id;
+  nlohmann::json parameters = nlohmann::json::object();
+  std::vector<Tensor> outputs;
+  // The output called `name`; throws hg::InvalidArgument listing the outputs there are.
+  const Tensor& output(const std::string& name) const;
 };
 
 // One entry of POST /v2/repository/index.
@@ -109,11 +140,12 @@ class Client {
   bool model_ready(const std::string& model, const std::string& version = "");
 
   // ---- inference ----
+  // Inputs with Tensor::binary go as binary data (the binary tensor extension), the others as
+  // JSON; outputs arrive either way and are decoded by server/infer_codec.h.
   std::vector<Tensor> infer(const std::string& model, const std::vector<Tensor>& inputs,
                             const InferOptions& opt = {});
-  // The full response of an inference request (model_name, id, outputs, ...).
-  nlohmann::json infer_json(const std::string& model, const std::vector<Tensor>& inputs,
-                            const InferOptions& opt = {});
+  // The whole response: model name and version, id, parameters, outputs.
+  InferResult infer_result(const std::string& model, const std::vector<Tensor>& inputs, const InferOptions& opt = {});
 
   // ---- repository extension ----
   // Every model in the repository, loaded or not; ready_only: only those ready for inference.

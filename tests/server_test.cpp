@@ -248,16 +248,16 @@ TEST_F(ServerTest, ModelReady) {
 TEST_F(ServerTest, InferBatch1) {
   hg::server::InferOptions opt;
   opt.id = "req-7";
-  json r = client_->infer_json(kModel, {{"input", {1, 64}, sample(1)}}, opt);
-  EXPECT_EQ(r["model_name"], kModel);
-  EXPECT_TRUE(r["model_version"].is_string());
-  EXPECT_EQ(r["id"], "req-7");
-  ASSERT_EQ(r["outputs"].size(), 1u);
-  const json& o = r["outputs"][0];
-  EXPECT_EQ(o["name"], "logits");
-  EXPECT_EQ(o["datatype"], "FP32");
-  EXPECT_EQ(o["shape"], json::array({1, 10}));
-  std::vector<float> logits = hg::server::tensor_data(o["data"]);
+  hg::server::InferResult r = client_->infer_result(kModel, {{"input", {1, 64}, sample(1)}}, opt);
+  EXPECT_EQ(r.model_name, kModel);
+  EXPECT_FALSE(r.model_version.empty());
+  EXPECT_EQ(r.id, "req-7");
+  ASSERT_EQ(r.outputs.size(), 1u);
+  const Tensor& o = r.outputs[0];
+  EXPECT_EQ(o.name, "logits");
+  EXPECT_EQ(o.datatype, hg::server::WireType::FP32);
+  EXPECT_EQ(o.shape, (std::vector<int64_t>{1, 10}));
+  std::vector<float> logits = o.as<float>();
   ASSERT_EQ(logits.size(), 10u);
   for (float x : logits) EXPECT_TRUE(std::isfinite(x));
   int cls = argmax(logits.data(), 10);
@@ -270,16 +270,18 @@ TEST_F(ServerTest, InferBatch3MatchesBatch1) {
   ASSERT_EQ(out3.size(), 1u);
   EXPECT_EQ(out3[0].name, "logits");
   EXPECT_EQ(out3[0].shape, (std::vector<int64_t>{3, 10}));
-  ASSERT_EQ(out3[0].data.size(), 30u);
+  const std::vector<float> logits3 = out3[0].as<float>();
+  ASSERT_EQ(logits3.size(), 30u);
   for (int row = 0; row < 3; ++row) {
-    int cls = argmax(out3[0].data.data() + row * 10, 10);
+    int cls = argmax(logits3.data() + row * 10, 10);
     EXPECT_GE(cls, 0);
     EXPECT_LT(cls, 10);
     // Each row equals the same sample run alone (batch 1 and batch 3 run in different buckets).
     auto out1 = client_->infer(kModel, {{"input", {1, 64}, sample(row + 1)}});
-    ASSERT_EQ(out1[0].data.size(), 10u);
+    const std::vector<float> logits1 = out1[0].as<float>();
+    ASSERT_EQ(logits1.size(), 10u);
     for (int k = 0; k < 10; ++k)
-      EXPECT_NEAR(out3[0].data[row * 10 + k], out1[0].data[k], 1e-4f * (1 + std::fabs(out1[0].data[k])))
+      EXPECT_NEAR(logits3[row * 10 + k], logits1[k], 1e-4f * (1 + std::fabs(logits1[k])))
           << "row " << row << " logit " << k;
   }
 }
@@ -299,7 +301,7 @@ TEST_F(ServerTest, InferNestedDataOutputSelectionAndVersionPath) {
   auto flat = client_->infer(kModel, {{"input", {1, 64}, x}});
   std::vector<float> got = hg::server::tensor_data(j["outputs"][0]["data"]);
   ASSERT_EQ(got.size(), 10u);
-  for (int k = 0; k < 10; ++k) EXPECT_FLOAT_EQ(got[k], flat[0].data[k]);
+  for (int k = 0; k < 10; ++k) EXPECT_FLOAT_EQ(got[k], flat[0].as<float>()[k]);
 }
 
 // ---- bad requests -----------------------------------------------------------------------
