@@ -1,5 +1,7 @@
 #include "models/gpt_graphs.h"
 
+#include <cstring>
+
 #include "engine/autograd.h"
 #include "engine/error.h"
 
@@ -57,6 +59,23 @@ Tensor GPTGraphDecoder::step(const Tensor& tokens) {
   }
   ++cache_.length;
   return b.logits.clone();
+}
+
+size_t GPTGraphDecoder::warmup() {
+  const size_t before = buckets_.size();
+  const int64_t batch = cache_.k[0].dim(0), max_len = gpt_.config().max_len;
+  for (int64_t length = 0; length < max_len; length = gpt_.bucket(length)) {
+    cache_.length = length;
+    step(Tensor::zeros({batch}, DType::I64));
+  }
+  reset();
+  return buckets_.size() - before;
+}
+
+void GPTGraphDecoder::reset() {
+  for (auto* kv : {&cache_.k, &cache_.v})
+    for (Tensor& t : *kv) std::memset(t.raw_data(), 0, t.meta().bytes());
+  cache_.length = 0;
 }
 
 std::vector<int64_t> GPTGraphDecoder::generate_ids(const std::vector<int64_t>& prompt, int64_t max_new_tokens,

@@ -7,6 +7,8 @@
 //   hg::Tensor logits = dec.prefill(prompt_ids);              // eager; fills the static cache
 //   logits = dec.step(next_tokens);                           // replays the bucket's graph
 //   auto ids = dec.generate_ids(prompt, 64, {.greedy = false, .top_p = 0.9, .seed = 1});  // reuses the graphs
+//   dec.warmup();                                             // captures every bucket up front (serving)
+//   dec.reset();                                              // an empty cache for the next sequence
 #pragma once
 #include <map>
 #include <memory>
@@ -30,6 +32,13 @@ class GPTGraphDecoder {
   // GPT::generate_ids for batch 1 through prefill() and step().
   std::vector<int64_t> generate_ids(const std::vector<int64_t>& prompt, int64_t max_new_tokens,
                                     const SamplingOptions& options = {});
+
+  // Captures the graph of every attention bucket not captured yet (one step at the first
+  // position of each, token 0), then reset(): later steps only replay. Returns the number of
+  // graphs captured.
+  size_t warmup();
+  // Empties the cache (length 0, zeros) for a new sequence; the graphs stay.
+  void reset();
 
   int64_t length() const { return cache_.length; }
   size_t captured_graphs() const { return buckets_.size(); }

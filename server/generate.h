@@ -4,16 +4,24 @@
 //
 //   auto gen = make_gpt_generator(version_dir, config, predictor_options);   // warms up every bucket
 //   GenerateRequest r = parse_generate_request(body);   // {"text_input": "hi", "parameters": {"max_tokens": 16}}
-//   std::string text = gen->generate(r, [](std::string_view piece) { return true; });
+//   GenerateResult res = gen->generate(r, [](std::string_view piece) { return true; });   // blocks
 //   serve_generate(gen, "gpt", "1", std::move(http_req), reply, /*stream=*/true);   // from the router
 //
-// Request: {"id"?, "text_input": str, "parameters"?: {"max_tokens", "temperature", "top_k",
-// "top_p", "seed", "stop": [str]}}; greedy unless temperature/top_k/top_p is given.
-// Response: {"id"?, "model_name", "model_version", "text_output"}. Stream: one
-// `data: {"id"?, "model_name", "model_version", "text_output": piece}` event per piece, then
-// the final one with "finish_reason"; a failure after the first event is an {"error"} event.
+// Request: {"id"?: str, "text_input": str, "parameters"?: {"max_tokens": int >= 1 (16),
+// "temperature": number >= 0, "top_k": int >= 0, "top_p": number in (0, 1], "seed": int >= 0,
+// "stop": str or [str], "stream": bool (ignored: the endpoint decides)}}. Greedy unless
+// temperature > 0, top_k or top_p is given (temperature 0 is greedy); sampling without a seed
+// draws a random one. Generation ends after max_tokens tokens ("length") or when the text
+// contains a stop string ("stop"; the stop string is not part of the output).
+// Response: {"id"?, "model_name", "model_version", "text_output", "finish_reason"}. Stream
+// (text/event-stream): `data: {"id"?, "model_name", "model_version", "text_output": piece}\n\n`
+// per piece of whole UTF-8 characters, then a last one with "text_output": "" and
+// "finish_reason"; the pieces concatenate to /generate's text_output. Errors before the first event answer with
+// their status ({"error"} JSON: 400 naming the field, 503 queue full with Retry-After, 500);
+// a failure after it is a `data: {"error": ...}` event, the last one.
 #pragma once
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -38,27 +46,47 @@ struct GenerateRequest {
   std::vector<std::string> stop;
 };
 
-// Throws hg::InvalidArgument naming the field.
+// Throws hg::InvalidArgument naming the field (JSON syntax, unknown fields, types, ranges).
+// Limits that depend on the model (prompt + max_tokens <= max_len) are the generator's.
 GenerateRequest parse_generate_request(std::string_view body);
+
+struct GenerateResult {
+  std::string text;               // whole UTF-8 characters (ill-formed bytes replaced by U+FFFD)
+  std::string finish_reason;      // "length", "stop", or "cancelled" (on_piece returned false)
+  std::vector<int64_t> tokens;    // every token generated (a stop string's too)
+  int64_t prompt_tokens = 0;
+};
+
+// Gets each new piece of text (whole UTF-8 characters, never empty); returns false to stop
+// generating (the client is gone).
+using PieceCallback = std::function<bool(std::string_view)>;
+// Called once when a generation ends: error set (then result is empty) or the result.
+using GenerateDone = std::function<void(std::exception_ptr error, GenerateResult result)>;
 
 class TextGenerator {
  public:
   virtual ~TextGenerator() = default;
-  // Thread-safe; at most config.instance_count generations run at once, others wait (bounded
-  // by config.max_queue_size: beyond it HttpError(503), server/http_error.h). on_piece gets each
-  // new piece of text (whole UTF-8 characters) and returns false to stop early (client gone).
-  // Returns the whole generated text; throws hg::InvalidArgument for a bad request.
-  virtual std::string generate(const GenerateRequest& req, const std::function<bool(std::string_view)>& on_piece) = 0;
+  // Thread-safe. Checks the request against the model (hg::InvalidArgument naming the field)
+  // and queues it; at most instance_count generations run at once, on the generator's own
+  // threads, and up to max_queue_size wait (0: unbounded); beyond that HttpError(503). Both
+  // errors are thrown here, before anything is queued. on_piece and done run on a generator thread.
+  virtual void submit(GenerateRequest req, PieceCallback on_piece, GenerateDone done) = 0;
+  // submit() and wait: the result, or the generation's error rethrown.
+  GenerateResult generate(const GenerateRequest& req, const PieceCallback& on_piece);
 };
 
-// True for packages the generate endpoints serve (the GPT zoo model).
+// True for packages the generate endpoints serve (the GPT zoo model: graph {"type": "zoo", "model": "gpt"}).
 bool is_text_generation_model(const models::PackageSpec& spec);
-// Loads the package in `version_dir` and captures its decode graphs before returning.
+// Loads the package in `version_dir` onto opt.device and builds config.instance_count decoders
+// (batch 1, each with its own KV cache), capturing every attention bucket of each before
+// returning (always, whatever config.warmup says: serving never captures). Throws
+// InvalidArgument when the package is not a GPT, or the loader's errors.
 std::shared_ptr<TextGenerator> make_gpt_generator(const std::filesystem::path& version_dir, const ModelConfig& config,
                                                   const models::PredictorOptions& opt);
 
-// Answers a generate (stream = false) or generate_stream request for a loaded generator: runs
-// it off the calling thread and replies (a plain JSON response, or text/event-stream).
+// Answers a generate (stream = false) or generate_stream request for a loaded generator:
+// parses the body, submits it and returns at once; the reply is sent from a generator thread
+// (a plain JSON response, or text/event-stream).
 void serve_generate(std::shared_ptr<TextGenerator> gen, const std::string& model, const std::string& version,
                     HttpRequest&& req, Reply reply, bool stream);
 

@@ -1,0 +1,291 @@
+// The generate request parser and the GPT text generator (a pool of graph decoders on their
+// own threads behind a bounded queue). serve_generate is in generate_http.cpp.
+#include "server/generate.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <limits>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "models/gpt.h"
+#include "models/gpt_graphs.h"
+#include "models/module.h"
+#include "models/tokenizer.h"
+#include "server/generate_text.h"
+#include "server/http_error.h"
+
+namespace hg::server {
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int kMaxJsonDepth = 8;  // a generate request nests 3 deep (parameters.stop[i])
+constexpr size_t kMaxStopStrings = 16;
+
+[[noreturn]] void bad_field(const std::string& field, const std::string& what) {
+  throw InvalidArgument("generate request: field '" + field + "' " + what);
+}
+
+std::string shown(const json& v) {  // a value in an error message, cut short
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  return s.size() > 40 ? s.substr(0, 40) + "..." : s;
+}
+
+int64_t integer_field(const json& v, const std::string& field, int64_t min) {
+  if (!v.is_number_integer()) bad_field(field, "must be an integer, got " + shown(v));
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+    bad_field(field, "is " + shown(v) + ", too large");
+  const auto x = v.get<int64_t>();
+  if (x < min) bad_field(field, "must be >= " + std::to_string(min) + ", got " + std::to_string(x));
+  return x;
+}
+
+double number_field(const json& v, const std::string& field) {
+  if (!v.is_number()) bad_field(field, "must be a number, got " + shown(v));
+  const double x = v.get<double>();
+  if (!std::isfinite(x)) bad_field(field, "must be finite, got " + shown(v));
+  return x;
+}
+
+std::string string_field(const json& v, const std::string& field) {
+  if (!v.is_string()) bad_field(field, "must be a string, got " + shown(v));
+  return v.get<std::string>();
+}
+
+void parse_parameters(const json& p, GenerateRequest& r) {
+  if (!p.is_object()) bad_field("parameters", "must be an object, got " + shown(p));
+  bool sampled = false, greedy_temperature = false, seeded = false;
+  for (const auto& [key, v] : p.items()) {
+    const std::string field = "parameters." + key;
+    if (key == "max_tokens") {
+      r.max_tokens = integer_field(v, field, 1);
+    } else if (key == "temperature") {
+      r.sampling.temperature = number_field(v, field);
+      if (r.sampling.temperature < 0) bad_field(field, "must be >= 0 (0: greedy), got " + shown(v));
+      greedy_temperature = r.sampling.temperature == 0;
+      sampled = true;
+    } else if (key == "top_k") {
+      r.sampling.top_k = integer_field(v, field, 0);
+      sampled = true;
+    } else if (key == "top_p") {
+      r.sampling.top_p = number_field(v, field);
+      if (!(r.sampling.top_p > 0 && r.sampling.top_p <= 1)) bad_field(field, "must be in (0, 1], got " + shown(v));
+      sampled = true;
+    } else if (key == "seed") {
+      if (!v.is_number_unsigned()) bad_field(field, "must be an integer >= 0, got " + shown(v));
+      r.sampling.seed = v.get<uint64_t>();
+      seeded = true;
+    } else if (key == "stop") {
+      const json list = v.is_string() ? json::array({v}) : v;
+      if (!list.is_array()) bad_field(field, "must be a string or an array of strings, got " + shown(v));
+      if (list.size() > kMaxStopStrings)
+        bad_field(field, "has " + std::to_string(list.size()) + " strings, at most " + std::to_string(kMaxStopStrings));
+      for (size_t i = 0; i < list.size(); ++i) {
+        const std::string item = field + (v.is_string() ? "" : "[" + std::to_string(i) + "]");
+        r.stop.push_back(string_field(list[i], item));
+        if (r.stop.back().empty()) bad_field(item, "is empty");
+      }
+    } else if (key == "stream") {
+      if (!v.is_boolean()) bad_field(field, "must be a boolean, got " + shown(v));
+    } else {
+      bad_field(field, "is not a generate parameter (max_tokens, temperature, top_k, top_p, seed, stop, stream)");
+    }
+  }
+  r.sampling.greedy = !sampled || greedy_temperature;
+  if (greedy_temperature) r.sampling.temperature = 1.0;
+  if (!r.sampling.greedy && !seeded) r.sampling.seed = std::random_device()() | (uint64_t(std::random_device()()) << 32);
+}
+
+class GptGenerator final : public TextGenerator {
+ public:
+  GptGenerator(std::unique_ptr<models::GPT> gpt, const ModelConfig& config)
+      : gpt_(std::move(gpt)), name_(config.name), max_queue_(config.max_queue_size) {
+    for (int i = 0; i < std::max(1, config.instance_count); ++i) {
+      decoders_.push_back(std::make_unique<models::GPTGraphDecoder>(*gpt_, 1));
+      decoders_.back()->warmup();
+    }
+    for (auto& d : decoders_) workers_.emplace_back([this, dec = d.get()] { work(*dec); });
+  }
+
+  ~GptGenerator() override {  // queued generations still run
+    {
+      std::lock_guard lk(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+
+  void submit(GenerateRequest req, PieceCallback on_piece, GenerateDone done) override {
+    check(req);
+    std::lock_guard lk(mu_);
+    if (stopping_) throw HttpError(503, "model '" + name_ + "' is shutting down");
+    if (max_queue_ && queue_.size() >= max_queue_)
+      throw HttpError(503, "model '" + name_ + "': the generate queue is full (max_queue_size " +
+                               std::to_string(max_queue_) + ")");
+    queue_.push_back({std::move(req), std::move(on_piece), std::move(done)});
+    cv_.notify_one();
+  }
+
+ private:
+  struct Job {
+    GenerateRequest req;
+    PieceCallback on_piece;
+    GenerateDone done;
+  };
+
+  void check(const GenerateRequest& r) const {
+    const int64_t max_len = gpt_->config().max_len, p = static_cast<int64_t>(r.text_input.size());
+    if (p == 0) bad_field("text_input", "is empty (the model needs at least one token)");
+    if (p >= max_len)
+      bad_field("text_input", "is " + std::to_string(p) + " tokens (bytes); model '" + name_ + "' takes at most " +
+                                  std::to_string(max_len - 1) + " (max_len " + std::to_string(max_len) + " with one new token)");
+    if (r.max_tokens < 1) bad_field("parameters.max_tokens", "must be >= 1, got " + std::to_string(r.max_tokens));
+    if (r.max_tokens > max_len - p)
+      bad_field("parameters.max_tokens", "is " + std::to_string(r.max_tokens) + ": the prompt's " + std::to_string(p) +
+                                             " tokens + max_tokens exceed model '" + name_ + "''s max_len " +
+                                             std::to_string(max_len) + " (at most " + std::to_string(max_len - p) + ")");
+    models::validate(r.sampling);
+  }
+
+  void work(models::GPTGraphDecoder& dec) {
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock lk(mu_);
+        cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::exception_ptr error;
+      GenerateResult result;
+      try {
+        result = run(dec, job.req, job.on_piece);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      try {
+        job.done(error, std::move(result));
+      } catch (const std::exception& e) {
+        spdlog::error("model '{}': a generate completion callback threw: {}", name_, e.what());
+      }
+    }
+  }
+
+  // The prompt runs through the decode graphs one token at a time (no eager op: serving never
+  // records into a capture another thread may have open), then one step per new token.
+  static GenerateResult run(models::GPTGraphDecoder& dec, const GenerateRequest& req, const PieceCallback& on_piece) {
+    NoGradGuard no_grad;
+    GenerateResult r;
+    const std::vector<int64_t> prompt = models::encode_bytes(req.text_input);
+    r.prompt_tokens = static_cast<int64_t>(prompt.size());
+    dec.reset();
+    Tensor logits;
+    for (int64_t t : prompt) logits = dec.step(Tensor::from_indices({t}, {1}));
+    models::Sampler sampler(req.sampling);
+    GeneratedText text(req.stop);
+    auto emit = [&](std::string piece) {
+      if (piece.empty()) return true;
+      r.text += piece;
+      return on_piece(piece);
+    };
+    for (int64_t i = 0; i < req.max_tokens && !text.stopped(); ++i) {
+      r.tokens.push_back(sampler.next(logits.to_vector()));
+      if (!emit(text.push(static_cast<char>(r.tokens.back())))) {
+        r.finish_reason = "cancelled";
+        return r;
+      }
+      if (i + 1 < req.max_tokens && !text.stopped()) logits = dec.step(Tensor::from_indices({r.tokens.back()}, {1}));
+    }
+    const bool cancelled = !emit(text.finish());
+    r.finish_reason = cancelled ? "cancelled" : text.stopped() ? "stop" : "length";
+    return r;
+  }
+
+  std::unique_ptr<models::GPT> gpt_;
+  std::string name_;
+  size_t max_queue_;
+  std::vector<std::unique_ptr<models::GPTGraphDecoder>> decoders_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace
+
+GenerateRequest parse_generate_request(std::string_view body) {
+  json j;
+  try {
+    j = json::parse(body, [](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxJsonDepth)
+        throw InvalidArgument("generate request: JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+      return true;
+    });
+  } catch (const json::exception& e) {
+    throw InvalidArgument(std::string("generate request: the body is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) throw InvalidArgument("generate request: the body must be a JSON object, got " + shown(j));
+  GenerateRequest r;
+  bool has_text = false;
+  for (const auto& [key, v] : j.items()) {
+    if (key == "id") {
+      r.id = string_field(v, "id");
+    } else if (key == "text_input") {
+      r.text_input = string_field(v, "text_input");
+      has_text = true;
+    } else if (key == "parameters") {
+      parse_parameters(v, r);
+    } else {
+      bad_field(key, "is not a generate request field (id, text_input, parameters)");
+    }
+  }
+  if (!has_text) bad_field("text_input", "is missing");
+  if (r.text_input.empty()) bad_field("text_input", "is empty (the model needs at least one token)");
+  return r;
+}
+
+GenerateResult TextGenerator::generate(const GenerateRequest& req, const PieceCallback& on_piece) {
+  std::promise<GenerateResult> promise;
+  std::future<GenerateResult> result = promise.get_future();
+  submit(req, on_piece, [&promise](std::exception_ptr error, GenerateResult r) {
+    if (error) promise.set_exception(error);
+    else promise.set_value(std::move(r));
+  });
+  return result.get();
+}
+
+bool is_text_generation_model(const models::PackageSpec& spec) {
+  return spec.graph.is_object() && spec.graph.value("type", "") == "zoo" && spec.graph.value("model", "") == "gpt";
+}
+
+std::shared_ptr<TextGenerator> make_gpt_generator(const std::filesystem::path& version_dir, const ModelConfig& config,
+                                                  const models::PredictorOptions& opt) {
+  std::unique_ptr<models::Module> module;
+  const models::ModelPackage p = models::load_package(version_dir, &module);
+  auto* gpt = dynamic_cast<models::GPT*>(module.get());
+  if (!is_text_generation_model(p.spec) || !gpt)
+    throw InvalidArgument((version_dir / "model.json").string() +
+                          ": not a text generation model (the generate endpoints serve the GPT zoo model, graph "
+                          "{\"type\": \"zoo\", \"model\": \"gpt\"})");
+  module.release();
+  std::unique_ptr<models::GPT> owned(gpt);
+  owned->to(opt.device);
+  owned->eval();
+  return std::make_shared<GptGenerator>(std::move(owned), config);
+}
+
+}  // namespace hg::server

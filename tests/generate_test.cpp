@@ -1,0 +1,570 @@
+// The generate extension (server/generate.h): request parsing, the UTF-8 / stop-string text
+// assembly, the GPT generator decoding through captured graphs (== the eager model and
+// PyTorch's greedy tokens, data from scripts/testdata_gpt.py), its instance pool and queue,
+// and serve_generate's JSON and server-sent-event responses through an in-process Reply.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <future>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "engine/autograd.h"
+#include "errors.h"
+#include "models/gpt.h"
+#include "models/gpt_graphs.h"
+#include "models/package.h"
+#include "models/safetensors.h"
+#include "models/state_dict.h"
+#include "models/tokenizer.h"
+#include "server/generate.h"
+#include "server/generate_text.h"
+#include "server/http_error.h"
+#include "server/sse_parser.h"
+#include "test_env.h"
+
+using namespace hg;
+using namespace hg::server;
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+namespace {
+
+std::filesystem::path gpt_data(const std::string& name) {
+  const auto p = std::filesystem::path(HG_TESTDATA_DIR) / "gpt" / name;
+  if (!std::filesystem::exists(p))
+    throw std::runtime_error(p.string() + " is missing: run /usr/bin/python3 scripts/testdata_gpt.py " HG_TESTDATA_DIR "/gpt");
+  return p;
+}
+
+std::map<std::string, Tensor> gpt_tensors(const std::string& name) {
+  return models::tensors_from(safetensors::read(gpt_data(name)), name);
+}
+
+// PyTorch's GPT weights (scripts/torch_gpt.py) as an eager model on hpu:0, and as a package.
+struct GptFixture {
+  std::unique_ptr<models::GPT> eager;
+  std::filesystem::path package;
+  GptFixture() : eager(std::make_unique<models::GPT>()), package(test::temp_dir("generate") / "gpt" / "1") {
+    eager->load_state_dict(gpt_tensors("weights.safetensors"));
+    models::PackageSpec s;
+    s.name = "gpt";
+    s.inputs = {{"ids", "INT64", {-1, 16}}};
+    s.outputs = {{"logits", "FP32", {-1, 16, 256}}};
+    models::save_package(package, *eager, s);
+    eager->to(Device::hpu(0));
+    eager->eval();
+  }
+  std::vector<int64_t> eager_ids(const std::string& prompt, int64_t n, const models::SamplingOptions& o = {}) {
+    NoGradGuard g;
+    return eager->generate_ids(models::encode_bytes(prompt), n, o);
+  }
+};
+
+GptFixture& fixture() {
+  static GptFixture f;
+  return f;
+}
+
+std::shared_ptr<TextGenerator> generator(int instances = 1, size_t max_queue = 0) {
+  ModelConfig c;
+  c.name = "gpt";
+  c.instance_count = instances;
+  c.max_queue_size = max_queue;
+  return make_gpt_generator(fixture().package, c, {});
+}
+
+GenerateRequest request(const std::string& text, int64_t max_tokens, std::vector<std::string> stop = {}) {
+  GenerateRequest r;
+  r.text_input = text;
+  r.max_tokens = max_tokens;
+  r.stop = std::move(stop);
+  return r;
+}
+
+bool whole_utf8(const std::string& s) {
+  const models::Utf8Text t = models::decode_utf8(s);
+  return t.invalid_offsets.empty() && t.text == s;
+}
+
+// Each piece GeneratedText gives for `bytes` fed one at a time (finish() last, when not empty).
+std::vector<std::string> pieces_of(const std::string& bytes, std::vector<std::string> stop = {}) {
+  GeneratedText t(std::move(stop));
+  std::vector<std::string> out;
+  for (char b : bytes) {
+    if (auto p = t.push(b); !p.empty()) out.push_back(p);
+    if (t.stopped()) break;
+  }
+  if (auto p = t.finish(); !p.empty()) out.push_back(p);
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& p : v) s += p;
+  return s;
+}
+
+// What serve_generate sent: the response, then (for a stream) each chunk and the close.
+class RecordedReply : public ResponseStream {
+ public:
+  // fail_after: writes after this many succeed return false (the client is gone).
+  explicit RecordedReply(size_t fail_after = SIZE_MAX) : fail_after_(fail_after) {}
+  bool write(std::string chunk) override {
+    std::lock_guard lk(mu_);
+    ++writes_;
+    if (writes_ > fail_after_) return false;
+    body_ += chunk;
+    return true;
+  }
+  void close() override {
+    std::lock_guard lk(mu_);
+    closed_ = true;
+    cv_.notify_all();
+  }
+  // A Reply that records the response and, for a stream, attaches `self` (now or, with
+  // `deferred`, when attach() is called).
+  static Reply reply_to(std::shared_ptr<RecordedReply> self) {
+    return [self](HttpResponse r) {
+      std::unique_lock lk(self->mu_);
+      self->status_ = r.status;
+      self->response_ = r;
+      self->body_ = r.body;
+      auto stream = std::move(r.stream);
+      if (!stream) self->closed_ = true;
+      self->cv_.notify_all();
+      if (stream && !self->deferred_) {
+        lk.unlock();
+        stream(self);
+      } else {
+        self->stream_ = std::move(stream);
+      }
+    };
+  }
+  void defer() { deferred_ = true; }
+  void attach(std::shared_ptr<RecordedReply> self) {
+    std::function<void(std::shared_ptr<ResponseStream>)> s;
+    {
+      std::lock_guard lk(mu_);
+      s = std::move(stream_);
+    }
+    ASSERT_TRUE(s) << "no streamed response to attach to";
+    s(std::move(self));
+  }
+  // Waits (bounded) until the response ended; false on timeout.
+  bool wait_closed() {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, std::chrono::seconds(60), [&] { return closed_; });
+  }
+  bool wait_response() {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, std::chrono::seconds(60), [&] { return status_ != 0; });
+  }
+  int status() {
+    std::lock_guard lk(mu_);
+    return status_;
+  }
+  HttpResponse response() {
+    std::lock_guard lk(mu_);
+    return response_;
+  }
+  std::string body() {
+    std::lock_guard lk(mu_);
+    return body_;
+  }
+  size_t writes() {
+    std::lock_guard lk(mu_);
+    return writes_;
+  }
+  std::vector<json> events() {
+    std::vector<json> out;
+    SseParser p;
+    auto on = [&](SseEvent&& e) {
+      out.push_back(json::parse(e.data));
+      return true;
+    };
+    p.feed(body(), on);
+    p.finish(on);
+    return out;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t fail_after_, writes_ = 0;
+  int status_ = 0;
+  bool closed_ = false, deferred_ = false;
+  HttpResponse response_;
+  std::string body_;
+  std::function<void(std::shared_ptr<ResponseStream>)> stream_;
+};
+
+std::shared_ptr<RecordedReply> serve(const std::shared_ptr<TextGenerator>& gen, const std::string& body, bool stream,
+                                     std::shared_ptr<RecordedReply> rec = std::make_shared<RecordedReply>()) {
+  HttpRequest req;
+  req.method = "POST";
+  req.target = stream ? "/v2/models/gpt/generate_stream" : "/v2/models/gpt/generate";
+  req.body = body;
+  serve_generate(gen, "gpt", "1", std::move(req), RecordedReply::reply_to(rec), stream);
+  return rec;
+}
+
+std::string parse_error(const std::string& body) {
+  return test::error_of<InvalidArgument>([&] { parse_generate_request(body); });
+}
+
+TEST(GenerateRequest, ParsesEveryField) {
+  GenerateRequest r = parse_generate_request(
+      R"({"id": "7", "text_input": "hi", "parameters": {"max_tokens": 5, "temperature": 0.5, "top_k": 3,
+          "top_p": 0.9, "seed": 11, "stop": ["a", "bc"], "stream": true}})");
+  EXPECT_EQ(r.id, "7");
+  EXPECT_EQ(r.text_input, "hi");
+  EXPECT_EQ(r.max_tokens, 5);
+  EXPECT_FALSE(r.sampling.greedy);
+  EXPECT_EQ(r.sampling.temperature, 0.5);
+  EXPECT_EQ(r.sampling.top_k, 3);
+  EXPECT_EQ(r.sampling.top_p, 0.9);
+  EXPECT_EQ(r.sampling.seed, 11u);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"a", "bc"}));
+  r = parse_generate_request(R"({"text_input": "hi"})");
+  EXPECT_FALSE(r.id);
+  EXPECT_EQ(r.max_tokens, 16);
+  EXPECT_TRUE(r.sampling.greedy);
+  EXPECT_TRUE(r.stop.empty());
+  EXPECT_TRUE(parse_generate_request(R"({"text_input": "hi", "parameters": {"temperature": 0, "top_k": 5}})").sampling.greedy);
+  EXPECT_EQ(parse_generate_request(R"({"text_input": "x", "parameters": {"stop": "\n"}})").stop, std::vector<std::string>{"\n"});
+}
+
+TEST(GenerateRequest, ErrorsNameTheField) {
+  EXPECT_THAT(parse_error("{"), HasSubstr("the body is not valid JSON"));
+  EXPECT_THAT(parse_error("[1]"), HasSubstr("the body must be a JSON object"));
+  EXPECT_THAT(parse_error(std::string(50, '[') + std::string(50, ']')), HasSubstr("nested deeper than 8 levels"));
+  EXPECT_THAT(parse_error(R"({"parameters": {}})"), HasSubstr("field 'text_input' is missing"));
+  EXPECT_THAT(parse_error(R"({"text_input": ""})"), HasSubstr("field 'text_input' is empty"));
+  EXPECT_THAT(parse_error(R"({"text_input": 5})"), HasSubstr("field 'text_input' must be a string, got 5"));
+  EXPECT_THAT(parse_error(R"({"text_input": "a", "id": 3})"), HasSubstr("field 'id' must be a string"));
+  EXPECT_THAT(parse_error(R"({"text_input": "a", "inputs": []})"), HasSubstr("field 'inputs' is not a generate request field"));
+  EXPECT_THAT(parse_error(R"({"text_input": "a", "parameters": 1})"), HasSubstr("field 'parameters' must be an object"));
+  auto param = [](const std::string& p) { return parse_error(R"({"text_input": "a", "parameters": {)" + p + "}}"); };
+  EXPECT_THAT(param(R"("max_tokens": 0)"), HasSubstr("field 'parameters.max_tokens' must be >= 1, got 0"));
+  EXPECT_THAT(param(R"("max_tokens": 2.5)"), HasSubstr("field 'parameters.max_tokens' must be an integer, got 2.5"));
+  EXPECT_THAT(param(R"("max_tokens": 18446744073709551615)"), HasSubstr("'parameters.max_tokens' is 18446744073709551615, too large"));
+  EXPECT_THAT(param(R"("temperature": -1)"), HasSubstr("field 'parameters.temperature' must be >= 0"));
+  EXPECT_THAT(param(R"("temperature": "hot")"), HasSubstr("field 'parameters.temperature' must be a number"));
+  EXPECT_THAT(param(R"("top_k": -2)"), HasSubstr("field 'parameters.top_k' must be >= 0, got -2"));
+  EXPECT_THAT(param(R"("top_p": 0)"), HasSubstr("field 'parameters.top_p' must be in (0, 1], got 0"));
+  EXPECT_THAT(param(R"("top_p": 1.5)"), HasSubstr("field 'parameters.top_p' must be in (0, 1]"));
+  EXPECT_THAT(param(R"("seed": -1)"), HasSubstr("field 'parameters.seed' must be an integer >= 0, got -1"));
+  EXPECT_THAT(param(R"("stop": 3)"), HasSubstr("field 'parameters.stop' must be a string or an array of strings"));
+  EXPECT_THAT(param(R"("stop": ["a", 3])"), HasSubstr("field 'parameters.stop[1]' must be a string, got 3"));
+  EXPECT_THAT(param(R"("stop": ["a", ""])"), HasSubstr("field 'parameters.stop[1]' is empty"));
+  std::string many = R"("stop": [)";
+  for (int i = 0; i < 16; ++i) many += R"("a",)";
+  EXPECT_THAT(param(many + R"("a"])"), HasSubstr("has 17 strings, at most 16"));
+  EXPECT_THAT(param(R"("stream": "yes")"), HasSubstr("field 'parameters.stream' must be a boolean"));
+  EXPECT_THAT(param(R"("beam_width": 2)"), HasSubstr("field 'parameters.beam_width' is not a generate parameter"));
+}
+
+TEST(GeneratedText, PiecesAreWholeCharacters) {
+  const std::string text = "h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80 \xe4\xb8\xad";  // é € 😀 中
+  const auto pieces = pieces_of(text);
+  EXPECT_EQ(joined(pieces), text);
+  EXPECT_EQ(pieces.size(), 11u);  // one per character
+  for (const auto& p : pieces) EXPECT_TRUE(whole_utf8(p)) << p;
+  GeneratedText t;
+  EXPECT_EQ(t.push('\xf0'), "");
+  EXPECT_EQ(t.push('\x9f'), "");
+  EXPECT_EQ(t.push('\x98'), "");
+  EXPECT_EQ(t.finish(), "\xEF\xBF\xBD");  // an unfinished character at the end is one U+FFFD
+}
+
+// Fed one byte at a time, any bytes come out as decode_utf8 of all of them: the ill-formed
+// cases of the tokenizer test (Python's replacement) and random strings of tricky bytes.
+TEST(GeneratedText, PiecesConcatenateToTheWholeDecoding) {
+  for (const auto& c : json::parse(std::ifstream(gpt_data("tokenizer.json")))) {
+    const std::string bytes = models::decode_bytes(c["bytes"].get<std::vector<int64_t>>());
+    EXPECT_EQ(joined(pieces_of(bytes)), models::decode_bytes(c["replaced"].get<std::vector<int64_t>>())) << c["bytes"].dump();
+  }
+  const std::vector<unsigned char> alphabet = {'a', 0x80, 0x9f, 0xa0, 0xbf, 0xc0, 0xc3, 0xdf, 0xe0, 0xe2,
+                                               0xed, 0xef, 0xf0, 0xf4, 0xf5, 0xff, 0x82, 0xa9, 0x90, 0x8f};
+  std::mt19937 rng(3);
+  for (int n = 0; n < 2000; ++n) {
+    std::string bytes;
+    for (size_t i = rng() % 10; i > 0; --i) bytes += static_cast<char>(alphabet[rng() % alphabet.size()]);
+    const auto pieces = pieces_of(bytes);
+    ASSERT_EQ(joined(pieces), models::decode_utf8(bytes).text) << testing::PrintToString(bytes);
+    for (const auto& p : pieces) ASSERT_TRUE(whole_utf8(p));
+  }
+}
+
+TEST(GeneratedText, StopStringsEndTheTextAndAreHeldBack) {
+  EXPECT_EQ(pieces_of("ab\ncd\n\nef", {"\n\n"}), (std::vector<std::string>{"a", "b", "\nc", "d"}));
+  EXPECT_EQ(joined(pieces_of("xyz END", {"END", "yz"})), "x");  // the earliest stop string wins
+  EXPECT_EQ(joined(pieces_of("caf\xc3\xa9!", {"\xc3\xa9!"})), "caf");
+  EXPECT_EQ(joined(pieces_of("ab", {"bc"})), "ab");  // a held start that never completes is released
+  GeneratedText t({"ab"});
+  EXPECT_EQ(t.push('a'), "");
+  EXPECT_EQ(t.push('b'), "");
+  EXPECT_TRUE(t.stopped());
+  EXPECT_EQ(t.push('c'), "");
+  EXPECT_EQ(t.finish(), "");
+}
+
+TEST(GptGenerator, WarmupCapturesEveryBucketAndResetReusesThem) {
+  auto& f = fixture();
+  models::GPTGraphDecoder dec(*f.eager, 1);
+  EXPECT_EQ(dec.warmup(), 5u);  // 16, 32, 64, 128, 256
+  EXPECT_EQ(dec.length(), 0);
+  EXPECT_EQ(dec.warmup(), 0u);
+  const auto prompt = models::encode_bytes("Hello");
+  EXPECT_EQ(dec.generate_ids(prompt, 40), f.eager_ids("Hello", 40));
+  dec.reset();
+  EXPECT_EQ(dec.length(), 0);
+  EXPECT_EQ(dec.generate_ids(prompt, 40), f.eager_ids("Hello", 40));
+  EXPECT_EQ(dec.captured_graphs(), 5u);
+}
+
+// Greedy through the graphs gives PyTorch's tokens (scripts/testdata_gpt.py) and the eager
+// model's, also over many buckets and when sampling with a seed.
+TEST(GptGenerator, GreedyEqualsEagerAndPyTorch) {
+  auto& f = fixture();
+  auto gen = generator();
+  const auto io = gpt_tensors("io.safetensors");
+  const std::vector<int64_t> prompt = io.at("prompt").to_indices(), greedy = io.at("greedy").to_indices();
+  const std::vector<int64_t> want(greedy.begin() + static_cast<std::ptrdiff_t>(prompt.size()), greedy.end());
+  std::string streamed;
+  GenerateResult r = gen->generate(request(models::decode_bytes(prompt), static_cast<int64_t>(want.size())),
+                                   [&](std::string_view p) {
+                                     streamed += p;
+                                     return true;
+                                   });
+  EXPECT_EQ(r.tokens, want);
+  EXPECT_EQ(r.text, models::decode_utf8(models::decode_bytes(want)).text);
+  EXPECT_EQ(streamed, r.text);
+  EXPECT_EQ(r.finish_reason, "length");
+  EXPECT_EQ(r.prompt_tokens, static_cast<int64_t>(prompt.size()));
+
+  r = gen->generate(request("Once upon a time", 200), [](std::string_view) { return true; });
+  EXPECT_EQ(r.tokens, f.eager_ids("Once upon a time", 200));
+  GenerateRequest sampled = request("Hello", 60);
+  sampled.sampling = {.greedy = false, .temperature = 0.8, .top_k = 40, .top_p = 0.95, .seed = 9};
+  EXPECT_EQ(gen->generate(sampled, [](std::string_view) { return true; }).tokens, f.eager_ids("Hello", 60, sampled.sampling));
+}
+
+TEST(GptGenerator, ChecksTheRequestAgainstTheModel) {
+  auto gen = generator();
+  auto error = [&](const GenerateRequest& r) {
+    return test::error_of<InvalidArgument>([&] { gen->generate(r, [](std::string_view) { return true; }); });
+  };
+  EXPECT_THAT(error(request(std::string(250, 'a'), 7)),
+              HasSubstr("field 'parameters.max_tokens' is 7: the prompt's 250 tokens + max_tokens exceed model 'gpt''s "
+                        "max_len 256 (at most 6)"));
+  EXPECT_THAT(error(request(std::string(256, 'a'), 1)), HasSubstr("field 'text_input' is 256 tokens (bytes); model 'gpt' takes at most 255"));
+  EXPECT_THAT(error(request("", 1)), HasSubstr("field 'text_input' is empty"));
+  EXPECT_THAT(error(request("a", 0)), HasSubstr("field 'parameters.max_tokens' must be >= 1"));
+  GenerateRequest r = request("a", 3);
+  r.sampling = {.greedy = false, .top_p = 2};
+  EXPECT_THAT(error(r), HasSubstr("top_p must be in (0, 1]"));
+  EXPECT_EQ(gen->generate(request(std::string(250, 'a'), 6), [](std::string_view) { return true; }).tokens.size(), 6u);
+}
+
+TEST(GptGenerator, ConcurrentRequestsOnTwoInstancesEachGetTheirOwnTokens) {
+  auto& f = fixture();
+  auto gen = generator(2);
+  const std::vector<std::string> prompts = {"The cat", "A dog ran", "hgraph", "0123456789", "zz", "Graphs!"};
+  std::vector<std::vector<int64_t>> want;
+  for (const auto& p : prompts) want.push_back(f.eager_ids(p, 24 + static_cast<int64_t>(p.size())));
+  std::vector<std::future<GenerateResult>> got;
+  for (const auto& p : prompts)
+    got.push_back(std::async(std::launch::async, [&, p] {
+      return gen->generate(request(p, 24 + static_cast<int64_t>(p.size())), [](std::string_view) { return true; });
+    }));
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[i].get().tokens, want[i]) << prompts[i];
+}
+
+// One instance, a queue of one: with a generation running (held in its callback) and one
+// waiting, the next is refused with 503 at once; the held ones then finish.
+TEST(GptGenerator, FullQueueAnswers503) {
+  auto gen = generator(1, 1);
+  std::promise<void> running, release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> first{true};
+  auto a = std::async(std::launch::async, [&] {
+    return gen->generate(request("held", 8), [&](std::string_view) {
+      if (first.exchange(false)) {
+        running.set_value();
+        released.wait();
+      }
+      return true;
+    });
+  });
+  running.get_future().wait();
+  auto waiting = serve(gen, R"({"text_input": "queued", "parameters": {"max_tokens": 4}})", false);
+  EXPECT_EQ(waiting->status(), 0) << "the second request waits in the queue";
+  const HttpError e = [&] {
+    try {
+      gen->generate(request("third", 4), [](std::string_view) { return true; });
+    } catch (const HttpError& e) {
+      return e;
+    }
+    return HttpError(0, "no error");
+  }();
+  EXPECT_EQ(e.status(), 503);
+  EXPECT_THAT(e.what(), HasSubstr("model 'gpt': the generate queue is full (max_queue_size 1)"));
+  auto refused = serve(gen, R"({"text_input": "fourth"})", true);
+  ASSERT_TRUE(refused->wait_closed());
+  EXPECT_EQ(refused->status(), 503);
+  EXPECT_EQ(refused->response().headers, (std::vector<std::pair<std::string, std::string>>{{"Retry-After", "1"}}));
+  EXPECT_THAT(refused->body(), HasSubstr("generate queue is full"));
+  release.set_value();
+  EXPECT_EQ(a.get().tokens.size(), 8u);
+  ASSERT_TRUE(waiting->wait_closed());
+  EXPECT_EQ(waiting->status(), 200);
+}
+
+TEST(GptGenerator, ClientGoneStopsEarly) {
+  auto gen = generator();
+  int pieces = 0;
+  const GenerateResult r = gen->generate(request("Hello", 200), [&](std::string_view) { return ++pieces < 1; });
+  EXPECT_EQ(pieces, 1);
+  EXPECT_EQ(r.finish_reason, "cancelled");
+  EXPECT_LE(r.tokens.size(), 4u) << "the first piece comes within 4 bytes; nothing is generated after it";
+  // Over HTTP: the stream's first write after the first event fails; nothing more is written.
+  auto rec = serve(gen, R"({"text_input": "Hello", "parameters": {"max_tokens": 200}})", true,
+                   std::make_shared<RecordedReply>(0));
+  ASSERT_TRUE(rec->wait_closed());
+  EXPECT_EQ(rec->status(), 200);
+  EXPECT_EQ(rec->writes(), 1u);
+  EXPECT_EQ(rec->events().size(), 1u);  // the first event, sent with the response
+}
+
+TEST(ServeGenerate, JsonResponse) {
+  auto gen = generator();
+  auto rec = serve(gen, R"({"id": "42", "text_input": "Once", "parameters": {"max_tokens": 30}})", false);
+  ASSERT_TRUE(rec->wait_closed());
+  EXPECT_EQ(rec->status(), 200);
+  EXPECT_EQ(rec->response().content_type, "application/json");
+  const json j = json::parse(rec->body());
+  const std::string want = gen->generate(request("Once", 30), [](std::string_view) { return true; }).text;
+  EXPECT_EQ(j, (json{{"id", "42"}, {"model_name", "gpt"}, {"model_version", "1"}, {"text_output", want}, {"finish_reason", "length"}}));
+}
+
+// The stream's pieces are whole characters and concatenate to /generate's text, with and
+// without a stop string (taken from the greedy text itself), whether the sink comes at once
+// or only after the generation ended.
+TEST(ServeGenerate, StreamPiecesConcatenateToTheJsonText) {
+  auto gen = generator();
+  const std::string body = R"({"id": "s", "text_input": "Hello", "parameters": {"max_tokens": 60}})";
+  auto whole = serve(gen, body, false);
+  ASSERT_TRUE(whole->wait_closed());
+  const std::string text = json::parse(whole->body())["text_output"];
+  for (bool deferred : {false, true}) {
+    auto rec = std::make_shared<RecordedReply>();
+    if (deferred) rec->defer();
+    serve(gen, body, true, rec);
+    ASSERT_TRUE(rec->wait_response());
+    if (deferred) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the generation run ahead
+      rec->attach(rec);
+    }
+    ASSERT_TRUE(rec->wait_closed());
+    EXPECT_EQ(rec->status(), 200);
+    EXPECT_EQ(rec->response().content_type, "text/event-stream; charset=utf-8");
+    const auto events = rec->events();
+    ASSERT_GE(events.size(), 2u);
+    std::string joined_text;
+    for (size_t i = 0; i + 1 < events.size(); ++i) {
+      EXPECT_EQ(events[i]["id"], "s");
+      EXPECT_EQ(events[i]["model_name"], "gpt");
+      EXPECT_FALSE(events[i].contains("finish_reason"));
+      const std::string piece = events[i]["text_output"];
+      EXPECT_FALSE(piece.empty());
+      EXPECT_TRUE(whole_utf8(piece));
+      joined_text += piece;
+    }
+    EXPECT_EQ(joined_text, text);
+    EXPECT_EQ(events.back(), (json{{"id", "s"}, {"model_name", "gpt"}, {"model_version", "1"}, {"text_output", ""},
+                                   {"finish_reason", "length"}}));
+  }
+  // A stop string: two characters from the middle of the text.
+  ASSERT_GT(text.size(), 12u);
+  size_t from = 6;
+  while ((static_cast<unsigned char>(text[from]) & 0xC0) == 0x80) ++from;
+  size_t to = from + 1;
+  while (to < text.size() && (static_cast<unsigned char>(text[to]) & 0xC0) == 0x80) ++to;
+  const std::string stop = text.substr(from, to - from);
+  const std::string other = "\x01\x02";
+  const json stop_body = {{"text_input", "Hello"}, {"parameters", {{"max_tokens", 60}, {"stop", {other, stop}}}}};
+  auto stopped = serve(gen, stop_body.dump(), false);
+  ASSERT_TRUE(stopped->wait_closed());
+  const json j = json::parse(stopped->body());
+  EXPECT_EQ(j["text_output"], text.substr(0, std::min(text.find(stop), text.find(other))));
+  EXPECT_EQ(j["finish_reason"], "stop");
+  auto stream = serve(gen, stop_body.dump(), true);
+  ASSERT_TRUE(stream->wait_closed());
+  std::string streamed;
+  for (const auto& e : stream->events()) streamed += e["text_output"].get<std::string>();
+  EXPECT_EQ(streamed, j["text_output"]);
+  EXPECT_EQ(stream->events().back()["finish_reason"], "stop");
+}
+
+TEST(ServeGenerate, BadRequestsAnswer400NamingTheField) {
+  auto gen = generator();
+  for (bool stream : {false, true}) {
+    auto rec = serve(gen, R"({"text_input": "Hi", "parameters": {"max_tokens": 255}})", stream);
+    ASSERT_TRUE(rec->wait_closed());
+    EXPECT_EQ(rec->status(), 400);
+    EXPECT_EQ(rec->response().content_type, "application/json");
+    EXPECT_THAT(json::parse(rec->body())["error"].get<std::string>(),
+                HasSubstr("field 'parameters.max_tokens' is 255: the prompt's 2 tokens + max_tokens exceed"));
+    rec = serve(gen, R"({"text_input": "Hi", "parameters": {"top_k": "many"}})", stream);
+    ASSERT_TRUE(rec->wait_closed());
+    EXPECT_EQ(rec->status(), 400);
+    EXPECT_THAT(rec->body(), HasSubstr("field 'parameters.top_k' must be an integer"));
+  }
+}
+
+// A generator that fails: before its first piece (the status is the error's) or after it
+// (a 200 stream whose last event is {"error"}).
+class FailingGenerator : public TextGenerator {
+ public:
+  explicit FailingGenerator(int pieces) : pieces_(pieces) {}
+  void submit(GenerateRequest, PieceCallback on_piece, GenerateDone done) override {
+    worker_ = std::thread([this, on_piece, done] {
+      for (int i = 0; i < pieces_; ++i) on_piece("x");
+      done(std::make_exception_ptr(OutOfMemoryError("hpu:0 is out of memory")), {});
+    });
+  }
+  ~FailingGenerator() override { worker_.join(); }
+
+ private:
+  int pieces_;
+  std::thread worker_;
+};
+
+TEST(ServeGenerate, ErrorsBeforeAndAfterTheFirstEvent) {
+  auto before = serve(std::make_shared<FailingGenerator>(0), R"({"text_input": "a"})", true);
+  ASSERT_TRUE(before->wait_closed());
+  EXPECT_EQ(before->status(), 503);
+  EXPECT_EQ(json::parse(before->body()), (json{{"error", "hpu:0 is out of memory"}}));
+  auto after = serve(std::make_shared<FailingGenerator>(2), R"({"text_input": "a"})", true);
+  ASSERT_TRUE(after->wait_closed());
+  EXPECT_EQ(after->status(), 200);
+  const auto events = after->events();
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[1]["text_output"], "x");
+  EXPECT_EQ(events[2], (json{{"error", "hpu:0 is out of memory"}}));
+  auto plain = serve(std::make_shared<FailingGenerator>(1), R"({"text_input": "a"})", false);
+  ASSERT_TRUE(plain->wait_closed());
+  EXPECT_EQ(plain->status(), 503);
+}
+
+}  // namespace
