@@ -4,11 +4,6 @@
 // require a clean exit on its own. A repository with a broken model checks readiness. In
 // process, without sockets: the KServe handler over a hand-built repository (multi-input
 // models, routing edge cases) and the FP32 printing.
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,12 +28,11 @@
 #include "server/client.h"
 #include "server/kserve.h"
 #include "server/model_repository.h"
+#include "tests/server_process.h"
+#include "tests/test_env.h"
 
 #ifndef HG_SOURCE_DIR
 #error "HG_SOURCE_DIR must be defined as the repository root"
-#endif
-#ifndef HG_SERVE_BIN
-#error "HG_SERVE_BIN must be defined as the path of hgraph-serve"
 #endif
 
 namespace {
@@ -46,98 +40,13 @@ namespace {
 using hg::server::Client;
 using hg::server::RawResponse;
 using hg::server::Tensor;
+using hg::test::ServerProcess;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
 const std::string kModel = "digits_mlp";
 const std::string kRepository = HG_SOURCE_DIR "/models/repository";
 constexpr size_t kMaxBody = 64 * 1024;
-
-// A running hgraph-serve child process.
-class ServerProcess {
- public:
-  explicit ServerProcess(const std::vector<std::string>& extra_args) {
-    std::vector<std::string> args = {HG_SERVE_BIN, "--host", "127.0.0.1", "--port", "0"};
-    args.insert(args.end(), extra_args.begin(), extra_args.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    int fds[2];
-    if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
-    pid_ = fork();
-    if (pid_ < 0) throw std::runtime_error("fork failed");
-    if (pid_ == 0) {  // child: only async-signal-safe calls until exec
-      prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive a crashed test
-      dup2(fds[1], STDOUT_FILENO);
-      close(fds[0]);
-      close(fds[1]);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(fds[1]);
-    out_fd_ = fds[0];
-    read_port(120s);  // loading + capturing every bucket happens before listening
-  }
-
-  ~ServerProcess() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (out_fd_ >= 0) close(out_fd_);
-  }
-
-  const std::string& url() const { return url_; }
-  pid_t pid() const { return pid_; }
-
-  // SIGTERM, then wait up to `timeout` for the process to exit by itself. Returns its exit
-  // status, or -1 if it had to be killed.
-  int terminate(std::chrono::milliseconds timeout) {
-    if (pid_ <= 0) return -1;
-    kill(pid_, SIGTERM);
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    int status = 0;
-    while (std::chrono::steady_clock::now() < deadline) {
-      pid_t r = waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-    return -1;
-  }
-
- private:
-  void read_port(std::chrono::milliseconds timeout) {
-    const std::string marker = "listening on http://";
-    std::string out;
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (true) {
-      size_t at = out.find(marker);
-      size_t eol = at == std::string::npos ? std::string::npos : out.find('\n', at);
-      if (eol != std::string::npos) {
-        url_ = "http://" + out.substr(at + marker.size(), eol - at - marker.size());
-        return;
-      }
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) throw std::runtime_error("hgraph-serve did not print its port in time; stdout: " + out);
-      pollfd p{out_fd_, POLLIN, 0};
-      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-      char buf[512];
-      ssize_t n = read(out_fd_, buf, sizeof(buf));
-      if (n <= 0) throw std::runtime_error("hgraph-serve exited before listening; stdout: " + out);
-      out.append(buf, static_cast<size_t>(n));
-    }
-  }
-
-  pid_t pid_ = -1;
-  int out_fd_ = -1;
-  std::string url_;
-};
 
 // A digits-like sample (8x8 pixels in [0, 16]), different per seed.
 std::vector<float> sample(int seed) {
@@ -563,21 +472,29 @@ class TwoInputModel : public hg::server::ServedModel {
   hg::models::PackageSpec spec_;
 };
 
+// A repository of empty version folders two/3 and bad/2: its factory serves TwoInputModel for
+// "two" and fails "bad" the way a truncated weights file would.
 class KServeHandlerTest : public ::testing::Test {
  protected:
-  KServeHandlerTest() {
-    hg::server::ModelEntry two;
-    two.name = "two";
-    two.version = 3;
-    two.state = hg::server::ModelState::Ready;
-    two.model = std::make_shared<TwoInputModel>();
-    repo_.add(two);
+  static hg::server::RepositoryOptions options(const std::filesystem::path& dir) {
+    std::filesystem::create_directories(dir / "two" / "3");
+    std::filesystem::create_directories(dir / "bad" / "2");
+    hg::server::RepositoryOptions o;
+    o.dir = dir;
+    o.factory = [](const std::string& model, int64_t, const std::filesystem::path&,
+                   const hg::server::ModelConfig&) -> std::shared_ptr<hg::server::ServedModel> {
+      if (model == "bad") throw hg::FormatError("weights.safetensors: truncated");
+      return std::make_shared<TwoInputModel>();
+    };
+    return o;
   }
+  ~KServeHandlerTest() override { std::filesystem::remove_all(dir_); }
   hg::server::HttpResponse call(const std::string& method, const std::string& path, const std::string& body = "") {
     hg::server::KServeHandler h(repo_, {});
     return h.handle({method, path, body, {}});
   }
-  hg::server::ModelRepository repo_;
+  std::filesystem::path dir_ = hg::test::temp_dir("KServeHandlerTest");
+  hg::server::ModelRepository repo_{options(dir_)};
 };
 
 TEST_F(KServeHandlerTest, MultiInputInferWithOutputSelection) {
@@ -611,11 +528,6 @@ TEST_F(KServeHandlerTest, InputsDisagreeingOnBatchIs400) {
 }
 
 TEST_F(KServeHandlerTest, UnavailableModelIs503AndServerNotReady) {
-  hg::server::ModelEntry bad;
-  bad.name = "bad";
-  bad.version = 2;
-  bad.reason = "weights.safetensors: truncated";
-  repo_.add(bad);
   EXPECT_EQ(call("GET", "/v2/health/live").status, 200);
   auto ready = call("GET", "/v2/health/ready");
   EXPECT_EQ(ready.status, 503);

@@ -1,0 +1,155 @@
+// Shared pieces of the hgraph-serve end-to-end tests (server_e2e_test.cpp, server_load_test.cpp,
+// server_shutdown_test.cpp): model repositories built in temporary directories, digits_mlp
+// requests with distinct inputs, error bodies, Prometheus text, and client threads.
+//
+//   hg::test::TempRepo repo("Batching");                  // /tmp/hgraph_test_e2e_Batching_<pid>
+//   repo.add_digits();                                    // <repo>/digits_mlp/1 from models/repository
+//   repo.write_config("digits_mlp", {{"max_batch_size", 16}, {"dynamic_batching", {...}}});
+//   hg::test::ServerProcess server({"--model-repository", repo.str()});
+//   HttpConn c(server.port());
+//   HttpReply r = c.request("POST", "/v2/models/digits_mlp/infer", digits_body({3, 4}));
+//   double runs = metric_sum(c.request("GET", "/metrics").body, "hg_batch_size_count", "digits_mlp");
+#pragma once
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/atomic_file.h"
+#include "tests/http_conn.h"
+#include "tests/server_process.h"
+#include "tests/test_env.h"
+
+#ifndef HG_SOURCE_DIR
+#error "HG_SOURCE_DIR must be defined as the repository root"
+#endif
+#ifndef HG_TESTDATA_DIR
+#error "HG_TESTDATA_DIR must be defined as the directory of the PyTorch-made test data"
+#endif
+
+namespace hg::test {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+inline const fs::path kBundledRepository = fs::path(HG_SOURCE_DIR) / "models" / "repository";
+inline const fs::path kTestData = fs::path(HG_TESTDATA_DIR);
+
+// A model repository in a fresh temporary directory, removed with the object.
+class TempRepo {
+ public:
+  explicit TempRepo(const std::string& name) : dir_(temp_dir("e2e_" + name)) {}
+  ~TempRepo() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  TempRepo(const TempRepo&) = delete;
+  TempRepo& operator=(const TempRepo&) = delete;
+
+  const fs::path& dir() const { return dir_; }
+  std::string str() const { return dir_.string(); }
+
+  // <repo>/<model>/<version>/ as a copy of the bundled digits_mlp package.
+  void add_digits(const std::string& model = "digits_mlp", int version = 1) const {
+    copy_folder(kBundledRepository / "digits_mlp" / "1", dir_ / model / std::to_string(version));
+  }
+  // <repo>/<model>/<version>/model.onnx from the ONNX test data (scripts/testdata_onnx.py).
+  void add_onnx(const std::string& model, const std::string& file, int version = 1) const {
+    fs::create_directories(dir_ / model / std::to_string(version));
+    fs::copy_file(kTestData / "onnx" / file, dir_ / model / std::to_string(version) / "model.onnx",
+                  fs::copy_options::overwrite_existing);
+  }
+  // <repo>/<model>/config.json, written atomically (a polling server never reads half of it).
+  void write_config(const std::string& model, const json& config) const {
+    fs::create_directories(dir_ / model);
+    const std::string text = config.dump(2);
+    write_file_atomic(dir_ / model / "config.json", {as_bytes(text)});
+  }
+
+  // Builds <to> completely beside it, then renames it in: a scan sees no half-copied version.
+  static void copy_folder(const fs::path& from, const fs::path& to) {
+    fs::create_directories(to.parent_path());
+    const fs::path staging = to.parent_path() / ("." + to.filename().string() + ".staging");
+    fs::remove_all(staging);
+    fs::copy(from, staging, fs::copy_options::recursive);
+    fs::rename(staging, to);
+  }
+
+ private:
+  fs::path dir_;
+};
+
+// A digits-like sample (8x8 pixels in [0, 16]); different seeds give different samples.
+inline std::vector<float> digits_sample(int seed) {
+  std::vector<float> v(64);
+  for (int i = 0; i < 64; ++i) v[i] = static_cast<float>((i * 7 + seed * 13 + (i / 8) * seed + seed / 17) % 17);
+  return v;
+}
+
+// An infer request body for digits_mlp: one row per seed, JSON FP32 data; `extra` is merged
+// into the request object (e.g. {"id": "x"} or {"parameters": {"timeout": 1}}).
+inline std::string digits_body(const std::vector<int>& seeds, const json& extra = json::object()) {
+  std::vector<float> data;
+  for (int s : seeds) {
+    auto x = digits_sample(s);
+    data.insert(data.end(), x.begin(), x.end());
+  }
+  json body = {{"inputs", {{{"name", "input"}, {"datatype", "FP32"},
+                            {"shape", {static_cast<int64_t>(seeds.size()), 64}}, {"data", data}}}}};
+  body.update(extra);
+  return body.dump();
+}
+
+// The "logits" of a 200 digits_mlp response, flat; empty when the body is not one.
+inline std::vector<float> logits_of(const std::string& body) {
+  json j = json::parse(body, nullptr, false);
+  if (!j.is_object() || !j.contains("outputs") || !j["outputs"].is_array() || j["outputs"].empty()) return {};
+  for (const auto& o : j["outputs"])
+    if (o.value("name", "") == "logits" && o.contains("data") && o["data"].is_array())
+      return o["data"].get<std::vector<float>>();
+  return {};
+}
+
+// The message of an {"error": str} body; empty (and a test failure) for any other body.
+inline std::string error_of(const std::string& body) {
+  json j = json::parse(body, nullptr, false);
+  const bool ok = j.is_object() && j.contains("error") && j["error"].is_string();
+  EXPECT_TRUE(ok) << "not an {\"error\": str} body: " << body;
+  return ok ? j["error"].get<std::string>() : "";
+}
+
+// The sum of the values of every sample of `name` (exact metric name, e.g.
+// "hg_batch_size_count") in Prometheus text whose labels contain `label_part` (e.g.
+// "digits_mlp"; empty: all). Returns -1 when no such sample exists.
+inline double metric_sum(const std::string& text, const std::string& name, const std::string& label_part = "") {
+  std::istringstream in(text);
+  std::string line;
+  double sum = 0;
+  bool found = false;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#' || line.compare(0, name.size(), name) != 0) continue;
+    const size_t after = name.size();
+    if (after < line.size() && line[after] != '{' && line[after] != ' ') continue;  // a longer name
+    const size_t value_at = line.rfind(' ');
+    const std::string labels = line.substr(after, value_at - after);
+    if (!label_part.empty() && labels.find(label_part) == std::string::npos) continue;
+    sum += std::stod(line.substr(value_at + 1));
+    found = true;
+  }
+  return found ? sum : -1;
+}
+
+// Runs fn(thread_index) on `threads` threads at once and joins them all.
+inline void run_threads(int threads, const std::function<void(int)>& fn) {
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t) pool.emplace_back(fn, t);
+  for (auto& th : pool) th.join();
+}
+
+}  // namespace hg::test
