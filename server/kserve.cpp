@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "engine/error.h"
+#include "server/http_error.h"
 
 namespace hg::server {
 
@@ -115,19 +116,14 @@ const char* allowed_method(Endpoint e) { return e == Endpoint::Infer ? "POST" : 
 
 // ---- model lookup -----------------------------------------------------------------------
 
-const ModelEntry& find_model(const ModelRepository& repo, const Route& r) {
+// The served version; resolve() throws 400 (bad name), 404 or 503 (not ready).
+const ModelVersion& find_ready_model(const ModelRepository& repo, const Route& r, std::shared_ptr<const ModelVersion>& held) {
   try {
-    return repo.resolve(r.model, r.version ? std::optional<std::string_view>(*r.version) : std::nullopt);
-  } catch (const NotFoundError& e) {
-    fail(404, e.what());
+    held = repo.resolve(r.model, r.version ? std::optional<std::string_view>(*r.version) : std::nullopt);
+  } catch (const std::exception& e) {
+    fail(http_status(e), e.what());
   }
-}
-
-const ModelEntry& find_ready_model(const ModelRepository& repo, const Route& r) {
-  const ModelEntry& e = find_model(repo, r);
-  if (!e.ready())
-    fail(503, "model '" + e.name + "' version " + std::to_string(e.version) + " is not ready: " + e.reason);
-  return e;
+  return *held;
 }
 
 json tensor_metadata(const std::vector<models::IOSpec>& ios) {
@@ -190,7 +186,7 @@ struct ParsedInput {
   TensorData data;
 };
 
-void parse_input(const json& in, size_t index, const ModelEntry& e, std::vector<ParsedInput>& parsed,
+void parse_input(const json& in, size_t index, const ModelVersion& e, std::vector<ParsedInput>& parsed,
                  size_t body_bytes) {
   const auto& spec = e.model->spec();
   if (!in.is_object()) fail(400, "inputs[" + std::to_string(index) + "] is not an object");
@@ -267,7 +263,8 @@ int status_for(const Error& e) {
 }
 
 HttpResponse infer(const ModelRepository& repo, const Route& route, const HttpRequest& req) {
-  const ModelEntry& e = find_ready_model(repo, route);
+  std::shared_ptr<const ModelVersion> held;
+  const ModelVersion& e = find_ready_model(repo, route, held);
   const auto& spec = e.model->spec();
   if (!req.header("Inference-Header-Content-Length").empty())
     fail(400, "binary tensor data (Inference-Header-Content-Length) is not supported; send JSON tensors");
@@ -398,16 +395,20 @@ HttpResponse respond(const ModelRepository& repo, const KServeOptions& opt, cons
   switch (route.endpoint) {
     case Endpoint::Live: return ok({{"live", true}});
     case Endpoint::Ready: {
-      for (const ModelEntry* e : repo.entries())
-        if (!e->ready())
-          fail(503, "not ready: model '" + e->name + "' version " + std::to_string(e->version) +
-                        " is UNAVAILABLE: " + e->reason);
+      if (!repo.all_ready()) {
+        std::string why;
+        for (const IndexEntry& e : repo.index())
+          if (e.state != ModelState::Ready && e.reason != "not loaded" && e.reason != "unloaded")
+            why += " model '" + e.name + "' is " + model_state_name(e.state) + ": " + e.reason + ";";
+        fail(503, "not ready:" + why);
+      }
       return ok({{"ready", true}});
     }
     case Endpoint::ServerMetadata:
       return ok({{"name", opt.server_name}, {"version", opt.server_version}, {"extensions", json::array()}});
     case Endpoint::ModelMetadata: {
-      const ModelEntry& e = find_ready_model(repo, route);
+      std::shared_ptr<const ModelVersion> held;
+      const ModelVersion& e = find_ready_model(repo, route, held);
       const auto& spec = e.model->spec();
       return ok({{"name", e.name},
                  {"versions", json::array({std::to_string(e.version)})},
@@ -416,7 +417,8 @@ HttpResponse respond(const ModelRepository& repo, const KServeOptions& opt, cons
                  {"outputs", tensor_metadata(spec.outputs)}});
     }
     case Endpoint::ModelReady: {
-      const ModelEntry& e = find_ready_model(repo, route);
+      std::shared_ptr<const ModelVersion> held;
+      const ModelVersion& e = find_ready_model(repo, route, held);
       return ok({{"name", e.name}, {"version", std::to_string(e.version)}, {"ready", true}});
     }
     case Endpoint::Infer: return infer(repo, route, req);

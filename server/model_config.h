@@ -38,7 +38,7 @@ struct ModelConfig {
   std::string name;
   std::string platform = "hgraph";  // "hgraph" (package or model.onnx) or "identity"
   int64_t max_batch_size = 32;      // 0: the model takes no batch dimension from the batcher (batch 1 runs)
-  std::vector<int64_t> batch_buckets;  // captured batch sizes; empty: exponential 1..max_batch_size
+  std::vector<int64_t> batch_buckets;  // captured batch sizes; empty: see buckets()
   bool dynamic_batching = false;       // the "dynamic_batching" object is present
   uint64_t max_queue_delay_us = 0;
   bool preserve_ordering = false;
@@ -56,6 +56,11 @@ struct ModelConfig {
   static ModelConfig parse(const nlohmann::json& j, const std::string& file, const std::string& name);
   // config.json of a model folder; the defaults when the file does not exist. Throws FormatError.
   static ModelConfig load(const std::filesystem::path& model_dir);
+  // The buckets to capture: batch_buckets when given, else those of `fallback` (the server's
+  // --batch-sizes) up to max_batch_size (max_batch_size itself when none is); {1} for 0.
+  std::vector<int64_t> buckets(const std::vector<int64_t>& fallback) const;
+  // Triton's spelling (input/output with data_type "TYPE_FP32" and dims without the batch
+  // dimension); parse(to_json()) gives the same config back.
   nlohmann::json to_json() const;
 };
 

@@ -1,32 +1,26 @@
 #include "server/model_repository.h"
 
 #include <algorithm>
-#include <charconv>
-#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <map>
+#include <mutex>
 #include <ostream>
+#include <set>
+#include <sstream>
 #include <system_error>
+#include <thread>
 
 #include "engine/error.h"
+#include "server/http_error.h"
+#include "server/identity_model.h"
+#include "server/wire.h"
 
 namespace hg::server {
 namespace fs = std::filesystem;
 
 namespace {
-
-class PredictorModel final : public ServedModel {
- public:
-  explicit PredictorModel(std::unique_ptr<models::Predictor> p) : p_(std::move(p)) {}
-  const models::PackageSpec& spec() const override { return p_->package().spec; }
-  int64_t input_size(size_t i) const override { return p_->input_size(i); }
-  int64_t output_size(size_t i) const override { return p_->output_size(i); }
-  void run(const std::vector<const void*>& inputs, int64_t batch,
-           const std::vector<void*>& outputs) override {
-    p_->run(inputs, batch, outputs);
-  }
-
- private:
-  std::unique_ptr<models::Predictor> p_;
-};
 
 // Version folders are positive integers without leading zeros: "1", "12".
 std::optional<int64_t> parse_version(std::string_view s) {
@@ -39,141 +33,599 @@ std::optional<int64_t> parse_version(std::string_view s) {
   return v;
 }
 
-// The server speaks FP32 and INT64 with at most one variable (batch) dimension per tensor.
-void check_servable(const models::PackageSpec& spec) {
-  if (spec.inputs.empty() || spec.outputs.empty())
-    throw InvalidArgument("model declares no inputs or no outputs");
-  auto check = [](const models::IOSpec& io, const char* kind) {
-    if (io.datatype != "FP32" && io.datatype != "INT64")
-      throw InvalidArgument(std::string(kind) + " '" + io.name + "' has datatype " + io.datatype +
-                            "; only FP32 and INT64 are served");
-    if (std::count(io.shape.begin(), io.shape.end(), int64_t{-1}) > 1)
-      throw InvalidArgument(std::string(kind) + " '" + io.name +
-                            "' has more than one variable dimension");
-  };
-  for (auto& io : spec.inputs) check(io, "input");
-  for (auto& io : spec.outputs) check(io, "output");
+bool valid_model_name(std::string_view name) {
+  try {
+    check_model_name(name);
+    return true;
+  } catch (const InvalidArgument&) {
+    return false;
+  }
 }
 
-ModelEntry load_model(const fs::path& model_dir, const models::PredictorOptions& opt,
-                      std::ostream* log) {
-  ModelEntry e;
-  e.name = model_dir.filename().string();
-  std::error_code ec;
-  for (const auto& sub : fs::directory_iterator(model_dir, ec)) {
-    if (!sub.is_directory(ec)) continue;
-    if (auto v = parse_version(sub.path().filename().string())) e.version = std::max(e.version, *v);
-  }
-  if (e.version == 0) {
-    e.reason = "no version directory (a positive integer) in " + model_dir.string();
-    if (log) *log << "hgraph-serve: model '" << e.name << "' UNAVAILABLE: " << e.reason << "\n";
-    return e;
-  }
-  const fs::path dir = model_dir / std::to_string(e.version);
-  auto t0 = std::chrono::steady_clock::now();
-  try {
-    auto p = models::Predictor::load(dir, opt);
-    check_servable(p->package().spec);
-    e.buckets = p->capture_all();
-    e.model = make_served_model(std::move(p));
-    e.state = ModelState::Ready;
-  } catch (const std::exception& ex) {
-    e.reason = ex.what();
-    e.state = ModelState::Unavailable;
-  }
-  e.load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (log) {
-    if (e.ready()) {
-      const auto cached = std::count_if(e.buckets.begin(), e.buckets.end(), [](auto& b) { return b.disk_hit; });
-      *log << "hgraph-serve: model '" << e.name << "' version " << e.version << " READY (" << e.load_ms
-           << " ms, " << e.buckets.size() << " buckets captured, " << cached << " from the graph cache)\n";
-    } else {
-      *log << "hgraph-serve: model '" << e.name << "' version " << e.version
-           << " UNAVAILABLE: failed to load " << dir.string() << ": " << e.reason << "\n";
-    }
-    log->flush();
-  }
-  return e;
+std::string versions_text(const std::vector<int64_t>& versions) {
+  std::string s;
+  for (int64_t v : versions) s += (s.empty() ? "" : ", ") + std::to_string(v);
+  return s.empty() ? "none" : s;
 }
+
+// What a load of the model folder reads: config.json and every file under its version
+// folders, each by path, size and modification time. A change in any of them is a change of
+// the model (poll mode).
+std::string fingerprint(const fs::path& model_dir) {
+  std::vector<std::string> items;
+  std::error_code ec;
+  auto add = [&](const fs::path& p) {
+    std::error_code e;
+    const auto st = fs::status(p, e);
+    std::ostringstream line;
+    line << fs::relative(p, model_dir, e).string() << '|';
+    if (fs::is_regular_file(st))
+      line << fs::file_size(p, e) << '|' << fs::last_write_time(p, e).time_since_epoch().count();
+    items.push_back(line.str());
+  };
+  add(model_dir / "config.json");
+  for (const auto& entry : fs::directory_iterator(model_dir, ec)) {
+    if (!entry.is_directory(ec) || !parse_version(entry.path().filename().string())) continue;
+    add(entry.path());
+    for (auto it = fs::recursive_directory_iterator(entry.path(), ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec))
+      add(it->path());
+  }
+  std::sort(items.begin(), items.end());
+  std::string out;
+  for (const auto& i : items) out += i + '\n';
+  return out;
+}
+
+BatcherConfig batcher_config(const ModelConfig& c) {
+  BatcherConfig b;
+  b.max_batch_size = c.max_batch_size;
+  b.max_queue_delay_us = c.max_queue_delay_us;
+  b.max_queue_size = c.max_queue_size;
+  b.preserve_ordering = c.preserve_ordering;
+  b.priority_levels = c.priority_levels;
+  b.default_priority_level = c.default_priority_level;
+  b.instances = c.instance_count;
+  return b;
+}
+
+// The tensors config.json declares for an hgraph model must be the package's.
+void check_declared(const std::vector<models::IOSpec>& declared, const std::vector<models::IOSpec>& actual,
+                    const char* field) {
+  if (declared.empty()) return;
+  auto text = [](const models::IOSpec& io) { return "'" + io.name + "' " + io.datatype + " " + shape_text(io.shape); };
+  if (declared.size() != actual.size())
+    throw InvalidArgument(std::string("config.json: ") + field + " lists " + std::to_string(declared.size()) +
+                          " tensors, the model has " + std::to_string(actual.size()));
+  for (size_t i = 0; i < declared.size(); ++i)
+    if (declared[i].name != actual[i].name || declared[i].datatype != actual[i].datatype || declared[i].shape != actual[i].shape)
+      throw InvalidArgument(std::string("config.json: ") + field + "[" + std::to_string(i) + "] declares " +
+                            text(declared[i]) + ", the model has " + text(actual[i]));
+}
+
+struct Record {
+  ModelState state = ModelState::Unavailable;
+  std::string reason;
+  std::vector<std::shared_ptr<const ModelVersion>> versions;  // served, highest first
+  std::vector<int64_t> selected;  // the versions the last load meant to serve
+  bool wanted = false;            // meant to be served: all_ready() waits for it
+  std::string fingerprint;        // of the folder at the last load
+};
+
+struct Task {
+  enum class Kind { Startup, Load, Unload } kind;
+  std::string name;
+  std::optional<std::string> config_json;
+  ModelRepository::Done done;
+};
+
+struct Outcome {
+  int status;
+  std::string message;
+};
 
 }  // namespace
 
-std::vector<int64_t> parse_batch_sizes(std::string_view text) {
-  std::vector<int64_t> out;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t comma = std::min(text.find(',', pos), text.size());
-    std::string_view item = text.substr(pos, comma - pos);
-    int64_t v = 0;
-    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || v < 1)
-      throw InvalidArgument("bad batch size '" + std::string(item) + "' in '" + std::string(text) +
-                            "' (expected positive integers separated by commas)");
-    out.push_back(v);
-    pos = comma + 1;
+const char* model_state_name(ModelState s) {
+  switch (s) {
+    case ModelState::Loading: return "LOADING";
+    case ModelState::Ready: return "READY";
+    case ModelState::Unavailable: return "UNAVAILABLE";
+    case ModelState::Unloading: return "UNLOADING";
   }
+  return "UNAVAILABLE";
+}
+
+ControlMode parse_control_mode(std::string_view s) {
+  if (s == "none") return ControlMode::None;
+  if (s == "poll") return ControlMode::Poll;
+  if (s == "explicit") return ControlMode::Explicit;
+  throw InvalidArgument("unknown model control mode '" + std::string(s) + "' (none, poll, explicit)");
+}
+
+void check_model_name(std::string_view name) {
+  auto bad = [&](const std::string& why) {
+    std::string shown(name.substr(0, 64));
+    std::replace(shown.begin(), shown.end(), '\0', '?');
+    throw InvalidArgument("invalid model name '" + shown + (name.size() > 64 ? "...'" : "'") + ": " + why);
+  };
+  if (name.empty()) bad("it is empty");
+  if (name.size() > 255) bad("it is longer than 255 characters");
+  if (name == "." || name == "..") bad("it is not a folder name of the repository");
+  if (name[0] == '.') bad("it starts with '.'");
+  if (name.find('/') != std::string_view::npos || name.find('\\') != std::string_view::npos)
+    bad("it contains a path separator");
+  if (name.find('\0') != std::string_view::npos) bad("it contains a NUL character");
+}
+
+struct ModelRepository::Impl {
+  RepositoryOptions opt;
+
+  mutable std::mutex mu;  // records, stopped
+  std::map<std::string, Record, std::less<>> records;
+  bool stopped = false;
+
+  std::mutex queue_mu;  // queue, quit
+  std::condition_variable queue_cv;
+  std::deque<Task> queue;
+  bool quit = false;
+
+  // Swapped-out versions, drained once no request holds them (loader thread only).
+  std::vector<std::shared_ptr<const ModelVersion>> retiring;
+  std::mutex log_mu;
+  std::thread loader;
+
+  void log(const std::string& line) {
+    if (!opt.log) return;
+    std::lock_guard lk(log_mu);
+    *opt.log << "hgraph-serve: " << line << std::endl;
+  }
+
+  static void finish(const Done& done, const Outcome& o) {
+    if (done) done(o.status, o.message);
+  }
+
+  std::vector<std::string> folder_names() const {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (const auto& d : fs::directory_iterator(opt.dir, ec)) {
+      std::string name = d.path().filename().string();
+      if (valid_model_name(name) && d.is_directory(ec)) names.push_back(std::move(name));
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  // ---- building a version (loader thread) -----------------------------------------------
+
+  std::shared_ptr<ModelVersion> build_version(const std::string& name, int64_t version, const fs::path& dir,
+                                              const ModelConfig& config) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto mv = std::make_shared<ModelVersion>();
+    mv->name = name;
+    mv->version = version;
+    mv->config = config;
+    models::PredictorOptions popt = opt.predictor;
+    popt.batch_buckets = config.buckets(opt.predictor.batch_buckets);
+    if (opt.factory) {
+      mv->model = opt.factory(name, version, dir, config);
+      if (!mv->model) throw InternalError("the model factory returned no model");
+    } else if (config.platform == "identity") {
+      models::PackageSpec spec;
+      spec.name = name;
+      spec.inputs = config.inputs;
+      spec.outputs = config.outputs;
+      mv->model = make_identity_model(std::move(spec));
+    } else {
+      auto predictor = models::Predictor::load(dir, popt);
+      check_declared(config.inputs, predictor->package().spec.inputs, "input");
+      check_declared(config.outputs, predictor->package().spec.outputs, "output");
+      if (config.warmup) mv->buckets = predictor->capture_all();
+      mv->model = make_served_model(std::move(predictor));
+    }
+    // The config as served (GET .../config): the model's tensors when config.json names none.
+    if (mv->config.inputs.empty()) mv->config.inputs = mv->model->spec().inputs;
+    if (mv->config.outputs.empty()) mv->config.outputs = mv->model->spec().outputs;
+    if (is_text_generation_model(mv->model->spec())) mv->generator = make_gpt_generator(dir, config, popt);
+    BatcherConfig bc = batcher_config(config);
+    if (opt.on_batch)
+      bc.on_batch = [hook = opt.on_batch, name, version](int64_t batch, Clock::duration compute) {
+        hook(name, version, batch, compute);
+      };
+    mv->batcher = std::make_shared<DynamicBatcher>(mv->model, std::move(bc));
+    mv->load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return mv;
+  }
+
+  void log_ready(const ModelVersion& v, const fs::path& dir) {
+    const auto cached = std::count_if(v.buckets.begin(), v.buckets.end(), [](auto& b) { return b.disk_hit; });
+    std::ostringstream line;
+    line << "model '" << v.name << "' version " << v.version << " (" << dir.string() << ") READY in " << v.load_ms
+         << " ms: " << v.buckets.size() << " buckets captured (" << cached << " from the graph cache), "
+         << v.config.instance_count << " instance(s)" << (v.generator ? ", text generation" : "");
+    log(line.str());
+  }
+
+  // ---- load / unload (loader thread) ----------------------------------------------------
+
+  Outcome load_model(const std::string& name, const std::optional<std::string>& config_json, bool startup) {
+    const fs::path model_dir = opt.dir / name;
+    std::error_code ec;
+    if (!fs::is_directory(model_dir, ec)) {
+      const std::string msg = "model '" + name + "': no folder " + model_dir.string() + " in the repository";
+      log(msg);
+      std::lock_guard lk(mu);
+      if (startup) {  // a startup model that is missing keeps the server not ready
+        Record& r = records[name];
+        r.wanted = true;
+        r.state = ModelState::Unavailable;
+        r.reason = msg;
+      }
+      return {404, msg};
+    }
+    const std::string fp = fingerprint(model_dir);
+    {
+      std::lock_guard lk(mu);
+      if (stopped) return {503, "model '" + name + "': the server is shutting down"};
+      Record& r = records[name];
+      r.wanted = true;
+      if (r.versions.empty()) {
+        r.state = ModelState::Loading;
+        r.reason.clear();
+      }
+    }
+    log("model '" + name + "': loading from " + model_dir.string());
+    std::vector<int64_t> selected;
+    std::vector<std::shared_ptr<const ModelVersion>> built;
+    try {
+      ModelConfig config;
+      if (config_json) {
+        nlohmann::json j;
+        try {
+          j = nlohmann::json::parse(*config_json);
+        } catch (const nlohmann::json::exception& e) {
+          throw FormatError(std::string("load request parameters.config: is not valid JSON: ") + e.what());
+        }
+        config = ModelConfig::parse(j, "load request parameters.config", name);
+      } else {
+        config = ModelConfig::load(model_dir);
+      }
+      std::vector<int64_t> available;
+      for (const auto& d : fs::directory_iterator(model_dir, ec))
+        if (auto v = parse_version(d.path().filename().string()); v && d.is_directory(ec)) available.push_back(*v);
+      selected = config.version_policy.select(available);
+      if (selected.empty())
+        throw NotFoundError(available.empty() ? "no version folder (a positive integer) in " + model_dir.string()
+                                              : "the version policy selects none of the versions in " + model_dir.string() +
+                                                    " (" + versions_text(available) + ")");
+      for (int64_t v : config.version_policy.versions)
+        if (std::find(available.begin(), available.end(), v) == available.end())
+          log("model '" + name + "' version " + std::to_string(v) + ": named by version_policy.specific but " +
+              (model_dir / std::to_string(v)).string() + " does not exist");
+      for (int64_t v : selected) {
+        const fs::path dir = model_dir / std::to_string(v);
+        try {
+          built.push_back(build_version(name, v, dir, config));
+        } catch (const std::exception& e) {
+          throw HttpError(http_status(e), "version " + std::to_string(v) + " (" + dir.string() + "): " + e.what());
+        }
+      }
+    } catch (const std::exception& e) {
+      const int status = http_status(e);
+      std::string kept;
+      {
+        std::lock_guard lk(mu);
+        Record& r = records[name];
+        r.fingerprint = fp;
+        r.selected = selected.empty() ? r.selected : selected;
+        if (r.versions.empty()) {
+          r.state = ModelState::Unavailable;
+          r.reason = e.what();
+        } else {
+          std::vector<int64_t> serving;
+          for (auto& v : r.versions) serving.push_back(v->version);
+          kept = versions_text(serving);
+          r.reason = std::string("reload failed: ") + e.what();
+        }
+      }
+      const std::string msg = "model '" + name + "': failed to load: " + e.what() +
+                              (kept.empty() ? "" : " (still serving version " + kept + ")");
+      log(msg + (kept.empty() ? "; UNAVAILABLE" : ""));
+      return {status, msg};
+    }
+    std::vector<std::shared_ptr<const ModelVersion>> old;
+    {
+      std::lock_guard lk(mu);
+      if (stopped) {
+        for (auto& v : built) v->batcher->drain();
+        return {503, "model '" + name + "': the server is shutting down"};
+      }
+      Record& r = records[name];
+      old = std::exchange(r.versions, built);
+      r.state = ModelState::Ready;
+      r.reason.clear();
+      r.selected = selected;
+      r.fingerprint = fp;
+    }
+    for (auto& v : built) log_ready(*v, model_dir / std::to_string(v->version));
+    retiring.insert(retiring.end(), old.begin(), old.end());
+    return {200, "model '" + name + "' loaded: version " + versions_text(selected) + " READY"};
+  }
+
+  // Unpublishes `name`, drains its versions and forgets or marks it unloaded.
+  Outcome unload_model(const std::string& name, bool forget) {
+    std::vector<std::shared_ptr<const ModelVersion>> old;
+    {
+      std::lock_guard lk(mu);
+      auto it = records.find(name);
+      if (it == records.end() || (!it->second.wanted && it->second.versions.empty()))
+        return {404, "model '" + name + "' is not loaded"};
+      old = std::move(it->second.versions);
+      it->second.versions.clear();
+      it->second.wanted = false;
+      it->second.state = ModelState::Unloading;
+      it->second.reason.clear();
+    }
+    for (auto& v : old) v->batcher->drain();
+    {
+      std::lock_guard lk(mu);
+      auto it = records.find(name);
+      if (forget) {
+        records.erase(it);
+      } else {
+        it->second.state = ModelState::Unavailable;
+        it->second.reason = "unloaded";
+      }
+    }
+    log("model '" + name + "': unloaded (" + std::to_string(old.size()) + " version(s) drained)");
+    return {200, "model '" + name + "' unloaded"};
+  }
+
+  // Loads every folder that is new or changed since its last load, unloads vanished ones.
+  void scan() {
+    const std::vector<std::string> names = folder_names();
+    for (const auto& name : names) {
+      const std::string fp = fingerprint(opt.dir / name);
+      {
+        std::lock_guard lk(mu);
+        auto it = records.find(name);
+        if (it != records.end() && it->second.fingerprint == fp) continue;
+      }
+      load_model(name, std::nullopt, false);
+    }
+    std::vector<std::string> gone;
+    {
+      std::lock_guard lk(mu);
+      for (const auto& [name, r] : records)
+        if (!std::binary_search(names.begin(), names.end(), name)) gone.push_back(name);
+    }
+    for (const auto& name : gone) {
+      log("model '" + name + "': its folder is gone from " + opt.dir.string());
+      unload_model(name, true);
+    }
+  }
+
+  void startup() {
+    if (opt.mode != ControlMode::Explicit) return scan();
+    for (const auto& name : opt.startup_models) {
+      if (name == "*") {
+        for (const auto& n : folder_names()) load_model(n, std::nullopt, true);
+      } else {
+        load_model(name, std::nullopt, true);
+      }
+    }
+  }
+
+  // Drains swapped-out versions that no request holds any more (all of them when `all`).
+  void retire(bool all) {
+    for (auto it = retiring.begin(); it != retiring.end();) {
+      if (all || it->use_count() == 1) {
+        (*it)->batcher->drain();
+        log("model '" + (*it)->name + "' version " + std::to_string((*it)->version) + ": old version drained");
+        it = retiring.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void run(Task& t) {
+    Outcome o{200, ""};
+    try {
+      switch (t.kind) {
+        case Task::Kind::Startup: startup(); break;
+        case Task::Kind::Load: o = load_model(t.name, t.config_json, false); break;
+        case Task::Kind::Unload: o = unload_model(t.name, false); break;
+      }
+    } catch (const std::exception& e) {  // the file system failed under us
+      o = {http_status(e), "model '" + t.name + "': " + e.what()};
+      log(o.message);
+    }
+    finish(t.done, o);
+  }
+
+  void loader_main() {
+    auto next_poll = std::chrono::steady_clock::now() + opt.poll_interval;
+    while (true) {
+      std::optional<Task> task;
+      {
+        std::unique_lock lk(queue_mu);
+        auto ready = [&] { return quit || !queue.empty(); };
+        if (!retiring.empty()) {
+          queue_cv.wait_for(lk, std::chrono::milliseconds(5), ready);
+        } else if (opt.mode == ControlMode::Poll) {
+          queue_cv.wait_until(lk, next_poll, ready);
+        } else {
+          queue_cv.wait(lk, ready);
+        }
+        if (quit) break;
+        if (!queue.empty()) {
+          task = std::move(queue.front());
+          queue.pop_front();
+        }
+      }
+      if (task) run(*task);
+      const bool stopping = [&] {
+        std::lock_guard lk(mu);
+        return stopped;
+      }();
+      if (opt.mode == ControlMode::Poll && !stopping && std::chrono::steady_clock::now() >= next_poll) {
+        try {
+          scan();
+        } catch (const std::exception& e) {
+          log(std::string("repository poll of ") + opt.dir.string() + " failed: " + e.what());
+        }
+        next_poll = std::chrono::steady_clock::now() + opt.poll_interval;
+      }
+      retire(stopping);
+    }
+    std::deque<Task> left;
+    {
+      std::lock_guard lk(queue_mu);
+      left.swap(queue);
+    }
+    for (auto& t : left) finish(t.done, {503, "model '" + t.name + "': the server is shutting down"});
+    retire(true);
+  }
+
+  void enqueue(Task t) {
+    {
+      std::lock_guard lk(queue_mu);
+      if (!quit) {
+        queue.push_back(std::move(t));
+        queue_cv.notify_all();
+        return;
+      }
+    }
+    finish(t.done, {503, "model '" + t.name + "': the server is shutting down"});
+  }
+
+  // Load and unload requests: refused at once in modes none and poll and for bad names.
+  bool accept(const std::string& name, const char* what, const Done& done) {
+    if (opt.mode != ControlMode::Explicit) {
+      finish(done, {400, std::string("cannot ") + what + " model '" + name + "': the model control mode is " +
+                             (opt.mode == ControlMode::None ? "none" : "poll") +
+                             " (start the server with --model-control-mode=explicit)"});
+      return false;
+    }
+    try {
+      check_model_name(name);
+    } catch (const InvalidArgument& e) {
+      finish(done, {400, std::string("cannot ") + what + " model: " + e.what()});
+      return false;
+    }
+    return true;
+  }
+};
+
+ModelRepository::ModelRepository(RepositoryOptions opt) : impl_(std::make_unique<Impl>()) {
+  std::error_code ec;
+  if (!fs::is_directory(opt.dir, ec))
+    throw NotFoundError("model repository '" + opt.dir.string() + "' is not a directory");
+  for (const auto& name : opt.startup_models)
+    if (name != "*") check_model_name(name);
+  if (opt.poll_interval <= std::chrono::milliseconds(0))
+    throw InvalidArgument("the repository poll interval must be positive");
+  impl_->opt = std::move(opt);
+  impl_->loader = std::thread([this] { impl_->loader_main(); });
+  std::promise<void> started;
+  impl_->enqueue({Task::Kind::Startup, "", std::nullopt, [&started](int, std::string) { started.set_value(); }});
+  started.get_future().wait();
+  std::lock_guard lk(impl_->mu);
+  if (impl_->records.empty()) impl_->log("no models loaded from " + impl_->opt.dir.string());
+}
+
+ModelRepository::~ModelRepository() {
+  shutdown();
+  {
+    std::lock_guard lk(impl_->queue_mu);
+    impl_->quit = true;
+  }
+  impl_->queue_cv.notify_all();
+  impl_->loader.join();
+}
+
+std::shared_ptr<const ModelVersion> ModelRepository::resolve(std::string_view name,
+                                                             std::optional<std::string_view> version) const {
+  check_model_name(name);
+  const std::string model(name);
+  std::lock_guard lk(impl_->mu);
+  if (impl_->stopped) throw HttpError(503, "model '" + model + "' is not served: the server is shutting down");
+  auto it = impl_->records.find(name);
+  if (it == impl_->records.end()) throw NotFoundError("unknown model '" + model + "'");
+  const Record& r = it->second;
+  const std::optional<int64_t> v = version ? parse_version(*version) : std::nullopt;
+  if (!r.versions.empty()) {
+    if (!version) return r.versions.front();
+    for (const auto& mv : r.versions)
+      if (v && mv->version == *v) return mv;
+    std::vector<int64_t> served;
+    for (const auto& mv : r.versions) served.push_back(mv->version);
+    throw NotFoundError("unknown version '" + std::string(*version) + "' of model '" + model +
+                        "' (served versions: " + versions_text(served) + ")");
+  }
+  if (!r.wanted)
+    throw NotFoundError("model '" + model + "' is not loaded" + (r.reason.empty() ? "" : " (" + r.reason + ")"));
+  if (version && (!v || std::find(r.selected.begin(), r.selected.end(), *v) == r.selected.end()))
+    throw NotFoundError("unknown version '" + std::string(*version) + "' of model '" + model + "'");
+  throw HttpError(503, "model '" + model + "' is " + model_state_name(r.state) + (r.reason.empty() ? "" : ": " + r.reason));
+}
+
+std::vector<IndexEntry> ModelRepository::index(bool ready_only) const {
+  std::vector<std::string> names = impl_->folder_names();
+  std::vector<IndexEntry> out;
+  std::lock_guard lk(impl_->mu);
+  for (const auto& [name, r] : impl_->records) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  for (const auto& name : names) {
+    auto it = impl_->records.find(name);
+    if (it == impl_->records.end()) {
+      out.push_back({name, "", ModelState::Unavailable, "not loaded"});
+    } else if (!it->second.versions.empty()) {
+      for (const auto& v : it->second.versions) out.push_back({name, std::to_string(v->version), ModelState::Ready, it->second.reason});
+    } else {
+      out.push_back({name, "", it->second.state, it->second.reason});
+    }
+  }
+  if (ready_only)
+    out.erase(std::remove_if(out.begin(), out.end(), [](const IndexEntry& e) { return e.state != ModelState::Ready; }),
+              out.end());
   return out;
 }
 
-std::shared_ptr<ServedModel> make_served_model(std::unique_ptr<models::Predictor> predictor) {
-  return std::make_shared<PredictorModel>(std::move(predictor));
+void ModelRepository::load(std::string name, std::optional<std::string> config_json, Done done) {
+  if (!impl_->accept(name, "load", done)) return;
+  impl_->enqueue({Task::Kind::Load, std::move(name), std::move(config_json), std::move(done)});
 }
 
-const char* model_state_name(ModelState s) {
-  return s == ModelState::Ready ? "READY" : "UNAVAILABLE";
-}
-
-ModelRepository ModelRepository::load(const fs::path& dir, const models::PredictorOptions& opt,
-                                      std::ostream* log) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    throw NotFoundError("model repository '" + dir.string() + "' is not a directory");
-  std::vector<fs::path> model_dirs;
-  for (const auto& d : fs::directory_iterator(dir, ec)) {
-    const std::string name = d.path().filename().string();
-    if (name.empty() || name[0] == '.' || !d.is_directory(ec)) continue;
-    model_dirs.push_back(d.path());
-  }
-  if (ec) throw IoError("cannot list model repository '" + dir.string() + "': " + ec.message());
-  std::sort(model_dirs.begin(), model_dirs.end());
-  ModelRepository repo;
-  for (const auto& md : model_dirs) repo.add(load_model(md, opt, log));
-  if (log && repo.size() == 0) *log << "hgraph-serve: no models in " << dir.string() << "\n";
-  return repo;
-}
-
-void ModelRepository::add(ModelEntry e) {
-  std::string key = e.name;
-  models_.insert_or_assign(std::move(key), std::move(e));
-}
-
-const ModelEntry* ModelRepository::find(std::string_view name) const {
-  auto it = models_.find(name);
-  return it == models_.end() ? nullptr : &it->second;
-}
-
-const ModelEntry& ModelRepository::resolve(std::string_view name,
-                                           std::optional<std::string_view> version) const {
-  const ModelEntry* e = find(name);
-  if (!e) throw NotFoundError("unknown model '" + std::string(name) + "'");
-  if (version) {
-    auto v = parse_version(*version);
-    if (!v || *v != e->version)
-      throw NotFoundError("unknown version '" + std::string(*version) + "' of model '" +
-                          std::string(name) + "' (loaded version: " + std::to_string(e->version) + ")");
-  }
-  return *e;
+void ModelRepository::unload(std::string name, Done done) {
+  if (!impl_->accept(name, "unload", done)) return;
+  impl_->enqueue({Task::Kind::Unload, std::move(name), std::nullopt, std::move(done)});
 }
 
 bool ModelRepository::all_ready() const {
-  return std::all_of(models_.begin(), models_.end(), [](const auto& kv) { return kv.second.ready(); });
+  std::lock_guard lk(impl_->mu);
+  if (impl_->stopped) return false;
+  return std::all_of(impl_->records.begin(), impl_->records.end(),
+                     [](const auto& kv) { return !kv.second.wanted || !kv.second.versions.empty(); });
 }
 
-std::vector<const ModelEntry*> ModelRepository::entries() const {
-  std::vector<const ModelEntry*> out;
-  out.reserve(models_.size());
-  for (const auto& kv : models_) out.push_back(&kv.second);
-  return out;
+void ModelRepository::shutdown() {
+  std::vector<std::shared_ptr<const ModelVersion>> served;
+  {
+    std::lock_guard lk(impl_->mu);
+    if (impl_->stopped) return;
+    impl_->stopped = true;
+    for (auto& [name, r] : impl_->records) {
+      served.insert(served.end(), r.versions.begin(), r.versions.end());
+      r.versions.clear();
+      r.state = ModelState::Unavailable;
+      r.reason = "the server is shutting down";
+    }
+  }
+  for (auto& v : served) v->batcher->drain();
+  impl_->queue_cv.notify_all();
 }
 
 }  // namespace hg::server

@@ -1,74 +1,128 @@
-// A Triton-style model repository: DIR/<model>/<version>/model.json (or model.onnx, imported at
-// load), highest version served.
+// A Triton-style model repository: DIR/<model>/config.json (server/model_config.h) and
+// DIR/<model>/<version>/ holding a model package (model.json) or model.onnx. Which versions
+// are served follows the config's version policy; which models are loaded follows the control
+// mode: none (everything at start, no load/unload), poll (rescan every poll interval) or
+// explicit (the startup list, then load/unload requests).
 //
-//   hg::models::PredictorOptions popt;                       // device, batch buckets
-//   auto repo = hg::server::ModelRepository::load("models/repository", popt, &std::cerr);
-//   const hg::server::ModelEntry& e = repo.resolve("digits_mlp", std::nullopt);  // or "1"
-//   if (e.ready()) e.model->run({in.data()}, 3, {out.data()});
-//   bool ok = repo.all_ready();                              // strict readiness
+//   RepositoryOptions o;  o.dir = "models/repository";  o.mode = ControlMode::Explicit;
+//   o.startup_models = {"digits_mlp"};  o.log = &std::cerr;
+//   ModelRepository repo(o);                              // loads before returning
+//   std::shared_ptr<const ModelVersion> v = repo.resolve("digits_mlp", std::nullopt);  // highest served
+//   v->batcher->submit(job);                              // v stays valid while held
+//   repo.load("bert", std::nullopt, [](int status, std::string msg) { ... });   // on the loader thread
+//   repo.unload("bert", [](int status, std::string msg) { ... });
+//   for (const IndexEntry& e : repo.index()) ...          // every model folder, loaded or not
 //
-// Loading never throws for a bad model: the model is kept as UNAVAILABLE with the reason
-// (and logged); only a missing repository directory throws. Tests can build a repository
-// by hand with add() and their own ServedModel.
+// resolve(): 400 (InvalidArgument) for a bad name, 404 (NotFoundError) for a model that is not
+// in the repository or not loaded (never, or unloaded) or a version not served, 503
+// (HttpError) while the model is LOADING, UNLOADING or failed (UNAVAILABLE with the reason).
+// A reload keeps the old versions serving until the new ones are READY; the old ones are
+// drained once no request holds them. A failed reload keeps them serving and the index
+// shows the failure as the reason of their READY entries. Poll mode reloads a model when
+// its config.json or any file of its version folders changes (path, size, mtime).
+// Loads run on the repository's loader thread, never on the caller's. A load builds every
+// served version completely (load, warm up every bucket, start its batcher) before it swaps
+// them in under the lock: requests holding the old versions finish on them, new requests go
+// to the new ones, none fails. A failed load keeps what was serving and records the reason.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <iosfwd>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "models/package.h"
 #include "models/predictor.h"
+#include "server/batcher.h"
+#include "server/generate.h"
+#include "server/model_config.h"
 #include "server/served_model.h"
 
 namespace hg::server {
 
-// "1,2,4,8" -> {1, 2, 4, 8}; throws hg::InvalidArgument naming a bad entry.
-std::vector<int64_t> parse_batch_sizes(std::string_view text);
+enum class ModelState { Loading, Ready, Unavailable, Unloading };
+const char* model_state_name(ModelState s);  // "LOADING", "READY", "UNAVAILABLE", "UNLOADING"
 
-enum class ModelState { Ready, Unavailable };
-const char* model_state_name(ModelState s);  // "READY", "UNAVAILABLE"
-
-struct ModelEntry {
+// One loaded, served version. Immutable once published; shared by the requests using it.
+struct ModelVersion {
   std::string name;
   int64_t version = 0;
-  ModelState state = ModelState::Unavailable;
-  std::string reason;                   // why it is unavailable
-  std::shared_ptr<ServedModel> model;   // set when Ready
-  std::vector<models::BucketInfo> buckets;  // warmup report
+  ModelConfig config;
+  std::shared_ptr<ServedModel> model;
+  std::shared_ptr<DynamicBatcher> batcher;   // runs every inference of this version
+  std::shared_ptr<TextGenerator> generator;  // set for text generation models
+  std::vector<models::BucketInfo> buckets;   // warmup report
   double load_ms = 0;
-  bool ready() const { return state == ModelState::Ready && model != nullptr; }
 };
+
+struct IndexEntry {
+  std::string name;
+  std::string version;  // empty when nothing was loaded
+  ModelState state = ModelState::Unavailable;
+  std::string reason;   // why it is unavailable (or why its last reload failed)
+};
+
+enum class ControlMode { None, Poll, Explicit };
+// "none", "poll", "explicit"; throws InvalidArgument otherwise.
+ControlMode parse_control_mode(std::string_view s);
+
+struct RepositoryOptions {
+  std::filesystem::path dir;
+  models::PredictorOptions predictor;  // device; batch buckets when a config names none
+  ControlMode mode = ControlMode::None;
+  std::chrono::milliseconds poll_interval{std::chrono::seconds(15)};
+  std::vector<std::string> startup_models;  // explicit mode: loaded at start ("*": all)
+  std::ostream* log = nullptr;
+  // Installed as every batcher's BatcherConfig::on_batch (metrics): model, version, the run's
+  // batch size and compute time.
+  std::function<void(const std::string& model, int64_t version, int64_t batch, Clock::duration compute)> on_batch;
+  // Builds the ServedModel of one version instead of the built-in backends (Predictor with
+  // warmup, or identity): tests use it to serve hand-written models from a repository of
+  // empty version folders. An exception fails that load with its message.
+  std::function<std::shared_ptr<ServedModel>(const std::string& model, int64_t version,
+                                             const std::filesystem::path& version_dir, const ModelConfig& config)>
+      factory;
+};
+
+// Model names are one path segment of the repository: 1-255 characters, not "." or "..", no
+// '/', '\\' or NUL, not starting with '.'. Throws InvalidArgument naming the problem.
+void check_model_name(std::string_view name);
 
 class ModelRepository {
  public:
-  // Scans `dir`, loads the highest version of each model with Predictor::load and captures
-  // every bucket. Progress and failures go to `log` (may be null). Throws hg::NotFoundError
-  // when `dir` is not a directory.
-  static ModelRepository load(const std::filesystem::path& dir, const models::PredictorOptions& opt,
-                              std::ostream* log);
+  // Throws NotFoundError when opt.dir is not a directory. Loads (per mode) before returning;
+  // a model that fails to load is UNAVAILABLE with its reason, never an exception.
+  explicit ModelRepository(RepositoryOptions opt);
+  ~ModelRepository();  // stops polling and the loader, drains every batcher
 
-  // Adds or replaces the entry for e.name.
-  void add(ModelEntry e);
+  // The served version (highest when none is given). Throws NotFoundError naming the unknown
+  // model or version, or HttpError(503) when the model exists but is not ready (naming its state and reason).
+  std::shared_ptr<const ModelVersion> resolve(std::string_view name, std::optional<std::string_view> version) const;
 
-  // nullptr when no model has that name.
-  const ModelEntry* find(std::string_view name) const;
-  // The served entry of `name`; with a version, it must be the one loaded. Throws
-  // hg::NotFoundError naming the unknown model or version.
-  const ModelEntry& resolve(std::string_view name, std::optional<std::string_view> version) const;
+  // Every model folder in the repository and every loaded model, sorted by name; ready_only
+  // filters to READY ones (the index request's {"ready": true}).
+  std::vector<IndexEntry> index(bool ready_only = false) const;
 
-  // Strict readiness: every model is ready (true for an empty repository).
+  using Done = std::function<void(int status, std::string message)>;  // 200, or 400/404/500 + reason
+  // Loads or reloads `name` on the loader thread and calls done when it is READY or failed.
+  // config_json: a config that replaces config.json for this load (the load request's
+  // parameters.config). Mode none: done(400, ...) at once.
+  void load(std::string name, std::optional<std::string> config_json, Done done);
+  // Unpublishes `name` (new requests get 404/503), drains its batchers, calls done.
+  void unload(std::string name, Done done);
+
+  // Strict readiness: every model the repository is meant to serve is READY.
   bool all_ready() const;
-  // Sorted by name.
-  std::vector<const ModelEntry*> entries() const;
-  size_t size() const { return models_.size(); }
+  // Drains every batcher (in-flight requests finish); afterwards resolve() fails with 503.
+  void shutdown();
 
  private:
-  std::map<std::string, ModelEntry, std::less<>> models_;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace hg::server

@@ -15,6 +15,7 @@
 #include "engine/device.h"
 #include "engine/error.h"
 #include "graphs/graph_dump.h"
+#include "models/buckets.h"
 #include "server/http_server.h"
 #include "server/kserve.h"
 #include "server/model_repository.h"
@@ -75,10 +76,14 @@ int main(int argc, char** argv) {
     if (!dump_graph.empty()) hg::graphs::set_graph_dump(dump_graph);
     hg::models::PredictorOptions popt;
     popt.device = hg::Device::parse(device);
-    if (!batch_sizes.empty()) popt.batch_buckets = hg::server::parse_batch_sizes(batch_sizes);
+    if (!batch_sizes.empty()) popt.batch_buckets = hg::models::parse_buckets(batch_sizes);
     const std::filesystem::path dir = repository.empty() ? default_repository() : std::filesystem::path(repository);
     std::cerr << "hgraph-serve: loading models from " << dir.string() << " on " << popt.device.str() << std::endl;
-    hg::server::ModelRepository repo = hg::server::ModelRepository::load(dir, popt, &std::cerr);
+    hg::server::RepositoryOptions ropt;
+    ropt.dir = dir;
+    ropt.predictor = popt;
+    ropt.log = &std::cerr;
+    hg::server::ModelRepository repo(ropt);
 
     hg::server::KServeOptions kopt;
     kopt.infer_threads = infer_threads;

@@ -29,6 +29,7 @@
 #include "server/kserve.h"
 #include "server/model_repository.h"
 #include "tests/server_process.h"
+#include "tests/test_env.h"
 
 #ifndef HG_SOURCE_DIR
 #error "HG_SOURCE_DIR must be defined as the repository root"
@@ -471,21 +472,29 @@ class TwoInputModel : public hg::server::ServedModel {
   hg::models::PackageSpec spec_;
 };
 
+// A repository of empty version folders two/3 and bad/2: its factory serves TwoInputModel for
+// "two" and fails "bad" the way a truncated weights file would.
 class KServeHandlerTest : public ::testing::Test {
  protected:
-  KServeHandlerTest() {
-    hg::server::ModelEntry two;
-    two.name = "two";
-    two.version = 3;
-    two.state = hg::server::ModelState::Ready;
-    two.model = std::make_shared<TwoInputModel>();
-    repo_.add(two);
+  static hg::server::RepositoryOptions options(const std::filesystem::path& dir) {
+    std::filesystem::create_directories(dir / "two" / "3");
+    std::filesystem::create_directories(dir / "bad" / "2");
+    hg::server::RepositoryOptions o;
+    o.dir = dir;
+    o.factory = [](const std::string& model, int64_t, const std::filesystem::path&,
+                   const hg::server::ModelConfig&) -> std::shared_ptr<hg::server::ServedModel> {
+      if (model == "bad") throw hg::FormatError("weights.safetensors: truncated");
+      return std::make_shared<TwoInputModel>();
+    };
+    return o;
   }
+  ~KServeHandlerTest() override { std::filesystem::remove_all(dir_); }
   hg::server::HttpResponse call(const std::string& method, const std::string& path, const std::string& body = "") {
     hg::server::KServeHandler h(repo_, {});
     return h.handle({method, path, body, {}});
   }
-  hg::server::ModelRepository repo_;
+  std::filesystem::path dir_ = hg::test::temp_dir("KServeHandlerTest");
+  hg::server::ModelRepository repo_{options(dir_)};
 };
 
 TEST_F(KServeHandlerTest, MultiInputInferWithOutputSelection) {
@@ -519,11 +528,6 @@ TEST_F(KServeHandlerTest, InputsDisagreeingOnBatchIs400) {
 }
 
 TEST_F(KServeHandlerTest, UnavailableModelIs503AndServerNotReady) {
-  hg::server::ModelEntry bad;
-  bad.name = "bad";
-  bad.version = 2;
-  bad.reason = "weights.safetensors: truncated";
-  repo_.add(bad);
   EXPECT_EQ(call("GET", "/v2/health/live").status, 200);
   auto ready = call("GET", "/v2/health/ready");
   EXPECT_EQ(ready.status, 503);
