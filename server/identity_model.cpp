@@ -45,6 +45,9 @@ std::shared_ptr<ServedModel> make_identity_model(models::PackageSpec spec) {
   if (spec.inputs.size() != spec.outputs.size())
     throw InvalidArgument(model + std::to_string(spec.inputs.size()) + " inputs but " + std::to_string(spec.outputs.size()) +
                           " outputs (output i echoes input i)");
+  // Either every tensor has the batch dimension (-1 first) or none has (max_batch_size 0: one
+  // request per run, the whole shape is the sample).
+  const bool batched = !spec.inputs[0].shape.empty() && spec.inputs[0].shape[0] == -1;
   std::set<std::string> names;
   std::vector<int64_t> elements;
   std::vector<size_t> sample_bytes;
@@ -55,10 +58,12 @@ std::shared_ptr<ServedModel> make_identity_model(models::PackageSpec spec) {
       std::string kind = t == &in ? "input " : "output ";
       if (t->name.empty()) throw InvalidArgument(model + kind + std::to_string(i) + " has no name");
       if (!names.insert(t->name).second) throw InvalidArgument(model + "tensor name '" + t->name + "' is used twice");
-      if (t->shape.empty() || t->shape[0] != -1)
+      if (batched != (!t->shape.empty() && t->shape[0] == -1))
         throw InvalidArgument(model + kind + "'" + t->name + "' shape " + shape_str(t->shape) +
-                              " must start with -1 (the batch dimension)");
-      for (size_t d = 1; d < t->shape.size(); ++d)
+                              (batched ? " must start with -1 (the batch dimension) like input '"
+                                       : " must not have a batch dimension, like input '") +
+                              spec.inputs[0].name + "'");
+      for (size_t d = batched ? 1 : 0; d < t->shape.size(); ++d)
         if (t->shape[d] < 0)
           throw InvalidArgument(model + kind + "'" + t->name + "' shape " + shape_str(t->shape) + ": dim " + std::to_string(d) +
                                 " is " + std::to_string(t->shape[d]) + " (only the batch dimension may vary)");
@@ -74,7 +79,7 @@ std::shared_ptr<ServedModel> make_identity_model(models::PackageSpec spec) {
     if (wire_type_size(*type) == 0)
       throw InvalidArgument(model + "input '" + in.name + "' is BYTES, which the identity backend does not serve " +
                             "(the batcher splits tensors by byte offsets; use a fixed-size datatype)");
-    uint64_t count = element_count(Shape(in.shape.begin() + 1, in.shape.end()));
+    uint64_t count = element_count(Shape(in.shape.begin() + (batched ? 1 : 0), in.shape.end()));
     size_t size = wire_type_size(*type);
     if (count > static_cast<uint64_t>(kMaxTensorBytes) / size)
       throw InvalidArgument(model + "input '" + in.name + "' shape " + shape_str(in.shape) + " is absurdly large (one sample above " +

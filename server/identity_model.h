@@ -10,9 +10,10 @@
 //   m->run({in}, 4, {out});   // copies 4 * 16 int32 values from in to out
 //
 // The spec must pair inputs and outputs one to one: equal counts, the same datatype and shape,
-// a known fixed-size datatype (BYTES is refused: the batcher splits by byte offsets), shape
-// [-1, d1, ...] with -1 only as the batch dimension and every other dim >= 0, names non-empty
-// and distinct. Violations throw hg::InvalidArgument naming the model and the tensor.
+// a known fixed-size datatype (BYTES is refused: the batcher splits by byte offsets), names
+// non-empty and distinct. Shapes are [-1, d1, ...] (-1: the batch dimension) for every tensor,
+// or for none (max_batch_size 0: one sample per run is the whole shape); every other dim is
+// >= 0. Violations throw hg::InvalidArgument naming the model and the tensor.
 #pragma once
 #include <memory>
 

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <random>
@@ -73,6 +74,21 @@ TEST(IdentityModel, EveryFixedSizeDatatypeComesBackUnchangedThroughTheBatcher) {
   }
 }
 
+TEST(IdentityModel, WithoutABatchDimensionTheWholeShapeIsOneSample) {
+  models::PackageSpec spec;
+  spec.name = "fixed";
+  spec.inputs = {{"a", "INT16", {2, 3}}, {"s", "FP64", {}}};
+  spec.outputs = {{"x", "INT16", {2, 3}}, {"t", "FP64", {}}};
+  auto model = make_identity_model(spec);
+  EXPECT_EQ(model->input_size(0), 6);
+  EXPECT_EQ(model->output_size(1), 1);
+  int16_t a[6] = {1, -2, 3, -4, 5, -6}, x[6] = {};
+  double s = 2.5, t = 0;
+  model->run({a, &s}, 1, {x, &t});
+  EXPECT_TRUE(std::equal(a, a + 6, x));
+  EXPECT_EQ(t, 2.5);
+}
+
 TEST(IdentityModel, RunChecksItsArguments) {
   auto model = make_identity_model(every_type_spec());
   std::vector<const void*> in(std::size(kFixedTypes), nullptr);
@@ -101,8 +117,10 @@ TEST(IdentityModel, RefusesSpecsItCannotEcho) {
               HasSubstr("input 'b' is BYTES"));
   EXPECT_THAT(error([](S& s) { s.inputs[0].datatype = s.outputs[0].datatype = "FLOAT"; }),
               HasSubstr("input 'a' has unknown datatype 'FLOAT'"));
-  EXPECT_THAT(error([](S& s) { s.inputs[0].shape = s.outputs[0].shape = {4}; }),
-              HasSubstr("input 'a' shape [4] must start with -1"));
+  EXPECT_THAT(error([](S& s) { s.inputs[1].shape = s.outputs[1].shape = {4}; }),
+              HasSubstr("input 'b' shape [4] must start with -1 (the batch dimension) like input 'a'"));
+  EXPECT_THAT(error([](S& s) { s.inputs[0].shape = {4}; }),
+              HasSubstr("output 'x' shape [-1, 4] must not have a batch dimension, like input 'a'"));
   EXPECT_THAT(error([](S& s) { s.inputs[0].shape = s.outputs[0].shape = {-1, -1}; }),
               HasSubstr("dim 1 is -1 (only the batch dimension may vary)"));
   EXPECT_THAT(error([](S& s) { s.outputs[1].name = "a"; }), HasSubstr("tensor name 'a' is used twice"));
