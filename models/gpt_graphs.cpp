@@ -1,6 +1,7 @@
 #include "models/gpt_graphs.h"
 
 #include <cstring>
+#include <utility>
 
 #include "engine/autograd.h"
 #include "engine/error.h"
@@ -35,7 +36,9 @@ Tensor GPTGraphDecoder::step(const Tensor& tokens) {
     b.in = std::move(in);
     b.out = cache_;
     b.graph = std::make_unique<graphs::HPUGraph>(gpt_.device());
-    b.graph->capture_begin();
+    std::vector<Tensor> weights;  // frozen: folded and pre-packed once
+    for (const auto& [name, t] : std::as_const(gpt_).named_parameters()) weights.push_back(*t);
+    b.graph->capture_begin({.frozen = std::move(weights)});
     try {
       b.logits = gpt_.decode(b.in, b.out);
       b.graph->capture_end();

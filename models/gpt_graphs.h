@@ -20,7 +20,8 @@ namespace hg::models {
 
 class GPTGraphDecoder {
  public:
-  // The model must stay on its HPU (DeviceError otherwise) and outlive the decoder.
+  // The model must stay on its HPU (DeviceError otherwise) and outlive the decoder; its
+  // weights are frozen into the graphs (folded, pre-packed): do not change them meanwhile.
   GPTGraphDecoder(GPT& gpt, int64_t batch);
 
   // ids I64 [N, P] -> logits [N, vocab] of the last position (as GPT::prefill); the cache then
