@@ -259,6 +259,7 @@ TEST(GenerateRequest, ErrorsNameTheField) {
   EXPECT_THAT(param(R"("max_tokens": 18446744073709551615)"), HasSubstr("'parameters.max_tokens' is 18446744073709551615, too large"));
   EXPECT_THAT(param(R"("temperature": -1)"), HasSubstr("field 'parameters.temperature' must be >= 0"));
   EXPECT_THAT(param(R"("temperature": "hot")"), HasSubstr("field 'parameters.temperature' must be a number"));
+  EXPECT_THAT(param(R"("temperature": 1e400)"), HasSubstr("the body is not valid JSON"));  // beyond double's range
   EXPECT_THAT(param(R"("top_k": -2)"), HasSubstr("field 'parameters.top_k' must be >= 0, got -2"));
   EXPECT_THAT(param(R"("top_p": 0)"), HasSubstr("field 'parameters.top_p' must be in (0, 1], got 0"));
   EXPECT_THAT(param(R"("top_p": 1.5)"), HasSubstr("field 'parameters.top_p' must be in (0, 1]"));
