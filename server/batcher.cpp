@@ -98,6 +98,8 @@ struct DynamicBatcher::Impl {
   void instance_loop();
   bool take(Worker& w, std::unique_lock<std::mutex>& lk);
   void run_batch(Worker& w);
+  void bind_buffers(Worker& w, int64_t total);
+  void split_outputs(Worker& w, BatchJob& job, size_t offset);
   void expire(Entry& e, Clock::time_point now, std::vector<Entry>& finished);
   void complete(Worker& w);
   void stop_and_join();
@@ -183,6 +185,44 @@ void DynamicBatcher::Impl::expire(Entry& e, Clock::time_point now, std::vector<E
   finished.push_back(std::move(e));
 }
 
+// Points w.in_ptrs/w.out_ptrs at the run's buffers: the job's own for a single job, else the
+// instance's buffers with every job's inputs copied in, in batch order.
+void DynamicBatcher::Impl::bind_buffers(Worker& w, int64_t total) {
+  size_t n_in = in_bytes.size(), n_out = out_bytes.size();
+  w.in_ptrs.resize(n_in);
+  w.out_ptrs.resize(n_out);
+  if (w.batch.size() == 1) {
+    BatchJob& job = *w.batch[0].job;
+    job.outputs.resize(n_out);
+    for (size_t i = 0; i < n_in; ++i) w.in_ptrs[i] = job.inputs[i].data();
+    for (size_t j = 0; j < n_out; ++j) {
+      job.outputs[j].resize(static_cast<size_t>(total) * out_bytes[j]);
+      w.out_ptrs[j] = job.outputs[j].data();
+    }
+    return;
+  }
+  for (size_t i = 0; i < n_in; ++i) {
+    std::byte* base = w.in_buf[i].at_least(static_cast<size_t>(total) * in_bytes[i]);
+    std::byte* dst = base;
+    for (auto& e : w.batch) {
+      const std::string& src = e.job->inputs[i];
+      std::memcpy(dst, src.data(), src.size());
+      dst += src.size();
+    }
+    w.in_ptrs[i] = base;
+  }
+  for (size_t j = 0; j < n_out; ++j) w.out_ptrs[j] = w.out_buf[j].at_least(static_cast<size_t>(total) * out_bytes[j]);
+}
+
+// Copies the job's samples (starting at sample `offset` of the run) out of the run's outputs.
+void DynamicBatcher::Impl::split_outputs(Worker& w, BatchJob& job, size_t offset) {
+  job.outputs.resize(out_bytes.size());
+  for (size_t j = 0; j < out_bytes.size(); ++j) {
+    const char* src = static_cast<const char*>(w.out_ptrs[j]) + offset * out_bytes[j];
+    job.outputs[j].assign(src, static_cast<size_t>(job.batch) * out_bytes[j]);
+  }
+}
+
 void DynamicBatcher::Impl::run_batch(Worker& w) {
   // Deadlines again: the wait for the lock and the previous run may have taken a while.
   Clock::time_point now = Clock::now();
@@ -193,7 +233,8 @@ void DynamicBatcher::Impl::run_batch(Worker& w) {
       expire(e, now, w.finished);
     } else {
       total += e.job->batch;
-      w.batch[live++] = std::move(e);
+      if (&w.batch[live] != &e) w.batch[live] = std::move(e);
+      ++live;
     }
   }
   w.batch.resize(live);
@@ -202,35 +243,11 @@ void DynamicBatcher::Impl::run_batch(Worker& w) {
     return;
   }
 
-  size_t n_in = in_bytes.size(), n_out = out_bytes.size();
-  w.in_ptrs.resize(n_in);
-  w.out_ptrs.resize(n_out);
-  if (live == 1) {  // run straight from and into the job's own buffers
-    BatchJob& job = *w.batch[0].job;
-    job.outputs.resize(n_out);
-    for (size_t i = 0; i < n_in; ++i) w.in_ptrs[i] = job.inputs[i].data();
-    for (size_t j = 0; j < n_out; ++j) {
-      job.outputs[j].resize(static_cast<size_t>(total) * out_bytes[j]);
-      w.out_ptrs[j] = job.outputs[j].data();
-    }
-  } else {
-    for (size_t i = 0; i < n_in; ++i) {
-      std::byte* base = w.in_buf[i].at_least(static_cast<size_t>(total) * in_bytes[i]);
-      std::byte* dst = base;
-      for (auto& e : w.batch) {
-        const std::string& src = e.job->inputs[i];
-        std::memcpy(dst, src.data(), src.size());
-        dst += src.size();
-      }
-      w.in_ptrs[i] = base;
-    }
-    for (size_t j = 0; j < n_out; ++j) w.out_ptrs[j] = w.out_buf[j].at_least(static_cast<size_t>(total) * out_bytes[j]);
-  }
-
   int status = 200;
   std::string error;
-  Clock::time_point start = Clock::now();
+  Clock::time_point start = Clock::now();  // compute includes the input copy, as Triton's does
   try {
+    bind_buffers(w, total);
     model->run(w.in_ptrs, total, w.out_ptrs);
   } catch (const std::exception& e) {
     status = http_status(e);
@@ -249,15 +266,13 @@ void DynamicBatcher::Impl::run_batch(Worker& w) {
     job.compute_start = start;
     job.compute_end = end;
     job.executed_batch = total;
-    if (status != 200) {
-      job.outputs.clear();
-    } else if (live > 1) {
-      job.outputs.resize(n_out);
-      for (size_t j = 0; j < n_out; ++j) {
-        const char* src = static_cast<const char*>(w.out_ptrs[j]) + offset_samples * out_bytes[j];
-        job.outputs[j].assign(src, static_cast<size_t>(job.batch) * out_bytes[j]);
-      }
+    try {
+      if (status == 200 && w.batch.size() > 1) split_outputs(w, job, offset_samples);
+    } catch (const std::exception& x) {  // allocating the job's outputs
+      job.status = http_status(x);
+      job.error = std::string("splitting the batch's outputs: ") + x.what();
     }
+    if (job.status != 200) job.outputs.clear();
     offset_samples += static_cast<size_t>(job.batch);
   }
   w.finished.insert(w.finished.end(), std::make_move_iterator(w.batch.begin()), std::make_move_iterator(w.batch.end()));
