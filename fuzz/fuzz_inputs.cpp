@@ -13,6 +13,7 @@
 #include "models/onnx_import.h"
 #include "models/package.h"
 #include "models/safetensors.h"
+#include "server/infer_codec.h"
 
 namespace hg::fuzz {
 namespace {
@@ -51,13 +52,42 @@ void load_onnx(std::string_view input) {
   models::import_onnx(scratch_dir() / "model.onnx");
 }
 
+// An infer input goes the server's way (decode, bind to a model, answer) and the answer goes
+// the client's way back (decode the encoded response).
+void decode_infer(std::string_view input) {
+  std::optional<size_t> header_length;
+  if (input.starts_with(kHeaderLengthMark)) {
+    const size_t eol = input.find('\n');
+    const std::string_view digits = input.substr(1, eol == std::string_view::npos ? 0 : eol - 1);
+    size_t n = 0;
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string_view::npos)
+      return;  // not a header-length line: nothing to run
+    for (char c : digits) n = n * 10 + static_cast<size_t>(c - '0');
+    header_length = n;
+    input.remove_prefix(eol + 1);
+  }
+  server::InferRequest req = server::decode_infer_request(input, header_length, server::WireLimits{});
+  models::PackageSpec spec;
+  spec.name = "fuzz";
+  if (req.raw) spec.inputs = {{"x", "FP32", {-1, 4}}};
+  else spec.inputs = {{"x", "FP32", {-1, 4}}, {"ids", "INT64", {-1}}};
+  spec.outputs = {{"y", "FP32", {-1, 4}}, {"n", "INT64", {-1}}};
+  const server::ModelInputs in = server::bind_inputs(req, spec, 64);
+  std::vector<std::string> outputs = {std::string(static_cast<size_t>(in.batch) * 16, '\0'),
+                                      std::string(static_cast<size_t>(in.batch) * 8, '\1')};
+  const server::EncodedBody e = server::encode_infer_response(
+      server::make_response(req, spec, in, "fuzz", "1", std::move(outputs)));
+  server::decode_infer_response(e.body, e.header_length);
+}
+
 }  // namespace
 
 Target parse_target(std::string_view name) {
   if (name == "safetensors") return Target::Safetensors;
   if (name == "package") return Target::Package;
   if (name == "onnx") return Target::Onnx;
-  std::fprintf(stderr, "HG_FUZZ_TARGET must be safetensors, package or onnx (got '%.*s')\n",
+  if (name == "infer") return Target::Infer;
+  std::fprintf(stderr, "HG_FUZZ_TARGET must be safetensors, package, onnx or infer (got '%.*s')\n",
                static_cast<int>(name.size()), name.data());
   std::exit(2);
 }
@@ -73,6 +103,9 @@ void load(Target t, const uint8_t* data, size_t size) {
         break;
       case Target::Onnx:
         load_onnx(std::string_view(reinterpret_cast<const char*>(data), size));
+        break;
+      case Target::Infer:
+        decode_infer(std::string_view(reinterpret_cast<const char*>(data), size));
         break;
     }
   } catch (const Error&) {

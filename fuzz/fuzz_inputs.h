@@ -9,12 +9,15 @@
 
 namespace hg::fuzz {
 
-enum class Target { Safetensors, Package, Onnx };
+enum class Target { Safetensors, Package, Onnx, Infer };
 
 // A package input is model.json, optionally followed by this line and weights.safetensors.
 inline constexpr std::string_view kWeightsMark = "\n--hgraph-fuzz-weights--\n";
+// An infer input is a KServe v2 infer request body; "#<N>\n" in front sets its
+// Inference-Header-Content-Length to N (binary tensor extension; 0 is raw mode).
+inline constexpr std::string_view kHeaderLengthMark = "#";
 
-Target parse_target(std::string_view name);  // "safetensors" | "package" | "onnx"; exits otherwise
+Target parse_target(std::string_view name);  // "safetensors" | "package" | "onnx" | "infer"; exits otherwise
 // Runs the loader on the bytes; hg::Error is caught (the expected outcome of bad input),
 // everything else propagates.
 void load(Target t, const uint8_t* data, size_t size);

@@ -3,6 +3,7 @@
 //   HG_FUZZ_TARGET=safetensors ./hgraph-fuzz -max_total_time=60 corpus/ fuzz/corpus/safetensors
 //   HG_FUZZ_TARGET=package     ./hgraph-fuzz ...   # input: model.json [kWeightsMark weights.safetensors]
 //   HG_FUZZ_TARGET=onnx        ./hgraph-fuzz ...   # input: an .onnx file
+//   HG_FUZZ_TARGET=infer       ./hgraph-fuzz ...   # input: ["#<header length>\n"] infer request body
 //
 // Every loader must either succeed or throw hg::Error; anything else (another exception, a
 // crash, a sanitizer report, a huge allocation) is a finding. scripts/fuzz.sh builds and runs it.

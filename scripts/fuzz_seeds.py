@@ -68,6 +68,45 @@ write("package", "number_overflow", model.replace(b"64", b"1e999", 1) + mark + w
 # outside the model directory).
 import io
 import torch
+# infer: KServe v2 request bodies; "#<N>\n" in front is the Inference-Header-Content-Length.
+def infer_body(header, data=b"", length=True):
+    h = json.dumps(header).encode()
+    return (b"#%d\n" % len(h) if length else b"") + h + data
+
+
+x_json = {"name": "x", "datatype": "FP32", "shape": [2, 4], "data": [[1, 2, 3, 4], [5, 6, 7, 8]]}
+ids_json = {"name": "ids", "datatype": "INT64", "shape": [2], "data": [1, -1]}
+x_bin = {"name": "x", "datatype": "FP32", "shape": [1, 4], "parameters": {"binary_data_size": 16}}
+ids_bin = {"name": "ids", "datatype": "INT64", "shape": [1], "parameters": {"binary_data_size": 8}}
+four = struct.pack("<4f", 1, 2, 3, 4)
+infer_seeds = {
+    "json": infer_body({"id": "1", "inputs": [x_json, ids_json], "outputs": [{"name": "y"}]}, length=False),
+    "binary": infer_body({"inputs": [x_bin, ids_bin], "parameters": {"binary_data_output": True}},
+                         four + struct.pack("<q", 3)),
+    "binary_sizes_short": infer_body({"inputs": [x_bin, ids_bin]}, four + b"\0\0\0"),
+    "header_beyond_body": b"#999\n" + json.dumps({"inputs": [x_bin]}).encode() + four,
+    "raw": b"#0\n" + four,
+    "classification": infer_body({"inputs": [x_json, ids_json], "outputs": [
+        {"name": "y", "parameters": {"classification": 2}}, {"name": "n", "parameters": {"binary_data": True}}]},
+        length=False),
+    "bytes_bad_prefix": infer_body({"inputs": [{"name": "s", "datatype": "BYTES", "shape": [2],
+                                                "parameters": {"binary_data_size": 9}}]},
+                                   struct.pack("<I", 1) + b"a" + struct.pack("<I", 200)),
+    "nested_101": infer_body({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": 0}]},
+                             length=False).replace(b'"data": 0', b'"data": ' + b"[" * 101 + b"1" + b"]" * 101),
+    "deep_body": b"[" * 100000,
+    "number_overflow": infer_body({"inputs": [x_json, ids_json]}, length=False).replace(b"8]]", b"1e999]]"),
+    "out_of_range": infer_body({"inputs": [{"name": "u", "datatype": "UINT8", "shape": [2], "data": [1, 300]}]},
+                               length=False),
+    "all_types": infer_body({"inputs": [{"name": t, "datatype": t, "shape": [1],
+                                         "data": [True] if t == "BOOL" else ["s"] if t == "BYTES" else [1]}
+                                        for t in ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16",
+                                                  "INT32", "INT64", "FP16", "FP32", "FP64", "BF16", "BYTES"]]},
+                            length=False),
+}
+for name, data in infer_seeds.items():
+    write("infer", name, data)
+
 import onnx
 from onnx import helper, TensorProto
 

@@ -50,6 +50,9 @@ json parse_header(std::string_view text, const WireLimits& limits, const char* w
   return j;
 }
 
+// A JSON value for an error message.
+std::string text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 const json* member(const json& obj, const char* key) {
   auto it = obj.find(key);
   return it == obj.end() ? nullptr : &*it;
@@ -72,7 +75,7 @@ std::optional<std::string> string_member(const json& obj, const char* key, const
 std::optional<bool> bool_param(const json& params, const char* key, const std::string& what) {
   const json* p = member(params, key);
   if (!p) return std::nullopt;
-  if (!p->is_boolean()) throw InvalidArgument(what + ": parameter '" + key + "' must be a bool, got " + p->dump());
+  if (!p->is_boolean()) throw InvalidArgument(what + ": parameter '" + key + "' must be a bool, got " + text(*p));
   return p->get<bool>();
 }
 
@@ -80,7 +83,7 @@ std::optional<uint64_t> uint_param(const json& params, const char* key, const st
   const json* p = member(params, key);
   if (!p) return std::nullopt;
   if (!p->is_number_unsigned() && !(p->is_number_integer() && p->get<int64_t>() >= 0))
-    throw InvalidArgument(what + ": parameter '" + key + "' must be a non-negative integer, got " + p->dump());
+    throw InvalidArgument(what + ": parameter '" + key + "' must be a non-negative integer, got " + text(*p));
   return p->get<uint64_t>();
 }
 
@@ -124,7 +127,7 @@ DecodedTensor decode_tensor(const json& j, size_t index, std::string_view role, 
   t.shape.reserve(shape->size());
   for (const json& dim : *shape) {
     if (!dim.is_number_unsigned() || dim.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-      throw InvalidArgument(what + ": 'shape' must hold non-negative integers, got " + shape->dump());
+      throw InvalidArgument(what + ": 'shape' must hold non-negative integers, got " + text(*shape));
     t.shape.push_back(dim.get<int64_t>());
   }
   const uint64_t count = element_count(t.shape);
@@ -366,7 +369,7 @@ InferRequest decode_infer_request(std::string_view body, std::optional<size_t> h
   req.binary_data_output = bool_param(req.parameters, "binary_data_output", "request").value_or(false);
   if (const json* p = member(req.parameters, "priority")) {
     if (!p->is_number_integer())
-      throw InvalidArgument("request: parameter 'priority' must be an integer, got " + p->dump());
+      throw InvalidArgument("request: parameter 'priority' must be an integer, got " + text(*p));
     req.priority = p->get<int64_t>();
   }
   req.timeout_us = uint_param(req.parameters, "timeout", "request");

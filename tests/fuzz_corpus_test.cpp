@@ -28,5 +28,6 @@ size_t replay(const char* target_name) {
 TEST(FuzzCorpus, SafetensorsSeedsLoadOrRaiseHgError) { EXPECT_GE(replay("safetensors"), 10u); }
 TEST(FuzzCorpus, PackageSeedsLoadOrRaiseHgError) { EXPECT_GE(replay("package"), 7u); }
 TEST(FuzzCorpus, OnnxSeedsLoadOrRaiseHgError) { EXPECT_GE(replay("onnx"), 6u); }
+TEST(FuzzCorpus, InferSeedsDecodeOrRaiseHgError) { EXPECT_GE(replay("infer"), 10u); }
 
 }  // namespace
