@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "errors.h"
+#include "models/package.h"
+#include "models/zoo.h"
 #include "server/http_error.h"
 #include "server/model_repository.h"
 #include "test_env.h"
@@ -358,8 +360,11 @@ TEST(ModelRepositoryTest, ModelThatNeverLoadedIsUnavailable) {
   // A version the failed load meant to serve answers 503, any other 404.
   EXPECT_THROW(repo.resolve("broken", "1"), hg::server::HttpError);
   EXPECT_THROW(repo.resolve("broken", "2"), hg::NotFoundError);
-  for (const IndexEntry& e : repo.index())
-    if (e.name != "ok") EXPECT_EQ(e.state, ModelState::Unavailable) << e.name;
+  for (const IndexEntry& e : repo.index()) {
+    if (e.name != "ok") {
+      EXPECT_EQ(e.state, ModelState::Unavailable) << e.name;
+    }
+  }
 }
 
 TEST(ModelRepositoryTest, IdentityPlatform) {
@@ -503,6 +508,80 @@ TEST(ModelRepositoryTest, ConcurrentLoadAndUnloadRequestsAreSerialized) {
   EXPECT_NE(*builders.begin(), std::this_thread::get_id());
   EXPECT_EQ(load(repo, "a").status, 200);
   EXPECT_EQ(repo.resolve("a", std::nullopt)->version, 1);
+}
+
+// While a load runs on the loader thread, the caller goes on: the model is LOADING (503, not
+// ready, listed in the index), and a reload keeps answering with the old version.
+TEST(ModelRepositoryTest, LoadingIsVisibleAndReloadKeepsServing) {
+  TempRepo r("RepoLoading");
+  r.add_model("slow", {1});
+  std::atomic<int> started{0}, released{0};  // build n waits until released >= n
+  RepositoryOptions o = options(r, ControlMode::Explicit);
+  o.factory = [&](const std::string&, int64_t, const fs::path& dir, const hg::server::ModelConfig&) {
+    const int me = ++started;
+    eventually([&] { return released >= me; });
+    hg::models::PredictorOptions popt;
+    popt.batch_buckets = {1};
+    return hg::server::make_served_model(hg::models::Predictor::load(dir, popt));
+  };
+  ModelRepository repo(o);
+  auto load_async = [&](std::shared_ptr<std::promise<Answer>> p) {
+    repo.load("slow", std::nullopt, [p](int status, std::string m) { p->set_value({status, std::move(m)}); });
+    return p->get_future();
+  };
+  auto first = load_async(std::make_shared<std::promise<Answer>>());
+  ASSERT_TRUE(eventually([&] { return started == 1; }));
+  std::vector<IndexEntry> idx = repo.index();
+  ASSERT_EQ(idx.size(), 1u);
+  EXPECT_EQ(idx[0].state, ModelState::Loading);
+  EXPECT_FALSE(repo.all_ready());
+  EXPECT_THAT(hg::test::error_of<hg::server::HttpError>([&] { repo.resolve("slow", std::nullopt); }),
+              HasSubstr("model 'slow' is LOADING"));
+  released = 1;
+  ASSERT_EQ(first.wait_for(60s), std::future_status::ready);
+  EXPECT_EQ(first.get().status, 200);
+  EXPECT_TRUE(repo.all_ready());
+  auto v1 = repo.resolve("slow", std::nullopt);
+
+  // While a reload builds, the old version answers.
+  auto second = load_async(std::make_shared<std::promise<Answer>>());
+  ASSERT_TRUE(eventually([&] { return started == 2; }));
+  EXPECT_EQ(repo.resolve("slow", std::nullopt).get(), v1.get());
+  EXPECT_EQ(infer(*repo.resolve("slow", std::nullopt), sample(7)).first, 200);
+  EXPECT_TRUE(repo.all_ready());
+  EXPECT_EQ(repo.index()[0].state, ModelState::Ready);
+  released = 2;
+  ASSERT_EQ(second.wait_for(60s), std::future_status::ready);
+  EXPECT_EQ(second.get().status, 200);
+  EXPECT_NE(repo.resolve("slow", std::nullopt).get(), v1.get());
+}
+
+// A GPT package is served for inference and gets a text generator.
+TEST(ModelRepositoryTest, GptPackageGetsAGenerator) {
+  TempRepo r("RepoGpt");
+  hg::models::GPTConfig gc;
+  gc.d_model = 32;
+  gc.ff = 64;
+  gc.layers = 1;
+  gc.max_len = 32;
+  auto net = hg::models::zoo::gpt(gc, 1);
+  hg::models::PackageSpec spec;
+  spec.name = "gpt";
+  spec.inputs = {{"ids", "INT64", {-1, 8}}};
+  spec.outputs = {{"logits", "FP32", {-1, 8, gc.vocab}}};
+  hg::models::save_package(r.dir() / "gpt" / "1", *net, spec);
+  r.write_config("gpt", R"({"batch_buckets": [1]})");
+  r.add_model("mlp", {1});
+  ModelRepository repo(options(r));
+  auto v = repo.resolve("gpt", std::nullopt);
+  ASSERT_NE(v->generator, nullptr);
+  EXPECT_EQ(repo.resolve("mlp", std::nullopt)->generator, nullptr);
+  hg::server::GenerateRequest req;
+  req.text_input = "hi";
+  req.max_tokens = 3;
+  hg::server::GenerateResult out = v->generator->generate(req, [](std::string_view) { return true; });
+  EXPECT_EQ(out.tokens.size(), 3u);
+  EXPECT_EQ(out.finish_reason, "length");
 }
 
 TEST(ModelRepositoryTest, ShutdownStopsServing) {
