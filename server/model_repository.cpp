@@ -527,7 +527,7 @@ ModelRepository::ModelRepository(RepositoryOptions opt) : impl_(std::make_unique
   if (opt.poll_interval <= std::chrono::milliseconds(0))
     throw InvalidArgument("the repository poll interval must be positive");
   impl_->opt = std::move(opt);
-  impl_->loader = std::thread([this] { impl_->loader_main(); });
+  impl_->loader = std::thread([impl = impl_.get()] { impl->loader_main(); });
   std::promise<void> started;
   impl_->enqueue({Task::Kind::Startup, "", std::nullopt, [&started](int, std::string) { started.set_value(); }});
   started.get_future().wait();
