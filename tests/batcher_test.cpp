@@ -53,6 +53,13 @@ class Gate {
   bool open_ = false;
 };
 
+// Declared after the batcher: opens the gate before the batcher drains, so a test that fails
+// while the gate is closed ends instead of hanging.
+struct OpenAtExit {
+  Gate& gate;
+  ~OpenAtExit() { gate.open(); }
+};
+
 // Inputs x FP32 [-1, 3] and tag INT64 [-1, 1]; outputs y = 2x + 1 (FP32 [-1, 3]) and
 // t = [tag, 3 * tag] (INT64 [-1, 2]): each sample's answer is its own and checkable.
 class TagModel : public ServedModel {
@@ -251,8 +258,8 @@ TEST(Batcher, DelayGathersJobsIntoFewerRuns) {
   BatcherConfig cfg;
   cfg.max_batch_size = 16;
   cfg.max_queue_delay_us = 2'000'000;
-  DynamicBatcher batcher(model, cfg);
   Tracker tracker;
+  DynamicBatcher batcher(model, cfg);
   std::vector<std::shared_ptr<BatchJob>> jobs;
   for (int i = 0; i < 10; ++i) jobs.push_back(tracker.job(i));
   for (auto& j : jobs) ASSERT_EQ(batcher.submit(j), DynamicBatcher::Submit::Queued);
@@ -261,7 +268,9 @@ TEST(Batcher, DelayGathersJobsIntoFewerRuns) {
   for (auto& j : jobs) {
     EXPECT_EQ(wrong_outputs(*j), "");
     // The first run cannot start before the oldest job waited the whole delay.
-    if (j->executed_batch < 16) EXPECT_GE(j->compute_start - jobs[0]->enqueued, 2s);
+    if (j->executed_batch < 16) {
+      EXPECT_GE(j->compute_start - jobs[0]->enqueued, 2s);
+    }
   }
 }
 
@@ -269,8 +278,8 @@ TEST(Batcher, FullBatchRunsWithoutWaitingForTheDelay) {
   auto model = std::make_shared<TagModel>(std::vector<int64_t>{1, 2, 4});
   BatcherConfig cfg;
   cfg.max_queue_delay_us = 3'000'000'000;  // 50 minutes
-  DynamicBatcher batcher(model, cfg);
   Tracker tracker;
+  DynamicBatcher batcher(model, cfg);
   ASSERT_EQ(batcher.submit(tracker.job(0, 3)), DynamicBatcher::Submit::Queued);
   ASSERT_EQ(batcher.submit(tracker.job(10, 1)), DynamicBatcher::Submit::Queued);
   ASSERT_TRUE(tracker.wait(2));
@@ -279,8 +288,8 @@ TEST(Batcher, FullBatchRunsWithoutWaitingForTheDelay) {
 
 TEST(Batcher, DelayZeroRunsASingleJobAtOnce) {
   auto model = std::make_shared<TagModel>(std::vector<int64_t>{1, 8});
-  DynamicBatcher batcher(model, BatcherConfig{});
   Tracker tracker;
+  DynamicBatcher batcher(model, BatcherConfig{});
   auto job = tracker.job(7, 2);
   ASSERT_EQ(batcher.submit(job), DynamicBatcher::Submit::Queued);
   ASSERT_TRUE(tracker.wait(1));
@@ -293,8 +302,9 @@ TEST(Batcher, AJobLargerThanTheTargetRunsAlone) {
   auto model = std::make_shared<TagModel>(std::vector<int64_t>{1, 2, 4});
   Gate gate;
   model->gate = &gate;
-  DynamicBatcher batcher(model, BatcherConfig{});
   Tracker tracker;
+  DynamicBatcher batcher(model, BatcherConfig{});
+  OpenAtExit open_at_exit{gate};
   ASSERT_EQ(batcher.submit(tracker.job(0)), DynamicBatcher::Submit::Queued);
   ASSERT_TRUE(gate.wait_entered(1));
   auto big = tracker.job(100, 10);
@@ -311,8 +321,9 @@ TEST(Batcher, FullQueueRefusesAtOnce) {
   model->gate = &gate;
   BatcherConfig cfg;
   cfg.max_queue_size = 2;
-  DynamicBatcher batcher(model, cfg);
   Tracker tracker;
+  DynamicBatcher batcher(model, cfg);
+  OpenAtExit open_at_exit{gate};
   ASSERT_EQ(batcher.submit(tracker.job(0)), DynamicBatcher::Submit::Queued);
   ASSERT_TRUE(gate.wait_entered(1));  // the first job left the queue
   EXPECT_EQ(batcher.submit(tracker.job(1)), DynamicBatcher::Submit::Queued);
@@ -334,8 +345,9 @@ TEST(Batcher, HigherPriorityRunsFirstFifoWithinALevel) {
   cfg.max_batch_size = 1;
   cfg.priority_levels = 3;
   cfg.default_priority_level = 2;
-  DynamicBatcher batcher(model, cfg);
   Tracker tracker;
+  DynamicBatcher batcher(model, cfg);
+  OpenAtExit open_at_exit{gate};
   auto with_priority = [&](int64_t tag, int priority) {
     auto j = tracker.job(tag);
     j->priority = priority;
@@ -356,8 +368,9 @@ TEST(Batcher, ExpiredJobsGet504AndNeverRun) {
   auto model = std::make_shared<TagModel>();
   Gate gate;
   model->gate = &gate;
-  DynamicBatcher batcher(model, BatcherConfig{});
   Tracker tracker;
+  DynamicBatcher batcher(model, BatcherConfig{});
+  OpenAtExit open_at_exit{gate};
   ASSERT_EQ(batcher.submit(tracker.job(0)), DynamicBatcher::Submit::Queued);
   ASSERT_TRUE(gate.wait_entered(1));
   auto soon = tracker.job(1), past = tracker.job(2), later = tracker.job(3);
@@ -387,8 +400,8 @@ TEST(Batcher, ARunsErrorGoesToEveryJobOfThatRun) {
   BatcherConfig cfg;
   cfg.max_batch_size = 4;
   cfg.max_queue_delay_us = 3'000'000'000;  // runs only when 4 samples are there
-  DynamicBatcher batcher(model, cfg);
   Tracker tracker;
+  DynamicBatcher batcher(model, cfg);
   std::vector<std::shared_ptr<BatchJob>> bad = {tracker.job(1), tracker.job(666), tracker.job(2, 2)};
   std::vector<std::shared_ptr<BatchJob>> crash = {tracker.job(500, 4)};
   std::vector<std::shared_ptr<BatchJob>> good = {tracker.job(10, 3), tracker.job(20)};
@@ -415,8 +428,8 @@ TEST(Batcher, PreserveOrderingAcrossInstances) {
   cfg.max_batch_size = 3;
   cfg.instances = 4;
   cfg.preserve_ordering = true;
-  DynamicBatcher batcher(model, cfg);
   Tracker tracker;
+  DynamicBatcher batcher(model, cfg);
   std::vector<int64_t> expected;
   constexpr int kJobs = 200;
   for (int i = 0; i < kJobs; ++i) {
@@ -431,19 +444,46 @@ TEST(Batcher, PreserveOrderingAcrossInstances) {
   EXPECT_TRUE(tracker.each_once());
 }
 
+TEST(Batcher, DoneRunsOutsideTheBatchersLocksAndMaySubmitAgain) {
+  for (bool ordered : {false, true}) {
+    auto model = std::make_shared<TagModel>();
+    BatcherConfig cfg;
+    cfg.preserve_ordering = ordered;
+    cfg.instances = 2;
+    Tracker tracker;  // declared before the batcher: outlives every done()
+    std::function<void(BatchJob&)> record = tracker.callback();
+    std::function<void(int64_t)> submit_next;
+    DynamicBatcher batcher(model, cfg);
+    submit_next = [&](int64_t tag) {
+      auto j = tagged_job(tag, 1);
+      j->done = [&, tag](BatchJob& done) {
+        (void)batcher.queue_depth();  // would deadlock under the queue lock
+        if (tag < 20) submit_next(tag + 1);
+        record(done);
+      };
+      ASSERT_EQ(batcher.submit(j), DynamicBatcher::Submit::Queued);
+    };
+    submit_next(1);
+    ASSERT_TRUE(tracker.wait(20)) << "ordered " << ordered;
+    batcher.drain();
+    EXPECT_EQ(model->seen().size(), 20u);
+  }
+}
+
 TEST(Batcher, DrainRunsEveryQueuedJobThenRefuses) {
   auto model = std::make_shared<TagModel>();
   Gate gate;
   model->gate = &gate;
-  DynamicBatcher batcher(model, BatcherConfig{});
   Tracker tracker;
+  DynamicBatcher batcher(model, BatcherConfig{});
   std::vector<std::shared_ptr<BatchJob>> accepted;
   for (int i = 0; i < 4; ++i) {
     accepted.push_back(tracker.job(i));
     ASSERT_EQ(batcher.submit(accepted.back()), DynamicBatcher::Submit::Queued);
   }
   ASSERT_TRUE(gate.wait_entered(1));
-  std::thread drainer([&] { batcher.drain(); });
+  std::jthread drainer([&] { batcher.drain(); });
+  OpenAtExit open_at_exit{gate};
   // Probe until drain() has stopped intake; probes taken before that must complete as well.
   auto until = Clock::now() + kWait;
   for (int64_t tag = 100;; ++tag) {
