@@ -6,6 +6,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <csignal>
+#include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -55,6 +56,7 @@ class Session;
 
 struct HttpServer::Impl {
   // Declared before the io_context so that sessions destroyed with it can still deregister.
+  std::weak_ptr<Impl> self;  // streams keep the server state alive (not running) until dropped
   std::mutex mu;
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
   size_t active = 0;
@@ -83,6 +85,10 @@ struct HttpServer::Impl {
   void session_opened(Session* s, std::weak_ptr<Session> w);
   void session_closed(Session* s);
   void maybe_finish();  // on ctl
+  void cut_remaining();  // after the I/O threads exited: close what the drain left open
+  void responded(int status) {
+    if (opt.on_response) opt.on_response(status);
+  }
   void log(const std::string& msg) {
     if (opt.log) {
       *opt.log << msg << std::endl;
@@ -112,7 +118,12 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // On the session's strand.
   void write(HttpResponse r) {
-    if (state_ != State::Busy) return;
+    if (state_ != State::Busy) {
+      if (r.stream) r.stream(make_sink());  // the connection is gone: the sink refuses every write
+      return;
+    }
+    srv_->responded(r.status);
+    if (r.stream) return start_stream(std::move(r));
     state_ = State::Writing;
     res_.emplace();
     res_->version(version_);
@@ -130,8 +141,106 @@ class Session : public std::enable_shared_from_this<Session> {
 
   net::any_io_executor executor() { return stream_.get_executor(); }
 
+  // A streamed body: chunks queued by the sink (from any thread) are written in order, one
+  // HTTP chunk each; the last chunk ends the response.
+  bool stream_dead() const { return dead_.load(std::memory_order_acquire); }
+  void push_chunk(std::string chunk) {
+    if (state_ != State::Streaming || stream_end_) return;
+    chunks_.push_back(std::move(chunk));
+    pump();
+  }
+  void end_stream() {
+    if (state_ != State::Streaming || stream_end_) return;
+    stream_end_ = true;
+    pump();
+  }
+  // The server gave up draining; called with the I/O threads stopped.
+  void cut() {
+    dead_ = true;
+    beast::error_code ec;
+    stream_.socket().close(ec);
+  }
+
  private:
-  enum class State { Reading, Busy, Writing, Closed };
+  enum class State { Reading, Busy, Writing, Streaming, Closed };
+
+  std::shared_ptr<ResponseStream> make_sink();
+
+  void start_stream(HttpResponse r) {
+    state_ = State::Streaming;
+    stream_end_ = false;
+    shdr_.emplace();
+    shdr_->version(version_);
+    shdr_->result(static_cast<unsigned>(r.status));
+    shdr_->set(http::field::server, "hgraph");
+    shdr_->set(http::field::content_type, r.content_type);
+    for (auto& [k, v] : r.headers) shdr_->set(beast::string_view(k.data(), k.size()), v);
+    shdr_->keep_alive(keep_alive_ && !shutdown_ && version_ >= 11);
+    if (version_ >= 11) shdr_->chunked(true);  // HTTP/1.0: the body ends when the connection closes
+    ssr_.emplace(*shdr_);
+    if (!r.body.empty()) chunks_.push_back(std::move(r.body));
+    writing_ = true;
+    stream_.expires_after(srv_->opt.request_timeout);
+    http::async_write_header(stream_, *ssr_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      self->on_chunk_written(ec);
+    });
+    watch_peer();
+    r.stream(make_sink());
+  }
+
+  // While streaming nothing is read; a wait for readability notices a client that went away
+  // (readable with nothing to read) without consuming a pipelined request.
+  void watch_peer() {
+    watching_ = true;
+    stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
+      self->watching_ = false;
+      if (ec || self->state_ != State::Streaming) return;
+      beast::error_code ec2;
+      if (self->stream_.socket().available(ec2) == 0 || ec2) self->fail_stream();
+    });
+  }
+
+  void pump() {
+    if (writing_ || state_ != State::Streaming) return;
+    auto done = [self = shared_from_this()](beast::error_code ec, size_t) { self->on_chunk_written(ec); };
+    if (!chunks_.empty()) {
+      cur_chunk_ = std::move(chunks_.front());
+      chunks_.pop_front();
+      writing_ = true;
+      stream_.expires_after(srv_->opt.request_timeout);
+      if (version_ >= 11) net::async_write(stream_, http::make_chunk(net::buffer(cur_chunk_)), std::move(done));
+      else net::async_write(stream_, net::buffer(cur_chunk_), std::move(done));
+    } else if (stream_end_) {
+      writing_ = true;
+      last_sent_ = true;
+      stream_.expires_after(srv_->opt.request_timeout);
+      if (version_ >= 11) net::async_write(stream_, http::make_chunk_last(), std::move(done));
+      else net::post(stream_.get_executor(), [done = std::move(done)]() mutable { done({}, 0); });
+    }
+  }
+
+  void on_chunk_written(beast::error_code ec) {
+    writing_ = false;
+    if (ec) return fail_stream();
+    if (!last_sent_) return pump();
+    // The response is complete: stop watching the peer (no write is pending now), then carry on.
+    stream_.expires_never();
+    last_sent_ = false;
+    bool reuse = shdr_->keep_alive() && version_ >= 11 && !shutdown_;
+    ssr_.reset();
+    shdr_.reset();
+    beast::error_code ignored;
+    if (watching_) stream_.socket().cancel(ignored);
+    state_ = State::Writing;
+    if (!reuse) return linger_close();
+    do_read();
+  }
+
+  void fail_stream() {
+    dead_ = true;
+    chunks_.clear();
+    close();
+  }
 
   void do_read() {
     if (shutdown_) return close();
@@ -206,11 +315,12 @@ class Session : public std::enable_shared_from_this<Session> {
 
     // The reply may come from any thread; it always lands back on this session's strand.
     struct ReplyState {
+      std::shared_ptr<HttpServer::Impl> srv;  // a reply may outlive the server: keep its state
       std::shared_ptr<Session> session;
       std::atomic<bool> done{false};
       void send(HttpResponse r) {
         if (done.exchange(true)) return;
-        auto s = session;
+        auto s = std::move(session);  // a reply kept after answering does not keep the connection
         net::dispatch(s->executor(), [s, r = std::move(r)]() mutable { s->write(std::move(r)); });
       }
       ~ReplyState() {
@@ -218,6 +328,7 @@ class Session : public std::enable_shared_from_this<Session> {
       }
     };
     auto rs = std::make_shared<ReplyState>();
+    rs->srv = srv_->self.lock();
     rs->session = shared_from_this();
     Reply reply = [rs](HttpResponse r) { rs->send(std::move(r)); };
     try {
@@ -257,6 +368,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void close() {
     state_ = State::Closed;
+    dead_ = true;
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
     stream_.close();
@@ -268,11 +380,48 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<http::response<http::string_body>> res_;
   std::array<char, 16384> discard_;
+  std::optional<http::response<http::empty_body>> shdr_;  // a streamed response's header
+  std::optional<http::response_serializer<http::empty_body>> ssr_;
+  std::deque<std::string> chunks_;
+  std::string cur_chunk_;
+  bool writing_ = false, stream_end_ = false, last_sent_ = false, watching_ = false;
+  std::atomic<bool> dead_{false};
   unsigned version_ = 11;
   bool keep_alive_ = true;
   bool shutdown_ = false;
   State state_ = State::Reading;
 };
+
+// The sink of a streamed response: holds the session until closed or dropped, and the server
+// state until dropped.
+class StreamSink : public ResponseStream {
+ public:
+  StreamSink(std::shared_ptr<HttpServer::Impl> srv, std::shared_ptr<Session> s)
+      : srv_(std::move(srv)), session_(std::move(s)) {}
+  ~StreamSink() override { close(); }
+  bool write(std::string chunk) override {
+    std::lock_guard lk(mu_);
+    if (!session_ || session_->stream_dead()) return false;
+    if (chunk.empty()) return true;  // an empty chunk would end the body
+    net::post(session_->executor(), [s = session_, c = std::move(chunk)]() mutable { s->push_chunk(std::move(c)); });
+    return true;
+  }
+  void close() override {
+    std::lock_guard lk(mu_);
+    if (!session_) return;
+    auto ex = session_->executor();
+    net::post(ex, [s = std::move(session_)] { s->end_stream(); });
+  }
+
+ private:
+  std::shared_ptr<HttpServer::Impl> srv_;  // destroyed after the session
+  std::mutex mu_;
+  std::shared_ptr<Session> session_;
+};
+
+std::shared_ptr<ResponseStream> Session::make_sink() {
+  return std::make_shared<StreamSink>(srv_->self.lock(), shared_from_this());
+}
 
 void HttpServer::Impl::do_accept() {
   acceptor.async_accept(net::make_strand(ioc),
@@ -325,9 +474,26 @@ void HttpServer::Impl::maybe_finish() {
   work.reset();
 }
 
+void HttpServer::Impl::cut_remaining() {
+  std::vector<std::shared_ptr<Session>> live;
+  {
+    std::lock_guard lk(mu);
+    for (auto& [p, w] : sessions)
+      if (auto s = w.lock()) live.push_back(std::move(s));
+  }
+  for (auto& s : live) s->cut();
+}
+
 void HttpServer::Impl::begin_stop(const char* why) {
   if (stopping.exchange(true)) return;
   log(std::string("hgraph-serve: ") + why + ": shutting down (finishing requests in flight)");
+  if (opt.on_stop) {
+    try {
+      opt.on_stop();
+    } catch (const std::exception& e) {
+      log(std::string("hgraph-serve: on_stop failed: ") + e.what());
+    }
+  }
   net::post(ctl, [this] {
     beast::error_code ec;
     acceptor.close(ec);
@@ -355,7 +521,9 @@ void HttpServer::Impl::begin_stop(const char* why) {
 }
 
 HttpServer::HttpServer(HttpServerOptions opt, HttpHandler handler)
-    : impl_(std::make_shared<Impl>(std::move(opt), std::move(handler))) {}
+    : impl_(std::make_shared<Impl>(std::move(opt), std::move(handler))) {
+  impl_->self = impl_;
+}
 
 HttpServer::~HttpServer() {
   stop();
@@ -406,6 +574,7 @@ void HttpServer::start() {
 void HttpServer::wait() {
   for (auto& t : impl_->threads)
     if (t.joinable()) t.join();
+  if (!impl_->threads.empty()) impl_->cut_remaining();
   impl_->finished = true;
 }
 

@@ -10,12 +10,27 @@
 //   srv.start();                                         // spawns opt.threads I/O threads
 //   srv.wait();                                          // returns after stop() or a signal
 //
-// Shutdown (stop() or a signal): stop accepting, close idle keep-alive connections, let
-// requests in flight finish and answer them with `Connection: close`, then return from
-// wait(); after opt.drain_timeout the remaining connections are cut.
-// Errors the HTTP layer answers itself, all with {"error": "..."}: 413 body over the limit,
-// 431 header over the limit, 400 unparsable HTTP, 500 a handler that threw or dropped its
-// reply.
+//   // A streamed (chunked) body, e.g. server-sent events, produced on another thread:
+//   reply({.status = 200, .content_type = "text/event-stream",
+//          .stream = [pool](std::shared_ptr<ResponseStream> out) {
+//            pool->post([out] { for (auto& e : events()) if (!out->write(e)) return;  out->close(); });
+//          }});
+//
+// Threads: the handler, `stream` and on_stop run on an I/O thread, and there are only
+// opt.threads of them, shared by every connection. They must not block (no inference, no
+// waiting on a queue, no sleeping): a blocked I/O thread delays every other connection,
+// health probes included. Hand slow work to another thread and reply from there. Reading a
+// request (headers and body) is asynchronous: a slow or huge upload occupies no thread.
+//
+// Shutdown (stop() or a signal): on_stop is called, then stop accepting, close idle keep-alive
+// connections, let requests in flight (streamed responses included) finish and answer them
+// with `Connection: close`, then return from wait(); after opt.drain_timeout the remaining
+// connections are cut (their streams' write() returns false).
+// Errors the HTTP layer answers itself, all with {"error": "..."} and then closing the
+// connection: 413 body over the limit, 431 header over the limit, 400 unparsable HTTP, 500 a
+// handler that threw or dropped its reply. Headers and bodies must arrive within
+// idle_timeout and request_timeout (slow clients are disconnected); pipelined requests are
+// answered in order.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -39,7 +54,9 @@ struct HttpRequest {
 };
 
 // The body of a streamed response (chunked transfer encoding), e.g. server-sent events.
-// Thread-safe; write from any thread.
+// Thread-safe; write from any thread. Each write() goes out as one HTTP chunk, in order.
+// The sink keeps the connection open (and counted in flight for the drain) until it is closed
+// or dropped.
 class ResponseStream {
  public:
   virtual ~ResponseStream() = default;
@@ -77,8 +94,12 @@ struct HttpServerOptions {
   bool handle_signals = true;  // SIGINT/SIGTERM call stop()
   std::ostream* log = nullptr;  // shutdown messages
   // Called once when shutdown begins (stop() or a signal), before connections drain: the
-  // handler turns readiness off and refuses new work there.
+  // handler turns readiness off and refuses new work there. Must not block.
   std::function<void()> on_stop;
+  // Called with the status of every response as it starts going out, including the errors
+  // the HTTP layer answers itself (e.g. ServerMetrics::http_response). Any thread; must not
+  // block or throw.
+  std::function<void(int status)> on_response;
 };
 
 // {"error": message} as a JSON body.
