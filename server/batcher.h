@@ -1,8 +1,9 @@
 // The dynamic batcher of one model version (Triton's `dynamic_batching`): requests wait in a
 // bounded queue per priority level; `instances` threads each take the oldest requests of the
-// highest level up to the largest bucket (or max_batch_size), waiting at most
-// max_queue_delay_us after the oldest one arrived for more to come, concatenate them, run the
-// model once (the model pads to its smallest captured bucket) and split the outputs back.
+// highest non-empty level (then the next levels) up to target_batch() samples (the largest
+// bucket not above max_batch_size), waiting at most max_queue_delay_us after the oldest one
+// arrived for more to come, concatenate them, run the model once (the model pads to the
+// smallest captured bucket that fits) and split the outputs back.
 //
 //   BatcherConfig cfg;  cfg.max_batch_size = 32;  cfg.max_queue_delay_us = 200;
 //   auto b = std::make_shared<DynamicBatcher>(model, cfg);
