@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "engine/error.h"
+#include "server/json_reader.h"
 
 namespace hg::server {
 
@@ -12,40 +13,12 @@ namespace {
 
 using json = nlohmann::json;
 
-// Rejects a JSON text nested deeper than `limit` arrays/objects before it is parsed, so that a
-// hostile body costs one linear scan and no tree.
-void check_depth(std::string_view text, size_t limit, const char* what) {
-  size_t depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > limit)
-        throw InvalidArgument(std::string(what) + " is nested deeper than " + std::to_string(limit) +
-                              " levels (at byte offset " + std::to_string(i) + ")");
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-}
-
 // Levels a request adds above a tensor's `data` ({"inputs":[{"data":...}]}) plus room for
 // nested parameters; the data's own depth is checked exactly by json_to_bytes.
 constexpr size_t kEnvelopeDepth = 8;
 
 json parse_header(std::string_view text, const WireLimits& limits, const char* what) {
-  check_depth(text, limits.max_json_depth + kEnvelopeDepth, what);
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e999
-    throw InvalidArgument("malformed JSON in " + std::string(what) + ": " + e.what());
-  }
+  json j = read_json(text, limits.max_json_depth + kEnvelopeDepth, what);
   if (!j.is_object()) throw InvalidArgument(std::string(what) + " must be a JSON object, got " + j.type_name());
   return j;
 }

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "engine/error.h"
+#include "server/json_reader.h"
 
 namespace hg::server {
 
@@ -168,31 +169,6 @@ void append_integer(std::string& out, T v) {
   char buf[24];
   auto r = std::to_chars(buf, buf + sizeof(buf), v);
   out.append(buf, r.ptr);
-}
-
-// Length of the valid UTF-8 sequence starting at s[i] (2..4), or 0 if it is not one.
-size_t utf8_sequence(std::string_view s, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned c = b(i);
-  size_t n;
-  unsigned lo = 0x80, hi = 0xbf;  // allowed range of the second byte
-  if (c >= 0xc2 && c <= 0xdf) n = 2;
-  else if (c >= 0xe0 && c <= 0xef) {
-    n = 3;
-    if (c == 0xe0) lo = 0xa0;
-    if (c == 0xed) hi = 0x9f;  // no surrogates
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    n = 4;
-    if (c == 0xf0) lo = 0x90;
-    if (c == 0xf4) hi = 0x8f;
-  } else {
-    return 0;
-  }
-  if (i + n > s.size()) return 0;
-  if (b(i + 1) < lo || b(i + 1) > hi) return 0;
-  for (size_t k = 2; k < n; ++k)
-    if ((b(i + k) & 0xc0) != 0x80) return 0;
-  return n;
 }
 
 }  // namespace
