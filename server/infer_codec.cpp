@@ -464,8 +464,9 @@ InferResponse decode_infer_response(std::string_view body, std::optional<size_t>
   return resp;
 }
 
-ModelInputs bind_inputs(InferRequest& req, const models::PackageSpec& spec, int64_t max_batch_size) {
-  const std::string& model = spec.name;
+ModelInputs bind_inputs(InferRequest& req, const models::PackageSpec& spec, int64_t max_batch_size,
+                        std::string_view model_name) {
+  const std::string model(model_name.empty() ? std::string_view(spec.name) : model_name);
   if (req.raw) {
     if (spec.inputs.size() != 1 || req.inputs.size() != 1)
       throw InvalidArgument("a raw binary request (Inference-Header-Content-Length: 0) needs a model with "

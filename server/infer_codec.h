@@ -76,7 +76,9 @@ struct ModelInputs {
   std::vector<bool> binary;       // per returned output: send as binary
   std::vector<uint32_t> classification;  // per returned output: top-N classes (0: the tensor itself)
 };
-ModelInputs bind_inputs(InferRequest& req, const models::PackageSpec& spec, int64_t max_batch_size);
+// `model_name` names the model in errors (empty: spec.name).
+ModelInputs bind_inputs(InferRequest& req, const models::PackageSpec& spec, int64_t max_batch_size,
+                        std::string_view model_name = {});
 
 // The response to `req`: outputs[j] holds the bytes of model output j for `batch` samples;
 // only in.outputs are returned (moved out of `outputs`).

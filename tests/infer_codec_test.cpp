@@ -285,6 +285,9 @@ TEST(InferCodec, BindChecksNamesTypesShapesAndBatch) {
             "batch size 2 exceeds the max_batch_size 1 of model 'm'");
   EXPECT_EQ(bind_error(R"({"inputs":[)" + a2 + "," + b2 + R"(],"outputs":[{"name":"q"}]})", spec),
             "unknown output 'q' requested from model 'm' (model outputs: 'y')");
+  InferRequest named = decode(R"({"inputs":[)" + a2 + "]}");
+  EXPECT_THAT(error_of<hg::InvalidArgument>([&] { hg::server::bind_inputs(named, spec, 0, "served"); }),
+              HasSubstr("missing input 'b' for model 'served'"));
 }
 
 TEST(InferCodec, OutputSelectionAndBinaryFlags) {
