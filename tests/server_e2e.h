@@ -12,6 +12,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -84,10 +85,17 @@ class TempRepo {
   fs::path dir_;
 };
 
-// A digits-like sample (8x8 pixels in [0, 16]); different seeds give different samples.
+// A digits-like sample (8x8 pixels in [0, 16]), hashed from the seed: different seeds give
+// different samples.
 inline std::vector<float> digits_sample(int seed) {
   std::vector<float> v(64);
-  for (int i = 0; i < 64; ++i) v[i] = static_cast<float>((i * 7 + seed * 13 + (i / 8) * seed + seed / 17) % 17);
+  for (uint32_t i = 0; i < 64; ++i) {
+    uint32_t h = static_cast<uint32_t>(seed) * 2654435761u + i * 40503u;
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    v[i] = static_cast<float>(h % 17);
+  }
   return v;
 }
 

@@ -1,0 +1,128 @@
+// End-to-end over real HTTP: the generate extension of an hgraph-serve child on 127.0.0.1,
+// serving the GPT zoo model (PyTorch's weights from scripts/testdata_gpt.py saved as a model
+// package in a temporary repository): POST /v2/models/gpt[/versions/1]/generate answers the
+// whole text, /generate_stream the same text as server-sent events ending with a
+// finish_reason; bad requests are 400 naming the field, unknown models 404, GET 405.
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "models/gpt.h"
+#include "models/package.h"
+#include "models/safetensors.h"
+#include "models/state_dict.h"
+#include "tests/server_e2e.h"
+
+namespace hg::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+class E2eGenerateTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    repo_ = std::make_unique<TempRepo>("generate");
+    const fs::path weights = kTestData / "gpt" / "weights.safetensors";
+    ASSERT_TRUE(fs::exists(weights)) << weights << " is missing: run scripts/testdata_gpt.py";
+    models::GPT gpt;
+    gpt.load_state_dict(models::tensors_from(safetensors::read(weights), weights.string()));
+    models::PackageSpec spec;
+    spec.name = "gpt";
+    spec.inputs = {{"ids", "INT64", {-1, 16}}};
+    spec.outputs = {{"logits", "FP32", {-1, 16, 256}}};
+    models::save_package(repo_->dir() / "gpt" / "1", gpt, spec);
+    repo_->add_digits();
+    server_ = std::make_unique<ServerProcess>(std::vector<std::string>{"--model-repository", repo_->str()});
+  }
+  static void TearDownTestSuite() {
+    if (server_) {
+      EXPECT_EQ(server_->terminate(30s), 0) << "exit code after SIGTERM";
+    }
+    server_.reset();
+    repo_.reset();
+  }
+  void SetUp() override {
+    ASSERT_TRUE(server_ && server_->running()) << "hgraph-serve is not running";
+    conn_ = std::make_unique<HttpConn>(server_->port(), 120s);
+  }
+
+  static std::unique_ptr<TempRepo> repo_;
+  static std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<HttpConn> conn_;
+};
+std::unique_ptr<TempRepo> E2eGenerateTest::repo_;
+std::unique_ptr<ServerProcess> E2eGenerateTest::server_;
+
+const std::string kRequest = R"({"id":"g1","text_input":"Hello, ","parameters":{"max_tokens":12}})";
+
+// The JSON objects of the `data:` lines of an event stream.
+std::vector<json> events_of(const std::string& body) {
+  std::vector<json> events;
+  std::istringstream in(body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.rfind("data:", 0) == 0) events.push_back(json::parse(line.substr(5), nullptr, false));
+  }
+  return events;
+}
+
+TEST_F(E2eGenerateTest, GenerateWithAndWithoutVersion) {
+  HttpReply r = conn_->request("POST", "/v2/models/gpt/generate", kRequest);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  EXPECT_EQ(j["id"], "g1");
+  EXPECT_EQ(j["model_name"], "gpt");
+  EXPECT_EQ(j["model_version"], "1");
+  ASSERT_TRUE(j["text_output"].is_string());
+  EXPECT_FALSE(j["text_output"].get<std::string>().empty());
+  HttpReply v = conn_->request("POST", "/v2/models/gpt/versions/1/generate", kRequest);
+  ASSERT_EQ(v.status, 200) << v.body;
+  EXPECT_EQ(json::parse(v.body)["text_output"], j["text_output"]) << "greedy decoding is deterministic";
+}
+
+TEST_F(E2eGenerateTest, GenerateStreamSendsTheSameTextAsEvents) {
+  const std::string whole = json::parse(conn_->request("POST", "/v2/models/gpt/generate", kRequest).body)["text_output"];
+  for (const char* path : {"/v2/models/gpt/generate_stream", "/v2/models/gpt/versions/1/generate_stream"}) {
+    HttpReply r = conn_->request("POST", path, kRequest);
+    ASSERT_EQ(r.status, 200) << path << ": " << r.body;
+    EXPECT_NE(r.header("Content-Type").find("text/event-stream"), std::string::npos) << r.header("Content-Type");
+    const std::vector<json> events = events_of(r.body);
+    ASSERT_GE(events.size(), 2u) << r.body;
+    std::string text;
+    for (const json& e : events) {
+      ASSERT_TRUE(e.is_object() && e.contains("text_output")) << e.dump();
+      EXPECT_EQ(e["id"], "g1");
+      EXPECT_EQ(e["model_name"], "gpt");
+      text += e["text_output"].get<std::string>();
+    }
+    EXPECT_EQ(text, whole) << path;
+    EXPECT_TRUE(events.back().contains("finish_reason")) << events.back().dump();
+    for (size_t i = 0; i + 1 < events.size(); ++i) EXPECT_FALSE(events[i].contains("finish_reason"));
+  }
+}
+
+TEST_F(E2eGenerateTest, BadGenerateRequestsAre400404Or405) {
+  HttpReply missing = conn_->request("POST", "/v2/models/gpt/generate", R"({"parameters":{"max_tokens":4}})");
+  EXPECT_EQ(missing.status, 400);
+  EXPECT_NE(error_of(missing.body).find("text_input"), std::string::npos) << missing.body;
+  HttpReply bad_tokens =
+      conn_->request("POST", "/v2/models/gpt/generate_stream", R"({"text_input":"a","parameters":{"max_tokens":-1}})");
+  EXPECT_EQ(bad_tokens.status, 400) << "a stream refused before its first event is a plain error";
+  EXPECT_NE(error_of(bad_tokens.body).find("max_tokens"), std::string::npos) << bad_tokens.body;
+  EXPECT_EQ(conn_->request("POST", "/v2/models/gpt/generate", "{not json").status, 400);
+  HttpReply not_text = conn_->request("POST", "/v2/models/digits_mlp/generate", kRequest);
+  EXPECT_EQ(not_text.status, 400) << not_text.body;
+  EXPECT_NE(error_of(not_text.body).find("digits_mlp"), std::string::npos);
+  EXPECT_EQ(conn_->request("POST", "/v2/models/no_such_model/generate", kRequest).status, 404);
+  EXPECT_EQ(conn_->request("POST", "/v2/models/gpt/versions/7/generate_stream", kRequest).status, 404);
+  HttpReply get = conn_->request("GET", "/v2/models/gpt/generate");
+  EXPECT_EQ(get.status, 405);
+  EXPECT_EQ(get.header("Allow"), "POST");
+  EXPECT_EQ(conn_->request("POST", "/v2/models/gpt/generate", kRequest).status, 200) << "still serving";
+}
+
+}  // namespace
+}  // namespace hg::test
