@@ -82,7 +82,7 @@ class EventStream : public std::enable_shared_from_this<EventStream> {
       return;
     }
     ended_ = true;
-    if (sink_) sink_->close();
+    if (sink_) close_sink();
   }
 
   bool started() {
@@ -97,7 +97,14 @@ class EventStream : public std::enable_shared_from_this<EventStream> {
     for (auto& e : pending_)
       if (!gone_ && !sink_->write(std::move(e))) gone_ = true;
     pending_.clear();
-    if (ended_ || gone_) sink_->close();
+    if (ended_ || gone_) close_sink();
+  }
+
+  // The last use of the sink: dropping it keeps no reference cycle through the HTTP layer's
+  // hold on our stream callback.
+  void close_sink() {
+    sink_->close();
+    sink_.reset();
   }
 
   std::mutex mu_;

@@ -135,10 +135,10 @@ class RecordedReply : public ResponseStream {
   static Reply reply_to(std::shared_ptr<RecordedReply> self) {
     return [self](HttpResponse r) {
       std::unique_lock lk(self->mu_);
+      auto stream = std::move(r.stream);
       self->status_ = r.status;
       self->response_ = r;
       self->body_ = r.body;
-      auto stream = std::move(r.stream);
       if (!stream) self->closed_ = true;
       self->cv_.notify_all();
       if (stream && !self->deferred_) {
