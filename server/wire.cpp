@@ -164,11 +164,42 @@ struct ElementWriter {
 
 // ---- bytes -> JSON ------------------------------------------------------------------------
 
+// Room one printed number needs: sign and digits for integers, the longest shortest
+// round-trip form for floats ("-1.17549435e-38", "-2.2250738585072014e-308"), "null".
+template <class T>
+constexpr size_t kMaxChars = std::is_floating_point_v<T> ? (sizeof(T) == 4 ? 16 : 25)
+                                                          : std::numeric_limits<T>::digits10 + 3;
+
+template <class T>
+char* write_number(char* w, T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(v)) {
+      std::memcpy(w, "null", 4);
+      return w + 4;
+    }
+  }
+  return std::to_chars(w, w + kMaxChars<T>, v).ptr;
+}
+
+// The n elements at p (stored as S, printed as what `get` returns) as a comma-separated
+// list, written straight into a buffer sized for the longest numbers.
+template <class S, class Get>
+void append_elements(std::string& out, const char* p, size_t n, Get get) {
+  using T = decltype(get(p));
+  const size_t start = out.size();
+  out.resize(start + n * (kMaxChars<T> + 1));
+  char* w = out.data() + start;
+  for (size_t i = 0; i < n; ++i, p += sizeof(S)) {
+    if (i) *w++ = ',';
+    w = write_number(w, get(p));
+  }
+  out.resize(static_cast<size_t>(w - out.data()));
+}
+
 template <class T>
 void append_integer(std::string& out, T v) {
-  char buf[24];
-  auto r = std::to_chars(buf, buf + sizeof(buf), v);
-  out.append(buf, r.ptr);
+  char buf[kMaxChars<T>];
+  out.append(buf, write_number(buf, v));
 }
 
 }  // namespace
@@ -260,23 +291,13 @@ std::string json_to_bytes(const json& data, const WireTensor& t, const WireLimit
 }
 
 void append_number(std::string& out, float v) {
-  if (!std::isfinite(v)) {
-    out += "null";
-    return;
-  }
-  char buf[32];
-  auto r = std::to_chars(buf, buf + sizeof(buf), v);
-  out.append(buf, r.ptr);
+  char buf[kMaxChars<float>];
+  out.append(buf, write_number(buf, v));
 }
 
 void append_number(std::string& out, double v) {
-  if (!std::isfinite(v)) {
-    out += "null";
-    return;
-  }
-  char buf[32];
-  auto r = std::to_chars(buf, buf + sizeof(buf), v);
-  out.append(buf, r.ptr);
+  char buf[kMaxChars<double>];
+  out.append(buf, write_number(buf, v));
 }
 
 void append_json_string(std::string& out, std::string_view s) {
@@ -332,25 +353,30 @@ void append_json_data(std::string& out, const WireTensor& t) {
     return;
   }
   const size_t n = t.data.size() / size;
-  out.reserve(out.size() + n * (t.datatype == WireType::FP32 || t.datatype == WireType::FP64 ? 14 : 4) + 2);
-  for (size_t i = 0; i < n; ++i, p += size) {
-    if (i) out += ',';
-    switch (t.datatype) {
-      case WireType::BOOL: out += *p ? "true" : "false"; break;
-      case WireType::UINT8: append_integer(out, load<uint8_t>(p)); break;
-      case WireType::UINT16: append_integer(out, load<uint16_t>(p)); break;
-      case WireType::UINT32: append_integer(out, load<uint32_t>(p)); break;
-      case WireType::UINT64: append_integer(out, load<uint64_t>(p)); break;
-      case WireType::INT8: append_integer(out, load<int8_t>(p)); break;
-      case WireType::INT16: append_integer(out, load<int16_t>(p)); break;
-      case WireType::INT32: append_integer(out, load<int32_t>(p)); break;
-      case WireType::INT64: append_integer(out, load<int64_t>(p)); break;
-      case WireType::FP16: append_number(out, f16{load<uint16_t>(p)}.to_float()); break;
-      case WireType::BF16: append_number(out, bf16{load<uint16_t>(p)}.to_float()); break;
-      case WireType::FP32: append_number(out, load<float>(p)); break;
-      case WireType::FP64: append_number(out, load<double>(p)); break;
-      case WireType::BYTES: break;
-    }
+  switch (t.datatype) {
+    case WireType::BOOL:
+      for (size_t i = 0; i < n; ++i) {
+        if (i) out += ',';
+        out += p[i] ? "true" : "false";
+      }
+      break;
+    case WireType::UINT8: append_elements<uint8_t>(out, p, n, load<uint8_t>); break;
+    case WireType::UINT16: append_elements<uint16_t>(out, p, n, load<uint16_t>); break;
+    case WireType::UINT32: append_elements<uint32_t>(out, p, n, load<uint32_t>); break;
+    case WireType::UINT64: append_elements<uint64_t>(out, p, n, load<uint64_t>); break;
+    case WireType::INT8: append_elements<int8_t>(out, p, n, load<int8_t>); break;
+    case WireType::INT16: append_elements<int16_t>(out, p, n, load<int16_t>); break;
+    case WireType::INT32: append_elements<int32_t>(out, p, n, load<int32_t>); break;
+    case WireType::INT64: append_elements<int64_t>(out, p, n, load<int64_t>); break;
+    case WireType::FP16:
+      append_elements<uint16_t>(out, p, n, [](const char* q) { return f16{load<uint16_t>(q)}.to_float(); });
+      break;
+    case WireType::BF16:
+      append_elements<uint16_t>(out, p, n, [](const char* q) { return bf16{load<uint16_t>(q)}.to_float(); });
+      break;
+    case WireType::FP32: append_elements<float>(out, p, n, load<float>); break;
+    case WireType::FP64: append_elements<double>(out, p, n, load<double>); break;
+    case WireType::BYTES: break;
   }
   out += ']';
 }
