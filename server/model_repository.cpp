@@ -112,6 +112,22 @@ struct Record {
   std::string fingerprint;        // of the folder at the last load
 };
 
+// An unload whose versions are still draining: `done` is answered when the last one is.
+struct Unloading {
+  std::string name;
+  size_t left = 0;
+  bool forget = false;  // erase the record (its folder is gone) instead of marking it unloaded
+  ModelRepository::Done done;
+};
+
+// A version taken out of service, drained once no request holds it (or after kHoldLimit).
+struct Retiree {
+  std::shared_ptr<const ModelVersion> version;
+  std::chrono::steady_clock::time_point since;
+  std::shared_ptr<Unloading> unload;  // set for an unload's versions
+};
+constexpr auto kHoldLimit = std::chrono::seconds(30);
+
 struct Task {
   enum class Kind { Startup, Load, Unload } kind;
   std::string name;
@@ -170,8 +186,8 @@ struct ModelRepository::Impl {
   std::deque<Task> queue;
   bool quit = false;
 
-  // Swapped-out versions, drained once no request holds them (loader thread only).
-  std::vector<std::shared_ptr<const ModelVersion>> retiring;
+  // Swapped-out and unloaded versions waiting to be drained (loader thread only).
+  std::vector<Retiree> retiring;
   std::mutex log_mu;
   std::thread loader;
 
@@ -348,37 +364,49 @@ struct ModelRepository::Impl {
       r.fingerprint = fp;
     }
     for (auto& v : built) log_ready(*v, model_dir / std::to_string(v->version));
-    retiring.insert(retiring.end(), old.begin(), old.end());
+    for (auto& v : old) retiring.push_back({std::move(v), std::chrono::steady_clock::now(), nullptr});
     return {200, "model '" + name + "' loaded: version " + versions_text(selected) + " READY"};
   }
 
-  // Unpublishes `name`, drains its versions and forgets or marks it unloaded.
-  Outcome unload_model(const std::string& name, bool forget) {
+  // Unpublishes `name` (UNLOADING: new requests get 503); its versions drain once the requests
+  // holding them finish, then the model is forgotten or marked unloaded and `done` answered.
+  // Returns the answer when there is nothing to wait for.
+  std::optional<Outcome> unload_model(const std::string& name, bool forget, Done done) {
+    auto u = std::make_shared<Unloading>(Unloading{name, 0, forget, std::move(done)});
     std::vector<std::shared_ptr<const ModelVersion>> old;
     {
       std::lock_guard lk(mu);
       auto it = records.find(name);
       if (it == records.end() || (!it->second.wanted && it->second.versions.empty()))
-        return {404, "model '" + name + "' is not loaded"};
-      old = std::move(it->second.versions);
-      it->second.versions.clear();
+        return Outcome{404, "model '" + name + "' is not loaded"};
+      old = std::exchange(it->second.versions, {});
       it->second.wanted = false;
       it->second.state = ModelState::Unloading;
       it->second.reason.clear();
     }
-    for (auto& v : old) v->batcher->drain();
+    if (old.empty()) return complete_unload(*u);
+    u->left = old.size();
+    log("model '" + name + "': UNLOADING " + std::to_string(old.size()) + " version(s)");
+    for (auto& v : old) retiring.push_back({std::move(v), std::chrono::steady_clock::now(), u});
+    return std::nullopt;
+  }
+
+  Outcome complete_unload(const Unloading& u) {
     {
       std::lock_guard lk(mu);
-      auto it = records.find(name);
-      if (forget) {
-        records.erase(it);
-      } else {
-        it->second.state = ModelState::Unavailable;
-        it->second.reason = "unloaded";
+      auto it = records.find(u.name);
+      // A load that ran meanwhile owns the record now.
+      if (it != records.end() && it->second.state == ModelState::Unloading && it->second.versions.empty()) {
+        if (u.forget) {
+          records.erase(it);
+        } else {
+          it->second.state = ModelState::Unavailable;
+          it->second.reason = "unloaded";
+        }
       }
     }
-    log("model '" + name + "': unloaded (" + std::to_string(old.size()) + " version(s) drained)");
-    return {200, "model '" + name + "' unloaded"};
+    log("model '" + u.name + "': unloaded");
+    return {200, "model '" + u.name + "' unloaded"};
   }
 
   // Loads every folder that is new or changed since its last load, unloads vanished ones.
@@ -401,7 +429,7 @@ struct ModelRepository::Impl {
     }
     for (const auto& name : gone) {
       log("model '" + name + "': its folder is gone from " + opt.dir.string());
-      unload_model(name, true);
+      unload_model(name, true, nullptr);
     }
   }
 
@@ -416,32 +444,38 @@ struct ModelRepository::Impl {
     }
   }
 
-  // Drains swapped-out versions that no request holds any more (all of them when `all`).
+  // Drains the retired versions no request holds any more, those held longer than kHoldLimit,
+  // or all of them (`all`), and answers the unloads whose last version that was.
   void retire(bool all) {
+    const auto now = std::chrono::steady_clock::now();
     for (auto it = retiring.begin(); it != retiring.end();) {
-      if (all || it->use_count() == 1) {
-        (*it)->batcher->drain();
-        log("model '" + (*it)->name + "' version " + std::to_string((*it)->version) + ": old version drained");
-        it = retiring.erase(it);
-      } else {
+      const bool held = it->version.use_count() > 1;
+      if (!all && held && now - it->since < kHoldLimit) {
         ++it;
+        continue;
       }
+      it->version->batcher->drain();
+      log("model '" + it->version->name + "' version " + std::to_string(it->version->version) + ": drained" +
+          (held ? " while requests still hold it" : ""));
+      std::shared_ptr<Unloading> u = std::move(it->unload);
+      it = retiring.erase(it);
+      if (u && --u->left == 0) finish(u->done, complete_unload(*u));
     }
   }
 
   void run(Task& t) {
-    Outcome o{200, ""};
+    std::optional<Outcome> o = Outcome{200, ""};
     try {
       switch (t.kind) {
         case Task::Kind::Startup: startup(); break;
         case Task::Kind::Load: o = load_model(t.name, t.config_json, false); break;
-        case Task::Kind::Unload: o = unload_model(t.name, false); break;
+        case Task::Kind::Unload: o = unload_model(t.name, false, t.done); break;
       }
     } catch (const std::exception& e) {  // the file system failed under us
-      o = {http_status(e), "model '" + t.name + "': " + e.what()};
-      log(o.message);
+      o = Outcome{http_status(e), "model '" + t.name + "': " + e.what()};
+      log(o->message);
     }
-    finish(t.done, o);
+    if (o) finish(t.done, *o);
   }
 
   void loader_main() {
@@ -564,7 +598,7 @@ std::shared_ptr<const ModelVersion> ModelRepository::resolve(std::string_view na
     throw NotFoundError("unknown version '" + std::string(*version) + "' of model '" + model +
                         "' (served versions: " + versions_text(served) + ")");
   }
-  if (!r.wanted)
+  if (!r.wanted && r.state != ModelState::Unloading)
     throw NotFoundError("model '" + model + "' is not loaded" + (r.reason.empty() ? "" : " (" + r.reason + ")"));
   if (version && (!v || std::find(r.selected.begin(), r.selected.end(), *v) == r.selected.end()))
     throw NotFoundError("unknown version '" + std::string(*version) + "' of model '" + model + "'");

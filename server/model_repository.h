@@ -17,7 +17,7 @@
 // in the repository or not loaded (never, or unloaded) or a version not served, 503
 // (HttpError) while the model is LOADING, UNLOADING or failed (UNAVAILABLE with the reason).
 // A reload keeps the old versions serving until the new ones are READY; the old ones are
-// drained once no request holds them. A failed reload keeps them serving and the index
+// drained once no request holds them (or after 30 s). A failed reload keeps them serving and the index
 // shows the failure as the reason of their READY entries. Poll mode reloads a model when
 // its config.json or any file of its version folders changes (path, size, mtime).
 // Loads run on the repository's loader thread, never on the caller's. A load builds every
@@ -112,7 +112,8 @@ class ModelRepository {
   // config_json: a config that replaces config.json for this load (the load request's
   // parameters.config). Mode none: done(400, ...) at once.
   void load(std::string name, std::optional<std::string> config_json, Done done);
-  // Unpublishes `name` (new requests get 404/503), drains its batchers, calls done.
+  // Unpublishes `name` (UNLOADING: new requests get 503), drains its batchers once the requests
+  // holding its versions finish (at most 30 s), then marks it unloaded (404) and calls done.
   void unload(std::string name, Done done);
 
   // Strict readiness: every model the repository is meant to serve is READY.

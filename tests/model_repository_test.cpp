@@ -584,6 +584,34 @@ TEST(ModelRepositoryTest, GptPackageGetsAGenerator) {
   EXPECT_EQ(out.finish_reason, "length");
 }
 
+// An unload waits for the requests holding the model: they still run, new ones get 503
+// (UNLOADING) and, once the holders are gone, 404.
+TEST(ModelRepositoryTest, UnloadLetsHeldRequestsFinish) {
+  TempRepo r("RepoUnloadHeld");
+  r.add_model("mlp", {1});
+  RepositoryOptions o = options(r, ControlMode::Explicit);
+  o.startup_models = {"mlp"};
+  ModelRepository repo(o);
+  auto held = repo.resolve("mlp", std::nullopt);
+  auto answer = std::make_shared<std::promise<Answer>>();
+  auto answered = answer->get_future();
+  repo.unload("mlp", [answer](int status, std::string m) { answer->set_value({status, std::move(m)}); });
+  ASSERT_TRUE(eventually([&] { return repo.index()[0].state == ModelState::Unloading; }));
+  EXPECT_THAT(hg::test::error_of<hg::server::HttpError>([&] { repo.resolve("mlp", std::nullopt); }),
+              HasSubstr("model 'mlp' is UNLOADING"));
+  EXPECT_EQ(answered.wait_for(50ms), std::future_status::timeout);
+  EXPECT_EQ(infer(*held, sample(8)).first, 200);  // the holder's request still runs
+  held.reset();
+  ASSERT_EQ(answered.wait_for(60s), std::future_status::ready);
+  EXPECT_EQ(answered.get().status, 200);
+  EXPECT_THAT(hg::test::error_of<hg::NotFoundError>([&] { repo.resolve("mlp", std::nullopt); }),
+              HasSubstr("model 'mlp' is not loaded (unloaded)"));
+  EXPECT_TRUE(repo.all_ready());
+  // Loaded again right after an unload.
+  EXPECT_EQ(load(repo, "mlp").status, 200);
+  EXPECT_EQ(repo.resolve("mlp", std::nullopt)->version, 1);
+}
+
 TEST(ModelRepositoryTest, ShutdownStopsServing) {
   TempRepo r("RepoShutdown");
   r.add_model("mlp", {1});
