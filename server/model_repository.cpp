@@ -582,11 +582,10 @@ ModelRepository::~ModelRepository() {
 std::shared_ptr<const ModelVersion> ModelRepository::resolve(std::string_view name,
                                                              std::optional<std::string_view> version) const {
   check_model_name(name);
-  const std::string model(name);
   std::lock_guard lk(impl_->mu);
-  if (impl_->stopped) throw HttpError(503, "model '" + model + "' is not served: the server is shutting down");
+  if (impl_->stopped) throw HttpError(503, "model '" + std::string(name) + "' is not served: the server is shutting down");
   auto it = impl_->records.find(name);
-  if (it == impl_->records.end()) throw NotFoundError("unknown model '" + model + "'");
+  if (it == impl_->records.end()) throw NotFoundError("unknown model '" + std::string(name) + "'");
   const Record& r = it->second;
   const std::optional<int64_t> v = version ? parse_version(*version) : std::nullopt;
   if (!r.versions.empty()) {
@@ -595,14 +594,14 @@ std::shared_ptr<const ModelVersion> ModelRepository::resolve(std::string_view na
       if (v && mv->version == *v) return mv;
     std::vector<int64_t> served;
     for (const auto& mv : r.versions) served.push_back(mv->version);
-    throw NotFoundError("unknown version '" + std::string(*version) + "' of model '" + model +
+    throw NotFoundError("unknown version '" + std::string(*version) + "' of model '" + std::string(name) +
                         "' (served versions: " + versions_text(served) + ")");
   }
   if (!r.wanted && r.state != ModelState::Unloading)
-    throw NotFoundError("model '" + model + "' is not loaded" + (r.reason.empty() ? "" : " (" + r.reason + ")"));
+    throw NotFoundError("model '" + std::string(name) + "' is not loaded" + (r.reason.empty() ? "" : " (" + r.reason + ")"));
   if (version && (!v || std::find(r.selected.begin(), r.selected.end(), *v) == r.selected.end()))
-    throw NotFoundError("unknown version '" + std::string(*version) + "' of model '" + model + "'");
-  throw HttpError(503, "model '" + model + "' is " + model_state_name(r.state) + (r.reason.empty() ? "" : ": " + r.reason));
+    throw NotFoundError("unknown version '" + std::string(*version) + "' of model '" + std::string(name) + "'");
+  throw HttpError(503, "model '" + std::string(name) + "' is " + model_state_name(r.state) + (r.reason.empty() ? "" : ": " + r.reason));
 }
 
 std::vector<IndexEntry> ModelRepository::index(bool ready_only) const {
