@@ -10,7 +10,7 @@ namespace hg::server {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;  // fields in the documented order
 
 HttpResponse error_response(const std::exception& e) {
   HttpResponse r = json_error(http_status(e), e.what());
