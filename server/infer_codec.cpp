@@ -26,9 +26,10 @@ json parse_header(std::string_view text, const WireLimits& limits, const char* w
 // A JSON value for an error message.
 std::string text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+// A member of an object; null counts as absent (clients send "parameters": null).
 const json* member(const json& obj, const char* key) {
   auto it = obj.find(key);
-  return it == obj.end() ? nullptr : &*it;
+  return it == obj.end() || it->is_null() ? nullptr : &*it;
 }
 
 json object_member(const json& obj, const char* key, const std::string& what) {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <random>
 
 #include "tests/errors.h"
 
@@ -305,6 +306,15 @@ TEST(InferCodec, OutputSelectionAndBinaryFlags) {
   EXPECT_EQ(in.binary, (std::vector<bool>{true, false}));
 }
 
+TEST(InferCodec, NullMembersCountAsAbsent) {
+  const InferRequest r = decode(R"({"id":null,"parameters":null,"outputs":null,
+      "inputs":[{"name":"x","datatype":"INT8","shape":[1],"parameters":null,"data":[-3]}]})");
+  EXPECT_FALSE(r.id);
+  EXPECT_TRUE(r.parameters.empty());
+  EXPECT_TRUE(r.outputs.empty());
+  EXPECT_EQ(r.inputs[0].data, "\xfd");
+}
+
 TEST(InferCodec, RequestParametersAreKept) {
   const InferRequest r = decode(
       R"({"inputs":[],"parameters":{"priority":2,"timeout":1500,"binary_data_output":false,"custom":"v","n":1.5}})");
@@ -469,6 +479,39 @@ TEST(InferCodec, EveryDatatypeRoundTripsThroughResponses) {
     EXPECT_EQ(back.outputs[i].datatype, resp.outputs[i].datatype);
     EXPECT_EQ(back.outputs[i].binary, resp.outputs[i].binary);
   }
+}
+
+// Random byte edits of a binary request: every outcome is a decoded request or an
+// InvalidArgument, never another exception or a crash (the sanitizer build checks the rest).
+TEST(InferCodec, MutatedBinaryRequestsDecodeOrRaiseInvalidArgument) {
+  InferRequest req;
+  for (WireType t : hg::server::kAllWireTypes) {
+    req.inputs.push_back(sample(t));
+    req.inputs.back().binary = t != WireType::FP32;
+  }
+  req.outputs.push_back({"o", true, {{"classification", 2}}});
+  const EncodedBody e = hg::server::encode_infer_request(req);
+  std::mt19937 rng(11);
+  size_t decoded = 0;
+  for (int i = 0; i < 5000; ++i) {
+    std::string body = e.body;
+    size_t header = *e.header_length;
+    for (int k = 0; k < 2; ++k) {
+      const size_t at = rng() % body.size();
+      if (rng() % 4 == 0) {
+        body.erase(at, 1);
+        if (at < header) --header;
+      } else {
+        body[at] = static_cast<char>(rng());
+      }
+    }
+    try {
+      decode(body, header);
+      ++decoded;
+    } catch (const hg::InvalidArgument&) {
+    }
+  }
+  EXPECT_GT(decoded, 20u);  // edits inside tensor bytes or string values still decode
 }
 
 }  // namespace
