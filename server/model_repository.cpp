@@ -79,7 +79,7 @@ std::string fingerprint(const fs::path& model_dir) {
 
 BatcherConfig batcher_config(const ModelConfig& c) {
   BatcherConfig b;
-  b.max_batch_size = c.max_batch_size;
+  b.max_batch_size = c.max_batch_size == 0 ? 1 : c.max_batch_size;  // 0 in config.json: no batching
   b.max_queue_delay_us = c.max_queue_delay_us;
   b.max_queue_size = c.max_queue_size;
   b.preserve_ordering = c.preserve_ordering;

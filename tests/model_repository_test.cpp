@@ -183,6 +183,32 @@ TEST(ModelRepositoryTest, VersionPolicies) {
   EXPECT_EQ(logits, want);
 }
 
+// config.json reaches each version's batcher and Predictor.
+TEST(ModelRepositoryTest, ConfigReachesTheBatcher) {
+  TempRepo r("RepoConfigBatcher");
+  r.add_model("tuned", {1}, R"({"max_batch_size": 4, "batch_buckets": [1, 4],
+    "dynamic_batching": {"max_queue_delay_microseconds": 300, "preserve_ordering": true, "priority_levels": 3,
+                         "default_priority_level": 2, "default_queue_policy": {"max_queue_size": 7}},
+    "instance_group": [{"count": 2}]})");
+  r.add_model("unbatched", {1}, R"({"max_batch_size": 0})");
+  ModelRepository repo(options(r));
+  auto v = repo.resolve("tuned", std::nullopt);
+  const hg::server::BatcherConfig& b = v->batcher->config();
+  EXPECT_EQ(b.max_batch_size, 4);
+  EXPECT_EQ(b.max_queue_delay_us, 300u);
+  EXPECT_TRUE(b.preserve_ordering);
+  EXPECT_EQ(b.priority_levels, 3);
+  EXPECT_EQ(b.default_priority_level, 2);
+  EXPECT_EQ(b.max_queue_size, 7u);
+  EXPECT_EQ(b.instances, 2);
+  EXPECT_EQ(v->model->buckets(), (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(v->batcher->target_batch(), 4);
+  // max_batch_size 0 (Triton: no batching): one request per run, bucket 1 only.
+  auto u = repo.resolve("unbatched", std::nullopt);
+  EXPECT_EQ(u->batcher->target_batch(), 1);
+  EXPECT_EQ(u->model->buckets(), (std::vector<int64_t>{1}));
+}
+
 TEST(ModelRepositoryTest, ModeNoneRefusesLoadAndUnload) {
   TempRepo r("RepoModeNone");
   r.add_model("mlp", {1});
