@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <deque>
@@ -96,10 +97,13 @@ void parse_parameters(const json& p, GenerateRequest& r) {
         r.stop.push_back(string_field(list[i], item));
         if (r.stop.back().empty()) bad_field(item, "is empty");
       }
+    } else if (key == "timeout") {
+      if (!v.is_number_unsigned()) bad_field(field, "must be an integer >= 0 (microseconds), got " + shown(v));
+      r.timeout_us = v.get<uint64_t>();
     } else if (key == "stream") {
       if (!v.is_boolean()) bad_field(field, "must be a boolean, got " + shown(v));
     } else {
-      bad_field(field, "is not a generate parameter (max_tokens, temperature, top_k, top_p, seed, stop, stream)");
+      bad_field(field, "is not a generate parameter (max_tokens, temperature, top_k, top_p, seed, stop, timeout, stream)");
     }
   }
   r.sampling.greedy = !sampled || greedy_temperature;
@@ -110,7 +114,11 @@ void parse_parameters(const json& p, GenerateRequest& r) {
 class GptGenerator final : public TextGenerator {
  public:
   GptGenerator(std::unique_ptr<models::GPT> gpt, const ModelConfig& config)
-      : gpt_(std::move(gpt)), name_(config.name), max_queue_(config.max_queue_size) {
+      : gpt_(std::move(gpt)),
+        name_(config.name),
+        max_queue_(config.max_queue_size),
+        default_timeout_us_(config.default_timeout_us),
+        allow_timeout_override_(config.allow_timeout_override) {
     for (int i = 0; i < std::max(1, config.instance_count); ++i) {
       decoders_.push_back(std::make_unique<models::GPTGraphDecoder>(*gpt_, 1));
       decoders_.back()->warmup();
@@ -134,15 +142,25 @@ class GptGenerator final : public TextGenerator {
     if (max_queue_ && queue_.size() >= max_queue_)
       throw HttpError(503, "model '" + name_ + "': the generate queue is full (max_queue_size " +
                                std::to_string(max_queue_) + ")");
-    queue_.push_back({std::move(req), std::move(on_piece), std::move(done)});
+    // A request's timeout may only lower the model's default (0: none).
+    uint64_t timeout_us = default_timeout_us_;
+    if (req.timeout_us > 0 && allow_timeout_override_)
+      timeout_us = timeout_us == 0 ? req.timeout_us : std::min(timeout_us, req.timeout_us);
+    const auto now = Clock::now();
+    constexpr uint64_t kLongest = uint64_t{1} << 50;  // about 35 years: the deadline cannot overflow
+    const auto deadline = timeout_us > 0 ? now + std::chrono::microseconds(std::min(timeout_us, kLongest))
+                                         : Clock::time_point::max();
+    queue_.push_back({std::move(req), std::move(on_piece), std::move(done), now, deadline});
     cv_.notify_one();
   }
 
  private:
+  using Clock = std::chrono::steady_clock;
   struct Job {
     GenerateRequest req;
     PieceCallback on_piece;
     GenerateDone done;
+    Clock::time_point enqueued, deadline;
   };
 
   void check(const GenerateRequest& r) const {
@@ -172,6 +190,10 @@ class GptGenerator final : public TextGenerator {
       std::exception_ptr error;
       GenerateResult result;
       try {
+        if (const auto now = Clock::now(); now > job.deadline)
+          throw HttpError(504, "model '" + name_ + "': request timeout expired after " +
+                                   std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(now - job.enqueued).count()) +
+                                   " us in the generate queue");
         result = run(dec, job.req, job.on_piece);
       } catch (...) {
         error = std::current_exception();
@@ -217,6 +239,8 @@ class GptGenerator final : public TextGenerator {
   std::unique_ptr<models::GPT> gpt_;
   std::string name_;
   size_t max_queue_;
+  uint64_t default_timeout_us_;
+  bool allow_timeout_override_;
   std::vector<std::unique_ptr<models::GPTGraphDecoder>> decoders_;
   std::mutex mu_;
   std::condition_variable cv_;

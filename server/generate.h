@@ -9,16 +9,19 @@
 //
 // Request: {"id"?: str, "text_input": str, "parameters"?: {"max_tokens": int >= 1 (16),
 // "temperature": number >= 0, "top_k": int >= 0, "top_p": number in (0, 1], "seed": int >= 0,
-// "stop": str or [str], "stream": bool (ignored: the endpoint decides)}}. Greedy unless
+// "stop": str or [str], "timeout": microseconds >= 0, "stream": bool (ignored: the endpoint
+// decides)}}. A request still queued when its timeout (the model's default_timeout_us, which
+// a request's timeout may only lower) expires is never run: 504. Greedy unless
 // temperature > 0, top_k or top_p is given (temperature 0 is greedy); sampling without a seed
 // draws a random one. Generation ends after max_tokens tokens ("length") or when the text
 // contains a stop string ("stop"; the stop string is not part of the output).
 // Response: {"id"?, "model_name", "model_version", "text_output", "finish_reason"}. Stream
 // (text/event-stream): `data: {"id"?, "model_name", "model_version", "text_output": piece}\n\n`
 // per piece of whole UTF-8 characters, then a last one with "text_output": "" and
-// "finish_reason"; the pieces concatenate to /generate's text_output. Errors before the first event answer with
-// their status ({"error"} JSON: 400 naming the field, 503 queue full with Retry-After, 500);
-// a failure after it is a `data: {"error": ...}` event, the last one.
+// "finish_reason"; the pieces concatenate to /generate's text_output. Errors before the first
+// event answer with their status ({"error"} JSON: 400 naming the field, 503 queue full with
+// Retry-After, 504 timed out in the queue, 500); a failure after it is a last
+// `data: {"error": ...}` event.
 #pragma once
 #include <cstdint>
 #include <exception>
@@ -44,6 +47,7 @@ struct GenerateRequest {
   int64_t max_tokens = 16;
   models::SamplingOptions sampling;
   std::vector<std::string> stop;
+  uint64_t timeout_us = 0;  // parameters.timeout; 0: none
 };
 
 // Throws hg::InvalidArgument naming the field (JSON syntax, unknown fields, types, ranges).

@@ -74,11 +74,12 @@ GptFixture& fixture() {
   return f;
 }
 
-std::shared_ptr<TextGenerator> generator(int instances = 1, size_t max_queue = 0) {
+std::shared_ptr<TextGenerator> generator(int instances = 1, size_t max_queue = 0, uint64_t default_timeout_us = 0) {
   ModelConfig c;
   c.name = "gpt";
   c.instance_count = instances;
   c.max_queue_size = max_queue;
+  c.default_timeout_us = default_timeout_us;
   return make_gpt_generator(fixture().package, c, {});
 }
 
@@ -224,7 +225,7 @@ std::string parse_error(const std::string& body) {
 TEST(GenerateRequest, ParsesEveryField) {
   GenerateRequest r = parse_generate_request(
       R"({"id": "7", "text_input": "hi", "parameters": {"max_tokens": 5, "temperature": 0.5, "top_k": 3,
-          "top_p": 0.9, "seed": 11, "stop": ["a", "bc"], "stream": true}})");
+          "top_p": 0.9, "seed": 11, "stop": ["a", "bc"], "timeout": 5000, "stream": true}})");
   EXPECT_EQ(r.id, "7");
   EXPECT_EQ(r.text_input, "hi");
   EXPECT_EQ(r.max_tokens, 5);
@@ -234,6 +235,7 @@ TEST(GenerateRequest, ParsesEveryField) {
   EXPECT_EQ(r.sampling.top_p, 0.9);
   EXPECT_EQ(r.sampling.seed, 11u);
   EXPECT_EQ(r.stop, (std::vector<std::string>{"a", "bc"}));
+  EXPECT_EQ(r.timeout_us, 5000u);
   r = parse_generate_request(R"({"text_input": "hi"})");
   EXPECT_FALSE(r.id);
   EXPECT_EQ(r.max_tokens, 16);
@@ -270,6 +272,7 @@ TEST(GenerateRequest, ErrorsNameTheField) {
   std::string many = R"("stop": [)";
   for (int i = 0; i < 16; ++i) many += R"("a",)";
   EXPECT_THAT(param(many + R"("a"])"), HasSubstr("has 17 strings, at most 16"));
+  EXPECT_THAT(param(R"("timeout": -5)"), HasSubstr("field 'parameters.timeout' must be an integer >= 0 (microseconds)"));
   EXPECT_THAT(param(R"("stream": "yes")"), HasSubstr("field 'parameters.stream' must be a boolean"));
   EXPECT_THAT(param(R"("beam_width": 2)"), HasSubstr("field 'parameters.beam_width' is not a generate parameter"));
 }
@@ -429,6 +432,38 @@ TEST(GptGenerator, FullQueueAnswers503) {
   EXPECT_EQ(a.get().tokens.size(), 8u);
   ASSERT_TRUE(waiting->wait_closed());
   EXPECT_EQ(waiting->status(), 200);
+}
+
+// A request whose timeout (its own, or the model's default it may only lower) expires while it
+// waits is never run: 504. Without one it waits as long as it takes.
+TEST(GptGenerator, QueuedPastItsTimeoutIs504) {
+  for (uint64_t default_timeout_us : {uint64_t{0}, uint64_t{2000}}) {
+    auto gen = generator(1, 0, default_timeout_us);
+    std::promise<void> running, release;
+    std::shared_future<void> released = release.get_future().share();
+    std::atomic<bool> first{true};
+    auto a = std::async(std::launch::async, [&] {
+      return gen->generate(request("held", 4), [&](std::string_view) {
+        if (first.exchange(false)) {
+          running.set_value();
+          released.wait();
+        }
+        return true;
+      });
+    });
+    running.get_future().wait();
+    auto expiring = serve(gen, R"({"text_input": "late", "parameters": {"max_tokens": 4, "timeout": 1000}})", true);
+    auto longer = serve(gen, R"({"text_input": "later", "parameters": {"max_tokens": 4, "timeout": 50000000}})", false);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    release.set_value();
+    EXPECT_EQ(a.get().tokens.size(), 4u);
+    ASSERT_TRUE(expiring->wait_closed());
+    EXPECT_EQ(expiring->status(), 504);
+    EXPECT_THAT(expiring->body(), HasSubstr("model 'gpt': request timeout expired after"));
+    EXPECT_THAT(expiring->body(), HasSubstr("us in the generate queue"));
+    ASSERT_TRUE(longer->wait_closed());
+    EXPECT_EQ(longer->status(), default_timeout_us ? 504 : 200) << "a request's timeout never raises the default";
+  }
 }
 
 TEST(GptGenerator, ClientGoneStopsEarly) {
