@@ -154,6 +154,11 @@ class GptGenerator final : public TextGenerator {
     cv_.notify_one();
   }
 
+  size_t queue_depth() const override {
+    std::lock_guard lk(mu_);
+    return queue_.size();
+  }
+
  private:
   using Clock = std::chrono::steady_clock;
   struct Job {
@@ -242,7 +247,7 @@ class GptGenerator final : public TextGenerator {
   uint64_t default_timeout_us_;
   bool allow_timeout_override_;
   std::vector<std::unique_ptr<models::GPTGraphDecoder>> decoders_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> queue_;
   bool stopping_ = false;

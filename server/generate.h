@@ -75,6 +75,8 @@ class TextGenerator {
   // threads, and up to max_queue_size wait (0: unbounded); beyond that HttpError(503). Both
   // errors are thrown here, before anything is queued. on_piece and done run on a generator thread.
   virtual void submit(GenerateRequest req, PieceCallback on_piece, GenerateDone done) = 0;
+  // Requests waiting for a free instance (for the pending-requests gauge).
+  virtual size_t queue_depth() const = 0;
   // submit() and wait: the result, or the generation's error rethrown.
   GenerateResult generate(const GenerateRequest& req, const PieceCallback& on_piece);
 };

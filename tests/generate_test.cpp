@@ -413,6 +413,7 @@ TEST(GptGenerator, FullQueueAnswers503) {
   running.get_future().wait();
   auto waiting = serve(gen, R"({"text_input": "queued", "parameters": {"max_tokens": 4}})", false);
   EXPECT_EQ(waiting->status(), 0) << "the second request waits in the queue";
+  EXPECT_EQ(gen->queue_depth(), 1u);
   const HttpError e = [&] {
     try {
       gen->generate(request("third", 4), [](std::string_view) { return true; });
@@ -432,6 +433,7 @@ TEST(GptGenerator, FullQueueAnswers503) {
   EXPECT_EQ(a.get().tokens.size(), 8u);
   ASSERT_TRUE(waiting->wait_closed());
   EXPECT_EQ(waiting->status(), 200);
+  EXPECT_EQ(gen->queue_depth(), 0u);
 }
 
 // A request whose timeout (its own, or the model's default it may only lower) expires while it
@@ -579,6 +581,7 @@ class FailingGenerator : public TextGenerator {
       done(std::make_exception_ptr(OutOfMemoryError("hpu:0 is out of memory")), {});
     });
   }
+  size_t queue_depth() const override { return 0; }
   ~FailingGenerator() override { worker_.join(); }
 
  private:
