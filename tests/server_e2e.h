@@ -1,6 +1,7 @@
 // Shared pieces of the hgraph-serve end-to-end tests (server_e2e_test.cpp, server_load_test.cpp,
 // server_shutdown_test.cpp): model repositories built in temporary directories, digits_mlp
-// requests with distinct inputs, error bodies, Prometheus text, and client threads.
+// requests with distinct inputs, error bodies, Prometheus text, client threads and background
+// load that stops by itself.
 //
 //   hg::test::TempRepo repo("Batching");                  // /tmp/hgraph_test_e2e_Batching_<pid>
 //   repo.add_digits();                                    // <repo>/digits_mlp/1 from models/repository
@@ -12,6 +13,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -152,12 +154,50 @@ inline double metric_sum(const std::string& text, const std::string& name, const
   return found ? sum : -1;
 }
 
-// Runs fn(thread_index) on `threads` threads at once and joins them all.
+// Runs fn(thread_index) on `threads` threads at once and joins them all; an exception ends its
+// thread as a test failure (an I/O timeout, say), not the process.
 inline void run_threads(int threads, const std::function<void(int)>& fn) {
   std::vector<std::thread> pool;
   pool.reserve(static_cast<size_t>(threads));
-  for (int t = 0; t < threads; ++t) pool.emplace_back(fn, t);
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&fn, t] {
+      try {
+        fn(t);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "client thread " << t << ": " << e.what();
+      }
+    });
   for (auto& th : pool) th.join();
 }
+
+// A thread running fn(stop), told to stop and joined when the object goes away, also when a
+// failed ASSERT leaves the test early (a joinable std::thread would terminate the process).
+class Background {
+ public:
+  explicit Background(std::function<void(const std::atomic<bool>& stop)> fn)
+      : thread_([this, fn = std::move(fn)] {
+          try {
+            fn(stop_);
+          } catch (const std::exception& e) {
+            ADD_FAILURE() << "background thread: " << e.what();
+          }
+        }) {}
+  ~Background() { join(); }
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+  // Asks fn to stop, then joins.
+  void join() {
+    stop_ = true;
+    wait();
+  }
+  // Joins without asking: fn ends by itself.
+  void wait() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 }  // namespace hg::test
