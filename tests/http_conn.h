@@ -9,6 +9,7 @@
 //                                     {{"Authorization", "Bearer tok"}});
 //   r.status;  r.header("Retry-After");  r.body;
 //   c.send("GET", "/v2/health/ready");  ...;  r = c.read();     // split in two
+//   c.send_raw("NOT HTTP\r\n\r\n");  r = c.read();            // any bytes
 //
 // Failures throw HttpConnError with kind(): Refused (nothing listens), Closed (the peer closed
 // or reset the connection before any byte of the answer), Truncated (after part of it),
@@ -84,6 +85,16 @@ class HttpConn {
   HttpConn(const HttpConn&) = delete;
   HttpConn& operator=(const HttpConn&) = delete;
 
+  // Sends bytes as they are (malformed HTTP, say).
+  void send_raw(std::string_view bytes) {
+    size_t sent = 0;
+    while (sent < bytes.size()) {
+      const ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) fail("send");
+      sent += static_cast<size_t>(n);
+    }
+  }
+
   // Sends one request (Content-Length always set, Host added).
   void send(const std::string& method, const std::string& path, std::string_view body = {},
             const Headers& headers = {}) {
@@ -97,12 +108,7 @@ class HttpConn {
     if (!body.empty() && !has_type) req += "Content-Type: application/json\r\n";
     req += "\r\n";
     req.append(body);
-    size_t sent = 0;
-    while (sent < req.size()) {
-      const ssize_t n = ::send(fd_, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) fail("send");
-      sent += static_cast<size_t>(n);
-    }
+    send_raw(req);
   }
 
   // Reads one complete response.

@@ -1,11 +1,12 @@
 // End-to-end over real HTTP: hgraph-serve as a child process on 127.0.0.1 (ephemeral port)
 // over a repository built in a temporary directory (digits_mlp versions 1 and 2, a config.json
-// with dynamic batching and both versions served). Every endpoint with and without
-// /versions/{v} (health, metadata, ready, infer as JSON, binary tensors and raw mode, config,
-// statistics, repository index, /metrics) and every error status the protocol layer answers
-// itself: 400 (bad JSON, shape, datatype, batch, limits on depth and elements), 404 (model,
-// version, path), 405 with Allow, 413. Queueing, auth, readiness and repository control are in
-// server_control_test.cpp; load in server_load_test.cpp; shutdown in server_shutdown_test.cpp.
+// with dynamic batching and both versions served; an identity model of every datatype). Every
+// endpoint with and without /versions/{v} (health, metadata, ready, infer as JSON, binary
+// tensors and raw mode, config, statistics, repository index, /metrics) and every error status
+// the protocol layer answers itself: 400 (bad JSON, shape, datatype, batch, limits on depth and
+// elements), 404 (model, version, path), 405 with Allow, 413, and the HTTP layer's 400 and 431.
+// Queueing, auth, readiness and repository control: server_control_test.cpp; load:
+// server_load_test.cpp; shutdown: server_shutdown_test.cpp; generate: server_generate_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -491,6 +492,21 @@ TEST_F(ServerE2eTest, BodyOverLimitIs413AndTheServerGoesOn) {
   HttpConn fresh(server_->port());  // a 413 may close its connection
   EXPECT_EQ(fresh.request("GET", "/v2/health/live").status, 200);
   EXPECT_EQ(fresh.request("POST", kInfer, digits_body({3})).status, 200);
+}
+
+// The HTTP layer's own errors: unparsable HTTP is a 400, a header block over its limit a 431,
+// both as {"error"} bodies.
+TEST_F(ServerE2eTest, MalformedHttpIs400AndHugeHeadersAre431) {
+  HttpConn garbage(server_->port());
+  garbage.send_raw("THIS IS NOT HTTP\r\n\r\n");
+  HttpReply r = garbage.read();
+  EXPECT_EQ(r.status, 400);
+  error_of(r.body);
+  HttpConn huge(server_->port());
+  HttpReply h = huge.request("GET", "/v2/health/live", "", {{"X-Padding", std::string(64 * 1024, 'x')}});
+  EXPECT_EQ(h.status, 431);
+  error_of(h.body);
+  EXPECT_EQ(get("/v2/health/live").status, 200);
 }
 
 // Runs bad requests itself so that it holds when each test runs in its own process.

@@ -2,10 +2,12 @@
 // serving the GPT zoo model (PyTorch's weights from scripts/testdata_gpt.py saved as a model
 // package in a temporary repository): POST /v2/models/gpt[/versions/1]/generate answers the
 // whole text, /generate_stream the same text as server-sent events ending with a
-// finish_reason; bad requests are 400 naming the field, unknown models 404, GET 405.
+// finish_reason; bad requests are 400 naming the field, unknown models 404, GET 405; a client
+// that goes away mid-stream leaves the server serving.
 #include <gtest/gtest.h>
 
 #include <sstream>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -122,6 +124,22 @@ TEST_F(E2eGenerateTest, BadGenerateRequestsAre400404Or405) {
   EXPECT_EQ(get.status, 405);
   EXPECT_EQ(get.header("Allow"), "POST");
   EXPECT_EQ(conn_->request("POST", "/v2/models/gpt/generate", kRequest).status, 200) << "still serving";
+}
+
+// A client that goes away in the middle of a stream (and one that goes away before its
+// answer) leaves the server serving: the next generation is answered in full.
+TEST_F(E2eGenerateTest, ClientGoneMidStreamLeavesTheServerServing) {
+  for (const char* path : {"/v2/models/gpt/generate_stream", "/v2/models/gpt/generate"}) {
+    {
+      HttpConn gone(server_->port());
+      gone.send("POST", path, R"({"text_input":"a long story","parameters":{"max_tokens":100}})");
+      std::this_thread::sleep_for(30ms);
+    }  // closed
+    HttpReply r = conn_->request("POST", "/v2/models/gpt/generate", kRequest);
+    EXPECT_EQ(r.status, 200) << path << ": " << r.body;
+    EXPECT_EQ(json::parse(r.body, nullptr, false).value("id", ""), "g1");
+  }
+  EXPECT_EQ(conn_->request("GET", "/v2/health/ready").status, 200);
 }
 
 }  // namespace
