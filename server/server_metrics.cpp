@@ -1,6 +1,7 @@
 #include "server/server_metrics.h"
 
-#include <chrono>
+#include <time.h>
+
 #include <cmath>
 
 #include "engine/device.h"
@@ -24,9 +25,17 @@ std::vector<double> latency_buckets() {
 
 uint64_t to_ns(double us) { return us > 0 && std::isfinite(us) ? static_cast<uint64_t>(us * 1000.0 + 0.5) : 0; }
 
+// Milliseconds since the epoch from the coarse clock (a few ns to read; ticks every few ms).
 uint64_t now_ms() {
-  using namespace std::chrono;
-  return static_cast<uint64_t>(duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count());
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
+}
+
+// A Triton $duration_stat from a histogram of microseconds.
+nlohmann::json duration_stat(const Histogram& h) {
+  auto s = h.snapshot();
+  return {{"count", s.count}, {"ns", to_ns(s.sum)}};
 }
 
 // One callback family per MemoryStats field, over every HPU.
@@ -159,12 +168,6 @@ void ModelMetrics::success(int64_t batch, const RequestTimes& t) {
   compute_us_->observe(t.compute_us);
   parse_us_->observe(t.parse_us);
   respond_us_->observe(t.respond_us);
-  success_stat_.add(t.total_us);
-  queue_stat_.add(t.queue_us);
-  input_stat_.add(t.parse_us);
-  infer_stat_.add(t.compute_us);
-  output_stat_.add(t.respond_us);
-  if (batch > 0) inference_count_.fetch_add(static_cast<uint64_t>(batch), std::memory_order_relaxed);
   last_inference_ms_.store(now_ms(), std::memory_order_relaxed);
 }
 
@@ -185,7 +188,6 @@ ModelMetrics::Stat& ModelMetrics::batch_stat(int64_t batch) {
 void ModelMetrics::execution(int64_t batch, double compute_us) {
   executions_->inc();
   batch_size_->observe(static_cast<double>(batch));
-  execution_count_.fetch_add(1, std::memory_order_relaxed);
   batch_stat(batch).add(compute_us);
 }
 
@@ -206,15 +208,15 @@ nlohmann::json ModelMetrics::stats() const {
   return {{"name", name_},
           {"version", version_},
           {"last_inference", last_inference_ms_.load(std::memory_order_relaxed)},
-          {"inference_count", inference_count_.load(std::memory_order_relaxed)},
-          {"execution_count", execution_count_.load(std::memory_order_relaxed)},
+          {"inference_count", static_cast<uint64_t>(samples_->value())},
+          {"execution_count", static_cast<uint64_t>(executions_->value())},
           {"inference_stats",
-           {{"success", success_stat_.json()},
+           {{"success", duration_stat(*request_us_)},
             {"fail", fail_stat_.json()},
-            {"queue", queue_stat_.json()},
-            {"compute_input", input_stat_.json()},
-            {"compute_infer", infer_stat_.json()},
-            {"compute_output", output_stat_.json()},
+            {"queue", duration_stat(*queue_us_)},
+            {"compute_input", duration_stat(*parse_us_)},
+            {"compute_infer", duration_stat(*compute_us_)},
+            {"compute_output", duration_stat(*respond_us_)},
             {"cache_hit", zero},
             {"cache_miss", zero}}},
           {"batch_stats", std::move(batches)}};

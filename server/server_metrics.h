@@ -89,12 +89,13 @@ class ModelMetrics {
   static constexpr int64_t kBatchSlots = 256;  // batch sizes 1..256 lock-free, larger ones under a lock
   Stat& batch_stat(int64_t batch);
 
+  // The Triton statistics of successes come from the histograms' counts and sums.
   std::string name_, version_;
   Counter *success_, *samples_, *executions_;
   Counter* failures_[kFailureReasons];
   Histogram *request_us_, *queue_us_, *compute_us_, *parse_us_, *respond_us_, *batch_size_;
-  Stat success_stat_, fail_stat_, queue_stat_, input_stat_, infer_stat_, output_stat_;
-  std::atomic<uint64_t> inference_count_{0}, execution_count_{0}, last_inference_ms_{0};
+  Stat fail_stat_;
+  std::atomic<uint64_t> last_inference_ms_{0};
   std::unique_ptr<Stat[]> batch_slots_;  // index batch - 1
   mutable std::mutex big_mu_;
   std::map<int64_t, std::unique_ptr<Stat>> big_batches_;
