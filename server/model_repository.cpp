@@ -7,7 +7,6 @@
 #include <map>
 #include <mutex>
 #include <ostream>
-#include <set>
 #include <sstream>
 #include <system_error>
 #include <thread>
@@ -33,13 +32,16 @@ std::optional<int64_t> parse_version(std::string_view s) {
   return v;
 }
 
-bool valid_model_name(std::string_view name) {
-  try {
-    check_model_name(name);
-    return true;
-  } catch (const InvalidArgument&) {
-    return false;
-  }
+// Why `name` is not a model name, or nullptr.
+const char* model_name_problem(std::string_view name) {
+  if (name.empty()) return "it is empty";
+  if (name.size() > 255) return "it is longer than 255 characters";
+  if (name == "." || name == "..") return "it is not a folder name of the repository";
+  if (name[0] == '.') return "it starts with '.'";
+  if (name.find('/') != std::string_view::npos || name.find('\\') != std::string_view::npos)
+    return "it contains a path separator";
+  if (name.find('\0') != std::string_view::npos) return "it contains a NUL character";
+  return nullptr;
 }
 
 std::string versions_text(const std::vector<int64_t>& versions) {
@@ -160,18 +162,11 @@ ControlMode parse_control_mode(std::string_view s) {
 }
 
 void check_model_name(std::string_view name) {
-  auto bad = [&](const std::string& why) {
-    std::string shown(name.substr(0, 64));
-    std::replace(shown.begin(), shown.end(), '\0', '?');
-    throw InvalidArgument("invalid model name '" + shown + (name.size() > 64 ? "...'" : "'") + ": " + why);
-  };
-  if (name.empty()) bad("it is empty");
-  if (name.size() > 255) bad("it is longer than 255 characters");
-  if (name == "." || name == "..") bad("it is not a folder name of the repository");
-  if (name[0] == '.') bad("it starts with '.'");
-  if (name.find('/') != std::string_view::npos || name.find('\\') != std::string_view::npos)
-    bad("it contains a path separator");
-  if (name.find('\0') != std::string_view::npos) bad("it contains a NUL character");
+  const char* why = model_name_problem(name);
+  if (!why) return;
+  std::string shown(name.substr(0, 64));
+  std::replace(shown.begin(), shown.end(), '\0', '?');
+  throw InvalidArgument("invalid model name '" + shown + (name.size() > 64 ? "...'" : "'") + ": " + why);
 }
 
 struct ModelRepository::Impl {
@@ -206,7 +201,7 @@ struct ModelRepository::Impl {
     std::error_code ec;
     for (const auto& d : fs::directory_iterator(opt.dir, ec)) {
       std::string name = d.path().filename().string();
-      if (valid_model_name(name) && d.is_directory(ec)) names.push_back(std::move(name));
+      if (!model_name_problem(name) && d.is_directory(ec)) names.push_back(std::move(name));
     }
     std::sort(names.begin(), names.end());
     return names;
