@@ -134,7 +134,7 @@ void read_binary(std::vector<DecodedTensor>& tensors, std::string_view body, std
     WireTensor& t = d.tensor;
     const std::string what = std::string(role) + " '" + t.name + "'";
     if (!header_length)
-      throw InvalidArgument(what + " has parameters.binary_data_size, but the request has no "
+      throw InvalidArgument(what + " has parameters.binary_data_size, but the body came without an "
                             "Inference-Header-Content-Length header (binary data needs one)");
     if (*d.binary_size > body.size() - offset)
       throw InvalidArgument(what + ": binary_data_size " + std::to_string(*d.binary_size) + " at body byte offset " +

@@ -131,8 +131,8 @@ TEST(InferCodec, BinarySizesMustAddUpToTheBody) {
               HasSubstr("the body has 2 bytes after the binary inputs (at byte offset " +
                         std::to_string(header.size() + 12) + ")"));
   EXPECT_THAT(decode_error(header, std::nullopt),
-              HasSubstr("input 'a' has parameters.binary_data_size, but the request has no "
-                        "Inference-Header-Content-Length"));
+              HasSubstr("input 'a' has parameters.binary_data_size, but the body came without an "
+                        "Inference-Header-Content-Length header"));
   EXPECT_THAT(decode_error(R"({"inputs":[{"name":"a","shape":[1],"datatype":"INT32","data":[1],
                                "parameters":{"binary_data_size":4}}]})" + raw_bytes<int32_t>({1}),
                            std::string_view(R"({"inputs":[{"name":"a","shape":[1],"datatype":"INT32","data":[1],
