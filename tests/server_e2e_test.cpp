@@ -332,6 +332,7 @@ TEST_F(ServerE2eTest, StatisticsCountInferences) {
   EXPECT_GE(m["inference_stats"]["success"]["count"].get<int64_t>(), 1);
   EXPECT_GT(m["inference_stats"]["success"]["ns"].get<int64_t>(), 0);
   // Every version of the model, and every model.
+  ASSERT_EQ(post("/v2/models/digits_mlp/versions/2/infer", digits_body({43})).status, 200);
   HttpReply all_versions = get("/v2/models/digits_mlp/stats");
   ASSERT_EQ(all_versions.status, 200) << all_versions.body;
   EXPECT_EQ(json_of(all_versions)["model_stats"].size(), 2u) << all_versions.body;
