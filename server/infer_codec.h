@@ -5,7 +5,7 @@
 //
 //   // server
 //   InferRequest req = decode_infer_request(body, header_length, limits);   // throws InvalidArgument
-//   ModelInputs in = bind_inputs(req, spec, max_batch_size);               // checks names/types/shapes
+//   ModelInputs in = bind_inputs(req, spec, max_batch_size, "digits_mlp");  // checks names/types/shapes
 //   InferResponse resp = make_response(req, spec, "digits_mlp", "1", batch, outputs_bytes);
 //   EncodedBody e = encode_infer_response(resp);   // e.body, e.header_length (nullopt: plain JSON)
 //   // client
