@@ -1,7 +1,6 @@
 #include "server/infer_codec.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cstring>
 
 #include "engine/error.h"
@@ -185,12 +184,6 @@ std::string_view header_part(std::string_view body, std::optional<size_t> header
 
 // ---- encoding ---------------------------------------------------------------------------
 
-void append_uint(std::string& out, uint64_t v) {
-  char buf[24];
-  auto r = std::to_chars(buf, buf + sizeof(buf), v);
-  out.append(buf, r.ptr);
-}
-
 void append_params(std::string& out, const json& p) { out += p.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 // {"name":..,"datatype":..,"shape":..,"parameters":..,"data":..}; a binary tensor gets
@@ -210,7 +203,7 @@ void append_tensor(std::string& out, std::string& tail, const WireTensor& t, boo
       append_params(out, p);
     } else {
       out += "{\"binary_data_size\":";
-      append_uint(out, t.data.size());
+      out += std::to_string(t.data.size());
       out += '}';
     }
     tail += t.data;
