@@ -16,6 +16,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "errors.h"
@@ -651,6 +652,62 @@ TEST(ModelRepositoryTest, ShutdownStopsServing) {
               HasSubstr("the server is shutting down"));
   EXPECT_EQ(infer(*held, sample(6)).first, 503);  // its batcher is drained
   EXPECT_EQ(load(repo, "mlp").status, 503);
+}
+
+// Destroying the repository while a load builds: that load is not published, the queued one
+// is refused, and each request is answered exactly once.
+TEST(ModelRepositoryTest, DestroyedWhileLoadingAnswersEveryRequest) {
+  TempRepo r("RepoDestroyLoading");
+  r.add_model("mlp", {1});
+  std::atomic<int> started{0};
+  std::atomic<bool> release{false};
+  RepositoryOptions o = options(r, ControlMode::Explicit);
+  o.factory = [&](const std::string&, int64_t, const fs::path& dir, const hg::server::ModelConfig&) {
+    ++started;
+    eventually([&] { return release.load(); });
+    hg::models::PredictorOptions popt;
+    popt.batch_buckets = {1};
+    return hg::server::make_served_model(hg::models::Predictor::load(dir, popt));
+  };
+  std::mutex mu;
+  std::vector<int> statuses;
+  auto record = [&](int status, std::string) {
+    std::lock_guard lk(mu);
+    statuses.push_back(status);
+  };
+  auto repo = std::make_unique<ModelRepository>(o);
+  repo->load("mlp", std::nullopt, record);
+  repo->load("mlp", std::nullopt, record);
+  ASSERT_TRUE(eventually([&] { return started == 1; }));
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(100ms);
+    release = true;
+  });
+  repo.reset();
+  releaser.join();
+  EXPECT_EQ(started, 1);
+  EXPECT_EQ(statuses, (std::vector<int>{503, 503}));
+}
+
+// RepositoryOptions::on_batch hears every run of every version, with the model and version.
+TEST(ModelRepositoryTest, OnBatchNamesModelAndVersion) {
+  TempRepo r("RepoOnBatch");
+  r.add_model("mlp", {2});
+  std::mutex mu;
+  std::vector<std::tuple<std::string, int64_t, int64_t>> runs;
+  RepositoryOptions o = options(r);
+  o.on_batch = [&](const std::string& model, int64_t version, int64_t batch, hg::server::Clock::duration) {
+    std::lock_guard lk(mu);
+    runs.emplace_back(model, version, batch);
+  };
+  ModelRepository repo(o);
+  EXPECT_EQ(infer(*repo.resolve("mlp", std::nullopt), sample(9)).first, 200);
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard lk(mu);
+    return !runs.empty();
+  }));
+  std::lock_guard lk(mu);
+  EXPECT_EQ(runs[0], std::make_tuple(std::string("mlp"), int64_t{2}, int64_t{1}));
 }
 
 TEST(ModelRepositoryTest, MissingRepositoryThrows) {
