@@ -37,22 +37,25 @@ struct VersionPolicy {
 struct ModelConfig {
   std::string name;
   std::string platform = "hgraph";  // "hgraph" (package or model.onnx) or "identity"
-  int64_t max_batch_size = 32;      // 0: the model takes no batch dimension from the batcher (batch 1 runs)
+  int64_t max_batch_size = 32;      // 0: no batching (one request per run); default: the largest bucket given
   std::vector<int64_t> batch_buckets;  // captured batch sizes; empty: see buckets()
   bool dynamic_batching = false;       // the "dynamic_batching" object is present
   uint64_t max_queue_delay_us = 0;
   bool preserve_ordering = false;
   int priority_levels = 1;
-  int default_priority_level = 1;
+  int default_priority_level = 1;      // parsed default: the lowest level (= priority_levels)
   size_t max_queue_size = 0;           // 0: unbounded
   uint64_t default_timeout_us = 0;     // 0: none
   bool allow_timeout_override = true;  // a request's `timeout` may only lower the default
   int instance_count = 1;
   VersionPolicy version_policy;
   bool warmup = true;                  // capture every bucket before READY
-  std::vector<models::IOSpec> inputs, outputs;  // identity platform: the tensors (output i echoes input i)
+  // The tensors, with -1 for the batch dimension when max_batch_size > 0: required for the identity
+  // platform (output i echoes input i); for hgraph models they must match the package.
+  std::vector<models::IOSpec> inputs, outputs;
 
-  // `name` is the model's folder name; a "name" field in the JSON must equal it.
+  // `name` is the model's folder name; a "name" field in the JSON must equal it. Unknown fields
+  // are errors; 64-bit integers may be JSON strings ("100"), as Triton writes them.
   static ModelConfig parse(const nlohmann::json& j, const std::string& file, const std::string& name);
   // config.json of a model folder; the defaults when the file does not exist. Throws FormatError.
   static ModelConfig load(const std::filesystem::path& model_dir);
