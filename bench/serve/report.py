@@ -155,9 +155,15 @@ def main():
     conc = [int(c) for c in meta["concurrency"].split()]
 
     print(f"Run {meta['date']} at commit {meta['commit']}: `{meta['command']}`; {meta['cores']} cores "
-          f"({meta['cpu']}), load {meta['load_start']} at the start; compute threads {meta['threads']} per "
+          f"({meta['cpu']}), load {meta.get('load_before', '?')} before the run and {meta['load_start']} once both "
+          f"servers were ready; compute threads {meta['threads']} per "
           f"instance, {meta['instances']} instances per model (uvicorn workers), wrk threads "
-          f"{meta['wrk_threads']}, {meta['seconds']} s per cell.\n")
+          f"{meta['wrk_threads']}, {meta['seconds']} s per cell.")
+    loads = [c["load"] for c in cells if "load" in c]
+    if loads:
+        print(f"1-minute load average before the cells: {min(loads):.2f} to {max(loads):.2f} (wrk and the "
+              f"servers' own load included).")
+    print()
     for c in cells:
         if "error" in c:
             print(f"- {c['server']} {c['model']} c={c['concurrency']}: {c['error']}")

@@ -33,6 +33,7 @@ data=$build/zoo
 out=$build/serve
 runs=$out/runs
 serve=$build/server/hgraph-serve
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 [ -x "$serve" ] || { echo "run_serve.sh: $serve not built" >&2; exit 2; }
 command -v wrk > /dev/null || { echo "run_serve.sh: wrk not installed (scripts/setup.sh --with-bench)" >&2; exit 2; }
 
@@ -93,9 +94,9 @@ cat > "$runs/meta.json" << EOF
  "models": "$models", "concurrency": "$concurrency", "threads": $threads, "instances": $instances,
  "wrk_threads": $wrk_threads, "hgraph_args": "${HG_SERVE_ARGS:-}",
  "cores": $cores, "cpu": "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)",
- "load_start": "$(cut -d' ' -f1-3 /proc/loadavg)"}
+ "load_before": "$load_before", "load_start": "$(cut -d' ' -f1-3 /proc/loadavg)"}
 EOF
-echo "machine: $cores cores; load $(cut -d' ' -f1-3 /proc/loadavg); hgraph $hg_url, peer $peer_url" >&2
+echo "machine: $cores cores; load $load_before before the start, $(cut -d' ' -f1-3 /proc/loadavg) now; hgraph $hg_url, peer $peer_url" >&2
 
 # wait_idle: until both servers' process trees have used under 5% of a core for 0.5 s (at most
 # 300 s). A server keeps working through the requests queued when wrk stops (a slow model at
