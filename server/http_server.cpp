@@ -5,6 +5,9 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <csignal>
 #include <deque>
 #include <mutex>
@@ -59,7 +62,8 @@ struct HttpServer::Impl {
   std::weak_ptr<Impl> self;  // streams keep the server state alive (not running) until dropped
   std::mutex mu;
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
-  size_t active = 0;
+  size_t active = 0;  // connections
+  size_t busy = 0;    // requests read and not yet fully answered (streams included)
   std::atomic<bool> stopping{false};
   std::atomic<bool> finished{false};
 
@@ -84,7 +88,10 @@ struct HttpServer::Impl {
   void begin_stop(const char* why);
   void session_opened(Session* s, std::weak_ptr<Session> w);
   void session_closed(Session* s);
-  void maybe_finish();  // on ctl
+  void request_begun();
+  void request_done();
+  std::vector<std::shared_ptr<Session>> live_sessions();
+  void maybe_finish();  // on ctl: once no request is busy, close the listener and idle connections
   void cut_remaining();  // after the I/O threads exited: close what the drain left open
   void responded(int status) {
     if (opt.on_response) opt.on_response(status);
@@ -100,10 +107,21 @@ struct HttpServer::Impl {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(HttpServer::Impl* srv, tcp::socket&& socket) : srv_(srv), stream_(std::move(socket)) {}
-  ~Session() { srv_->session_closed(this); }
+  ~Session() {
+    answered();
+    srv_->session_closed(this);
+  }
 
   void start() {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
+  }
+
+  // From any thread, once the drain has no request left: close unless answering one.
+  void close_if_reading() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] {
+      self->shutdown_ = true;
+      if (self->state_ == State::Reading) self->close();
+    });
   }
 
   // From any thread: finish the request in flight (if any), then close.
@@ -132,7 +150,7 @@ class Session : public std::enable_shared_from_this<Session> {
     res_->set(http::field::content_type, r.content_type);
     for (auto& [k, v] : r.headers) res_->set(beast::string_view(k.data(), k.size()), v);
     res_->body() = std::move(r.body);
-    res_->keep_alive(keep_alive_ && !shutdown_);
+    res_->keep_alive(keep_alive_ && !closing());
     res_->prepare_payload();
     stream_.expires_after(srv_->opt.request_timeout);
     http::async_write(stream_, *res_,
@@ -175,7 +193,7 @@ class Session : public std::enable_shared_from_this<Session> {
     shdr_->set(http::field::server, "hgraph");
     shdr_->set(http::field::content_type, r.content_type);
     for (auto& [k, v] : r.headers) shdr_->set(beast::string_view(k.data(), k.size()), v);
-    shdr_->keep_alive(keep_alive_ && !shutdown_ && version_ >= 11);
+    shdr_->keep_alive(keep_alive_ && !closing() && version_ >= 11);
     if (version_ >= 11) shdr_->chunked(true);  // HTTP/1.0: the body ends when the connection closes
     ssr_.emplace(*shdr_);
     if (!r.body.empty()) chunks_.push_back(std::move(r.body));
@@ -189,14 +207,17 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // While streaming nothing is read; a wait for readability notices a client that went away
-  // (readable with nothing to read) without consuming a pipelined request.
+  // without consuming a pipelined request. A one-byte peek tells them apart: 0 bytes is the
+  // peer's EOF, data is a pipelined request (left for later), EAGAIN a spurious wake-up.
   void watch_peer() {
     watching_ = true;
     stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
       self->watching_ = false;
       if (ec || self->state_ != State::Streaming) return;
-      beast::error_code ec2;
-      if (self->stream_.socket().available(ec2) == 0 || ec2) self->fail_stream();
+      char byte;
+      ssize_t n = ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return self->watch_peer();
+      if (n <= 0) self->fail_stream();
     });
   }
 
@@ -226,14 +247,17 @@ class Session : public std::enable_shared_from_this<Session> {
     // The response is complete: stop watching the peer (no write is pending now), then carry on.
     stream_.expires_never();
     last_sent_ = false;
-    bool reuse = shdr_->keep_alive() && version_ >= 11 && !shutdown_;
+    bool said_keep_alive = shdr_->keep_alive();
+    bool reuse = said_keep_alive && version_ >= 11 && !closing();
+    answered();
     ssr_.reset();
     shdr_.reset();
     beast::error_code ignored;
     if (watching_) stream_.socket().cancel(ignored);
     state_ = State::Writing;
-    if (!reuse) return linger_close();
-    do_read();
+    if (reuse) return do_read();
+    if (said_keep_alive) return close_after_keep_alive();
+    linger_close();
   }
 
   void fail_stream() {
@@ -312,6 +336,8 @@ class Session : public std::enable_shared_from_this<Session> {
     req.headers.reserve(8);
     for (const auto& f : msg) req.headers.emplace_back(str(f.name_string()), str(f.value()));
     state_ = State::Busy;
+    counted_ = true;
+    srv_->request_begun();
 
     // The reply may come from any thread; it always lands back on this session's strand.
     struct ReplyState {
@@ -344,8 +370,18 @@ class Session : public std::enable_shared_from_this<Session> {
     bool eof = res_->need_eof();
     res_.reset();
     if (ec) return close();
-    if (eof || shutdown_) return linger_close();
+    answered();
+    if (eof) return linger_close();
+    if (closing()) return close_after_keep_alive();
     do_read();
+  }
+
+  // A response that went out as keep-alive, and the drain began meanwhile: close like an idle
+  // connection (the client does not expect the close, so waiting for its end would stall the
+  // drain), unless it already sent more.
+  void close_after_keep_alive() {
+    if (buffer_.size() == 0) return close();
+    linger_close();
   }
 
   // Stop sending, then read and drop what the client still sends (e.g. the rest of a body
@@ -366,7 +402,17 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
 
+  // After this response the connection closes: the server is draining.
+  bool closing() const { return shutdown_ || srv_->stopping.load(); }
+
+  // The request in flight (if any) no longer counts for the drain.
+  void answered() {
+    if (counted_) srv_->request_done();
+    counted_ = false;
+  }
+
   void close() {
+    answered();
     state_ = State::Closed;
     dead_ = true;
     beast::error_code ec;
@@ -389,6 +435,7 @@ class Session : public std::enable_shared_from_this<Session> {
   unsigned version_ = 11;
   bool keep_alive_ = true;
   bool shutdown_ = false;
+  bool counted_ = false;  // in Impl::busy
   State state_ = State::Reading;
 };
 
@@ -429,13 +476,13 @@ void HttpServer::Impl::do_accept() {
 }
 
 void HttpServer::Impl::on_accept(beast::error_code ec, tcp::socket socket) {
-  if (stopping || !acceptor.is_open()) return;
+  if (!acceptor.is_open()) return;
   if (ec) {
     log(std::string("hgraph-serve: accept failed: ") + ec.message());
     // Back off briefly (e.g. out of file descriptors) instead of spinning.
     auto t = std::make_shared<net::steady_timer>(ctl, std::chrono::milliseconds(50));
     t->async_wait([this, t](beast::error_code) {
-      if (!stopping) do_accept();
+      if (acceptor.is_open()) do_accept();
     });
     return;
   }
@@ -443,8 +490,7 @@ void HttpServer::Impl::on_accept(beast::error_code ec, tcp::socket socket) {
   socket.set_option(tcp::no_delay(true), ignored);
   auto s = std::make_shared<Session>(this, std::move(socket));
   session_opened(s.get(), s);
-  s->start();
-  if (stopping) s->shutdown();  // raced with begin_stop's snapshot
+  s->start();  // while draining: one request, answered with Connection: close
   do_accept();
 }
 
@@ -465,7 +511,39 @@ void HttpServer::Impl::session_closed(Session* s) {
   if (last && !finished) net::post(ctl, [this] { maybe_finish(); });
 }
 
+void HttpServer::Impl::request_begun() {
+  std::lock_guard lk(mu);
+  ++busy;
+}
+
+void HttpServer::Impl::request_done() {
+  bool idle = false;
+  {
+    std::lock_guard lk(mu);
+    --busy;
+    idle = busy == 0 && stopping;
+  }
+  if (idle && !finished) net::post(ctl, [this] { maybe_finish(); });
+}
+
+std::vector<std::shared_ptr<Session>> HttpServer::Impl::live_sessions() {
+  std::vector<std::shared_ptr<Session>> live;
+  std::lock_guard lk(mu);
+  for (auto& [p, w] : sessions)
+    if (auto s = w.lock()) live.push_back(std::move(s));
+  return live;
+}
+
 void HttpServer::Impl::maybe_finish() {
+  {
+    std::lock_guard lk(mu);
+    if (busy != 0) return;
+  }
+  if (acceptor.is_open()) {
+    beast::error_code ec;
+    acceptor.close(ec);
+    for (auto& s : live_sessions()) s->close_if_reading();
+  }
   {
     std::lock_guard lk(mu);
     if (active != 0) return;
@@ -475,13 +553,7 @@ void HttpServer::Impl::maybe_finish() {
 }
 
 void HttpServer::Impl::cut_remaining() {
-  std::vector<std::shared_ptr<Session>> live;
-  {
-    std::lock_guard lk(mu);
-    for (auto& [p, w] : sessions)
-      if (auto s = w.lock()) live.push_back(std::move(s));
-  }
-  for (auto& s : live) s->cut();
+  for (auto& s : live_sessions()) s->cut();
 }
 
 void HttpServer::Impl::begin_stop(const char* why) {
@@ -496,7 +568,6 @@ void HttpServer::Impl::begin_stop(const char* why) {
   }
   net::post(ctl, [this] {
     beast::error_code ec;
-    acceptor.close(ec);
     signals.cancel(ec);
     drain_timer.expires_after(opt.drain_timeout);
     drain_timer.async_wait([this](beast::error_code ec2) {
@@ -511,13 +582,7 @@ void HttpServer::Impl::begin_stop(const char* why) {
     });
     maybe_finish();
   });
-  std::vector<std::shared_ptr<Session>> live;
-  {
-    std::lock_guard lk(mu);
-    for (auto& [p, w] : sessions)
-      if (auto s = w.lock()) live.push_back(std::move(s));
-  }
-  for (auto& s : live) s->shutdown();
+  for (auto& s : live_sessions()) s->shutdown();
 }
 
 HttpServer::HttpServer(HttpServerOptions opt, HttpHandler handler)

@@ -22,10 +22,13 @@
 // health probes included. Hand slow work to another thread and reply from there. Reading a
 // request (headers and body) is asynchronous: a slow or huge upload occupies no thread.
 //
-// Shutdown (stop() or a signal): on_stop is called, then stop accepting, close idle keep-alive
-// connections, let requests in flight (streamed responses included) finish and answer them
-// with `Connection: close`, then return from wait(); after opt.drain_timeout the remaining
-// connections are cut (their streams' write() returns false).
+// Shutdown (stop() or a signal): on_stop is called (the handler turns readiness off there),
+// idle keep-alive connections are closed, and requests in flight (streamed responses
+// included) finish and are answered with `Connection: close`. Until none is left the listener
+// stays open and each new connection gets one request answered, with `Connection: close`
+// (so probes see the handler's "not ready" rather than a refused connection); then the
+// listener closes and wait() returns. After opt.drain_timeout the remaining connections are
+// cut (their streams' write() returns false).
 // Errors the HTTP layer answers itself, all with {"error": "..."} and then closing the
 // connection: 413 body over the limit, 431 header over the limit, 400 unparsable HTTP, 500 a
 // handler that threw or dropped its reply. Headers and bodies must arrive within

@@ -330,14 +330,15 @@ TEST(HttpServerStreamTest, DrainWaitsForAnOpenStreamAndOnStopRunsOnce) {
   EXPECT_TRUE(ts.srv->stopping());
   auto waited = std::async(std::launch::async, [&] { ts.srv->wait(); });
   EXPECT_TRUE(idle.peer_closed());
-  EXPECT_TRUE(eventually([&] {
-    try {
-      Conn refused(ts.port, 1s);
-      return false;
-    } catch (const std::runtime_error&) {
-      return true;
-    }
-  })) << "new connections are still accepted while draining";
+  // While a request is in flight the listener stays open: a new connection gets one answer
+  // (the handler decides what, e.g. 503 for readiness) and Connection: close.
+  {
+    Conn late(ts.port);
+    auto r = late.request("GET", "/v2/health/ready");
+    EXPECT_EQ(r.head.status, 200);
+    EXPECT_EQ(r.head.header("Connection"), "close");
+    EXPECT_TRUE(late.peer_closed());
+  }
   // The stream is still in flight: writes go through and the server has not finished.
   EXPECT_EQ(waited.wait_for(200ms), std::future_status::timeout);
   ASSERT_TRUE(sink->write("during drain"));
@@ -346,6 +347,18 @@ TEST(HttpServerStreamTest, DrainWaitsForAnOpenStreamAndOnStopRunsOnce) {
   EXPECT_EQ(c.read_chunk(), "");
   EXPECT_TRUE(c.peer_closed());  // then the connection closes
   EXPECT_EQ(waited.wait_for(10s), std::future_status::ready);
+  EXPECT_THROW(Conn refused(ts.port, 1s), std::runtime_error);  // the listener is closed now
+  EXPECT_EQ(ts.stops.load(), 1);
+}
+
+TEST(HttpServerTest, StopWithNothingInFlightClosesTheListenerAtOnce) {
+  TestServer ts;
+  Conn idle(ts.port);
+  EXPECT_EQ(idle.request("GET", "/x").head.status, 200);
+  ts.srv->stop();
+  ts.srv->wait();
+  EXPECT_TRUE(idle.peer_closed());
+  EXPECT_THROW(Conn refused(ts.port, 1s), std::runtime_error);
   EXPECT_EQ(ts.stops.load(), 1);
 }
 
@@ -392,6 +405,8 @@ TEST(HttpServerTest, InFlightRequestFinishesWithConnectionCloseAfterOnStop) {
   EXPECT_EQ(r.head.status, 200);
   EXPECT_EQ(r.body, R"({"done":true})");
   EXPECT_EQ(r.head.header("Connection"), "close");
+  EXPECT_TRUE(c.peer_closed());
+  c.close();  // the server waits (briefly) for the client's end of a connection it announced closing
   srv.wait();
   EXPECT_EQ(on_stop_calls, 1);
 }
