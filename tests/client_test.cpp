@@ -5,7 +5,9 @@
 // SSE parser on its own.
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -361,6 +363,88 @@ TEST(ClientTest, GenerateStreamEventThatIsNotJson) {
   auto [status, msg] = client_error([&] { c.generate_stream("gpt", "hi"); });
   EXPECT_EQ(status, 200);
   EXPECT_NE(msg.find("event 1 of the stream is not JSON: oops"), std::string::npos) << msg;
+}
+
+// The thread a streamed response is written from: started by the server's stream callback,
+// joined by the test (or at the latest when it ends).
+class StreamWriter {
+ public:
+  void start(std::function<void()> write) { thread_.set_value(std::thread(std::move(write))); }
+  // True once the thread has been started and has finished.
+  bool join() {
+    if (!started_.valid() || started_.wait_for(10s) != std::future_status::ready) return false;
+    started_.get().join();
+    return true;
+  }
+  ~StreamWriter() { join(); }
+
+ private:
+  std::promise<std::thread> thread_;
+  std::future<std::thread> started_ = thread_.get_future();
+};
+
+// A streamed server (chunked text/event-stream, written by a thread of the test): the client
+// hands each event to the callback as it arrives, before the server has written the next.
+TEST(ClientTest, GenerateStreamDeliversEachEventAsItArrives) {
+  std::mutex mu;
+  std::condition_variable cv;
+  int seen = 0;
+  std::vector<bool> client_had_it;  // per event after the first: the previous one was already seen
+  StreamWriter writer;
+  FakeServer srv([&](const HttpRequest&) {
+    HttpResponse r = answer(200, "", "text/event-stream");
+    r.stream = [&](std::shared_ptr<hg::server::ResponseStream> out) {
+      writer.start([&, out] {
+        for (int i = 0; i < 3; ++i) {
+          if (i > 0) {
+            std::unique_lock<std::mutex> lock(mu);
+            client_had_it.push_back(cv.wait_for(lock, 10s, [&] { return seen == i; }));
+          }
+          out->write("data: {\"text_output\":\"" + std::to_string(i) + "\"}\n\n");
+        }
+        out->close();
+      });
+    };
+    return r;
+  });
+  Client c(srv.url());
+  auto events = c.generate_stream("gpt", "hi", {}, [&](const json& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(e["text_output"], std::to_string(seen));
+    ++seen;
+    cv.notify_all();
+    return true;
+  });
+  ASSERT_TRUE(writer.join());
+  EXPECT_EQ(events.size(), 3u);
+  EXPECT_EQ(client_had_it, (std::vector<bool>{true, true}));
+}
+
+// Stopping early closes the connection: the server's next writes fail and it stops producing.
+TEST(ClientTest, GenerateStreamEarlyStopClosesTheConnection) {
+  std::atomic<bool> refused{false};
+  StreamWriter writer;
+  FakeServer srv([&](const HttpRequest& req) {
+    if (req.target == "/v2/health/live") return answer(200, "{}");
+    HttpResponse r = answer(200, "", "text/event-stream");
+    r.stream = [&](std::shared_ptr<hg::server::ResponseStream> out) {
+      writer.start([&, out] {
+        for (int i = 0; i < 10000 && !refused; ++i) {  // at most ~10 s
+          refused = !out->write("data: {\"text_output\":\"x\"}\n\n");
+          std::this_thread::sleep_for(1ms);
+        }
+        out->close();
+      });
+    };
+    return r;
+  });
+  Client c(srv.url());
+  int calls = 0;
+  auto events = c.generate_stream("gpt", "hi", {}, [&](const json&) { return ++calls < 3; });
+  EXPECT_EQ(events.size(), 3u);
+  ASSERT_TRUE(writer.join());
+  EXPECT_TRUE(refused) << "the server kept streaming to a client that stopped";
+  EXPECT_TRUE(c.live());
 }
 
 // ---- SSE parser -------------------------------------------------------------------------
