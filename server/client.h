@@ -27,8 +27,8 @@
 //     std::cout << event["text_output"].get<std::string>();             // as each event arrives
 //     return true;                                                      // false: stop reading
 //   });
-//   hg::server::RawResponse r = c.request("POST", "/v2/models/x/infer", "{bad");
-//   r.status;  r.body;                                                   // 404, {"error": ...}
+//   hg::server::RawResponse raw = c.request("POST", "/v2/models/x/infer", "{bad");
+//   raw.status;  raw.body;                                               // 404, {"error": ...}
 //
 // Calls other than request() throw hg::server::ClientError when the server answers with an
 // error status (status() and the server's {"error"} message) or cannot be reached
