@@ -21,12 +21,6 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 const std::string kInfer = "/v2/models/digits_mlp/infer";
 
-json json_of(const HttpReply& r) {
-  json j = json::parse(r.body, nullptr, false);
-  EXPECT_FALSE(j.is_discarded()) << "not JSON: " << r.body;
-  return j;
-}
-
 json model_stats(HttpConn& c, const std::string& model) {
   HttpReply r = c.request("GET", "/v2/models/" + model + "/stats");
   EXPECT_EQ(r.status, 200) << r.body;

@@ -1,6 +1,6 @@
 // Shared pieces of the hgraph-serve end-to-end tests (server_e2e_test.cpp, server_load_test.cpp,
 // server_shutdown_test.cpp): model repositories built in temporary directories, digits_mlp
-// requests with distinct inputs, error bodies, Prometheus text, client threads and background
+// and ResNet-18 requests with distinct inputs, JSON and error bodies, Prometheus text, client threads and background
 // load that stops by itself.
 //
 //   hg::test::TempRepo repo("Batching");                  // /tmp/hgraph_test_e2e_Batching_<pid>
@@ -123,6 +123,21 @@ inline std::vector<float> logits_of(const std::string& body) {
     if (o.value("name", "") == "logits" && o.contains("data") && o["data"].is_array())
       return o["data"].get<std::vector<float>>();
   return {};
+}
+
+// A ResNet-18 (ONNX test data) request of `batch` 3x64x64 images, JSON; `seed` varies the pixels.
+inline std::string resnet_body(int batch, int seed) {
+  std::vector<float> x(static_cast<size_t>(batch) * 3 * 64 * 64);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 31 + seed * 7) % 97) / 97.0f - 0.5f;
+  return json({{"inputs", {{{"name", "input"}, {"datatype", "FP32"}, {"shape", {batch, 3, 64, 64}}, {"data", x}}}}})
+      .dump();
+}
+
+// A body parsed as JSON; a test failure (and a discarded value) when it is not JSON.
+inline json json_of(const HttpReply& r) {
+  json j = json::parse(r.body, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << "not JSON: " << r.body;
+  return j;
 }
 
 // The message of an {"error": str} body; empty (and a test failure) for any other body.

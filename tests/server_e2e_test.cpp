@@ -81,12 +81,6 @@ class ServerE2eTest : public ::testing::Test {
 std::unique_ptr<TempRepo> ServerE2eTest::repo_;
 std::unique_ptr<ServerProcess> ServerE2eTest::server_;
 
-json json_of(const HttpReply& r) {
-  json j = json::parse(r.body, nullptr, false);
-  EXPECT_FALSE(j.is_discarded()) << "not JSON: " << r.body;
-  return j;
-}
-
 // ---- health, metadata, ready ---------------------------------------------------------------
 
 TEST_F(ServerE2eTest, HealthLiveAndReady) {

@@ -156,14 +156,6 @@ TEST(E2eLoadTest, ReloadUnderLoadDropsNothing) {
   EXPECT_EQ(server.terminate(30s), 0);
 }
 
-// A ResNet-18 request of `batch` 3x64x64 images, JSON.
-std::string resnet_body(int batch, int seed) {
-  std::vector<float> x(static_cast<size_t>(batch) * 3 * 64 * 64);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 31 + seed * 7) % 97) / 97.0f - 0.5f;
-  json body = {{"inputs", {{{"name", "input"}, {"datatype", "FP32"}, {"shape", {batch, 3, 64, 64}}, {"data", x}}}}};
-  return body.dump();
-}
-
 TEST(E2eLoadTest, ProbesAnswerWithin100msWhileSaturated) {
   TempRepo repo("saturated");
   repo.add_onnx("resnet18", "resnet18_op17.onnx");

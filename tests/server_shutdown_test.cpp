@@ -132,13 +132,6 @@ TEST(E2eShutdownTest, SigtermAnswersEveryQueuedRequestThenExits0) {
   EXPECT_NE(first_not_ready(probes, sigterm), Clock::time_point::max());
 }
 
-// A ResNet-18 request of 2 3x64x64 images, JSON.
-std::string resnet_body(int seed) {
-  std::vector<float> x(2 * 3 * 64 * 64);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 17 + seed * 5) % 89) / 89.0f - 0.5f;
-  return json({{"inputs", {{{"name", "input"}, {"datatype", "FP32"}, {"shape", {2, 3, 64, 64}}, {"data", x}}}}}).dump();
-}
-
 TEST(E2eShutdownTest, SigtermUnderLoadCompletesAnswersAndReadinessFailsAtOnce) {
   TempRepo repo("sigterm_load");
   repo.add_onnx("resnet18", "resnet18_op17.onnx");
@@ -157,7 +150,7 @@ TEST(E2eShutdownTest, SigtermUnderLoadCompletesAnswersAndReadinessFailsAtOnce) {
   // most 3 more requests).
   Background load([&](const std::atomic<bool>& stop) {
     run_threads(clients, [&](int t) {
-      const std::string body = resnet_body(t);
+      const std::string body = resnet_body(2, t);
       std::unique_ptr<HttpConn> conn;
       for (int after = 0; !stop && after < 3; after += signalled ? 1 : 0) {
         try {
