@@ -1,12 +1,12 @@
 #include "server/http_server.h"
 
+#include <sys/socket.h>
+
 #include <array>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <sys/socket.h>
-
 #include <cerrno>
 #include <csignal>
 #include <deque>
