@@ -551,3 +551,28 @@ TEST(HttpServerTest, Http10StreamEndsWithTheConnection) {
   EXPECT_TRUE(c.peer_closed());
   EXPECT_EQ(c.read_exact(c.buffered()), "first-rest");
 }
+
+TEST(HttpServerTest, ClientGoneMidResponseLeavesTheServerServing) {
+  std::promise<Reply> held;
+  HttpServerOptions opt;
+  TestServer ts(opt, [&](HttpRequest&& req, Reply reply) {
+    if (req.target == "/huge") return reply({200, std::string(32 << 20, 'z'), "text/plain", {}});
+    if (req.target == "/later") return held.set_value(std::move(reply));
+    reply({200, "ok", "text/plain", {}});
+  });
+  {
+    Conn c(ts.port);  // leaves while a 32 MiB answer is being written
+    c.send(get("/huge"));
+    c.read_head();
+  }
+  {
+    Conn c(ts.port);  // leaves before its answer exists
+    c.send(get("/later"));
+    Reply r = held.get_future().get();
+    c.close();
+    r({200, "too late", "text/plain", {}});
+  }
+  Conn ok(ts.port);
+  EXPECT_EQ(ok.request("GET", "/fine").body, "ok");
+  EXPECT_TRUE(eventually([&] { return ts.seen().size() == 3; }));
+}
