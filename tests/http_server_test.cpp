@@ -448,6 +448,11 @@ TEST(HttpServerTest, AnswersItsOwnErrorsWithJsonAndCloses) {
     EXPECT_TRUE(c.peer_closed());
   }
   {
+    Conn c(ts.port);  // refused from the header alone: no 100 Continue, no body read
+    c.send("POST /big HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 5000\r\n\r\n");
+    EXPECT_EQ(c.read_response().head.status, 413);
+  }
+  {
     Conn c(ts.port);  // chunked upload over the limit
     c.send("POST /big HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n" + std::string(2048, 'c') +
            "\r\n0\r\n\r\n");
@@ -471,7 +476,7 @@ TEST(HttpServerTest, AnswersItsOwnErrorsWithJsonAndCloses) {
     EXPECT_TRUE(c.peer_closed());
   }
   auto seen = ts.seen();
-  EXPECT_EQ(std::count(seen.begin(), seen.end(), 413), 2);
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 413), 3);
   EXPECT_EQ(std::count(seen.begin(), seen.end(), 431), 1);
   EXPECT_EQ(std::count(seen.begin(), seen.end(), 400), 4);
   Conn ok(ts.port);
