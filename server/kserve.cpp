@@ -1,15 +1,16 @@
 #include "server/kserve.h"
 
 #include <charconv>
-#include <cmath>
-#include <cstdint>
+#include <future>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
-#include <type_traits>
 
 #include "engine/error.h"
+#include "server/generate.h"
 #include "server/http_error.h"
+#include "server/infer_codec.h"
 
 namespace hg::server {
 
@@ -17,113 +18,61 @@ namespace {
 
 using json = nlohmann::json;
 
-// Thrown inside request handling; becomes the {"error": ...} response.
-struct HttpFailure {
-  int status;
-  std::string message;
-};
-[[noreturn]] void fail(int status, std::string message) { throw HttpFailure{status, std::move(message)}; }
-
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-// A JSON string literal (escaped, quoted).
-std::string quote(std::string_view s) { return dump(json(std::string(s))); }
-
-HttpResponse ok(const json& j) { return {200, dump(j), "application/json", {}}; }
-
-std::string shape_text(const Shape& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i) out += ',';
-    out += std::to_string(s[i]);
-  }
-  return out + "]";
-}
-
-// ---- routing ----------------------------------------------------------------------------
-
-enum class Endpoint { ServerMetadata, Live, Ready, ModelMetadata, ModelReady, Infer, Unknown };
-
-struct Route {
-  Endpoint endpoint = Endpoint::Unknown;
-  std::string model;
-  std::optional<std::string> version;
-};
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-std::string percent_decode(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size()) {
-      int hi = hex_value(s[i + 1]), lo = hex_value(s[i + 2]);
-      if (hi >= 0 && lo >= 0) {
-        out += static_cast<char>(hi * 16 + lo);
-        i += 2;
-        continue;
-      }
-    }
-    out += s[i];
-  }
-  return out;
-}
-
-// The path of a request target, without query or fragment.
-std::string_view target_path(std::string_view target) {
-  size_t q = target.find_first_of("?#");
-  return q == std::string_view::npos ? target : target.substr(0, q);
-}
-
-Route parse_route(std::string_view target) {
-  std::string_view path = target_path(target);
-  Route r;
-  if (path.empty() || path[0] != '/') return r;
-  std::vector<std::string> seg;
-  size_t pos = 1;
-  while (true) {
-    size_t next = path.find('/', pos);
-    seg.push_back(percent_decode(path.substr(pos, next == std::string_view::npos ? std::string_view::npos : next - pos)));
-    if (next == std::string_view::npos) break;
-    pos = next + 1;
-  }
-  if (seg.empty() || seg[0] != "v2") return r;
-  if (seg.size() == 1) {
-    r.endpoint = Endpoint::ServerMetadata;
-  } else if (seg.size() == 3 && seg[1] == "health") {
-    if (seg[2] == "live") r.endpoint = Endpoint::Live;
-    if (seg[2] == "ready") r.endpoint = Endpoint::Ready;
-  } else if (seg.size() >= 3 && seg[1] == "models") {
-    r.model = seg[2];
-    size_t i = 3;
-    if (seg.size() >= 5 && seg[3] == "versions") {
-      r.version = seg[4];
-      i = 5;
-    }
-    size_t rest = seg.size() - i;
-    if (rest == 0) r.endpoint = Endpoint::ModelMetadata;
-    else if (rest == 1 && seg[i] == "ready") r.endpoint = Endpoint::ModelReady;
-    else if (rest == 1 && seg[i] == "infer") r.endpoint = Endpoint::Infer;
-  }
+HttpResponse ok(const json& j) {
+  HttpResponse r;
+  r.body = dump(j);
   return r;
 }
 
-const char* allowed_method(Endpoint e) { return e == Endpoint::Infer ? "POST" : "GET"; }
+HttpResponse error_response(int status, std::string_view message, Endpoint e = Endpoint::Unknown) {
+  HttpResponse r = json_error(status, message);
+  if (status == 405) r.headers.emplace_back("Allow", allowed_methods(e));
+  if (status == 503) r.headers.emplace_back("Retry-After", "1");
+  if (status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"hgraph\"");
+  return r;
+}
 
-// ---- model lookup -----------------------------------------------------------------------
+HttpResponse error_response(const std::exception& e, Endpoint ep = Endpoint::Unknown) {
+  return error_response(http_status(e), e.what(), ep);
+}
 
-// The served version; resolve() throws 400 (bad name), 404 or 503 (not ready).
-const ModelVersion& find_ready_model(const ModelRepository& repo, const Route& r, std::shared_ptr<const ModelVersion>& held) {
-  try {
-    held = repo.resolve(r.model, r.version ? std::optional<std::string_view>(*r.version) : std::nullopt);
-  } catch (const std::exception& e) {
-    fail(http_status(e), e.what());
-  }
-  return *held;
+std::optional<std::string_view> version_of(const Route& r) {
+  return r.version ? std::optional<std::string_view>(*r.version) : std::nullopt;
+}
+
+// Compares without an early exit, so the time taken does not reveal a matching prefix.
+bool same_secret(std::string_view a, std::string_view b) {
+  if (b.empty()) return false;
+  unsigned diff = a.size() == b.size() ? 0u : 1u;
+  for (size_t i = 0; i < a.size(); ++i)
+    diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i % b.size()]);
+  return diff == 0;
+}
+
+void check_auth(const KServeOptions& opt, Endpoint e, const HttpRequest& req) {
+  if (opt.auth_token.empty()) return;
+  const bool probe = e == Endpoint::Live || e == Endpoint::Ready;
+  if (!(is_management(e) || (opt.auth_all && !probe))) return;
+  std::string_view h = req.header("Authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (h.empty()) throw HttpError(401, "this endpoint needs 'Authorization: Bearer <token>'");
+  if (h.substr(0, kBearer.size()) != kBearer || !same_secret(h.substr(kBearer.size()), opt.auth_token))
+    throw HttpError(401, "the bearer token is not valid");
+}
+
+// Inference-Header-Content-Length, when present: digits only, within the body.
+std::optional<size_t> header_length(const HttpRequest& req) {
+  std::string_view h = req.header("Inference-Header-Content-Length");
+  if (h.empty()) return std::nullopt;
+  size_t n = 0;
+  auto [end, ec] = std::from_chars(h.data(), h.data() + h.size(), n);
+  if (ec != std::errc() || end != h.data() + h.size())
+    throw HttpError(400, "Inference-Header-Content-Length must be a non-negative integer, got '" + std::string(h) + "'");
+  if (n > req.body.size())
+    throw HttpError(400, "Inference-Header-Content-Length " + std::to_string(n) + " exceeds the body size " +
+                             std::to_string(req.body.size()));
+  return n;
 }
 
 json tensor_metadata(const std::vector<models::IOSpec>& ios) {
@@ -132,414 +81,338 @@ json tensor_metadata(const std::vector<models::IOSpec>& ios) {
   return a;
 }
 
-// ---- inference --------------------------------------------------------------------------
-
-constexpr int kMaxNesting = 100;
-
-// Flattens nested `data` arrays row-major into out (up to `limit` values); returns how many
-// leaves there are. Throws HttpFailure for a non-number leaf or too deep nesting.
-// T: float (FP32: any JSON number) or int64_t (INT64: integers only).
-template <class T>
-void flatten(const json& j, std::vector<T>& out, size_t limit, size_t& count, int depth, const std::string& input) {
-  if (j.is_array()) {
-    if (depth >= kMaxNesting) fail(400, "input '" + input + "': 'data' is nested deeper than 100 levels");
-    for (const auto& x : j) flatten(x, out, limit, count, depth + 1, input);
-    return;
-  }
-  constexpr bool integer = std::is_same_v<T, int64_t>;
-  if (integer ? !(j.is_number_integer() || j.is_number_unsigned()) : !j.is_number())
-    fail(400, "input '" + input + "': data element " + std::to_string(count) + " is " +
-                  (j.is_number() ? "a non-integer number" : std::string(j.type_name())) +
-                  (integer ? ", expected an integer (datatype INT64)" : ", expected a number (datatype FP32)"));
-  if (integer && j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-    fail(400, "input '" + input + "': data element " + std::to_string(count) + " (" + j.dump() +
-                  ") does not fit in INT64");
-  if (count < limit) out.push_back(integer ? static_cast<T>(j.get<int64_t>()) : static_cast<T>(j.get<double>()));
-  ++count;
-}
-
-// Product of dims, saturating instead of overflowing.
-uint64_t element_count(const Shape& s) {
-  uint64_t n = 1;
-  for (int64_t d : s) {
-    uint64_t u = static_cast<uint64_t>(d);
-    if (u != 0 && n > UINT64_MAX / u) return UINT64_MAX;
-    n *= u;
-  }
-  return n;
-}
-
-// Tensor data of a served datatype: FP32 or INT64 (model_repository.cpp checks models for these).
-struct TensorData {
-  bool int64 = false;
-  std::vector<float> f32;
-  std::vector<int64_t> i64;
-  const void* ptr() const { return int64 ? static_cast<const void*>(i64.data()) : f32.data(); }
-  void* ptr() { return int64 ? static_cast<void*>(i64.data()) : f32.data(); }
-  size_t size() const { return int64 ? i64.size() : f32.size(); }
-};
-
-struct ParsedInput {
-  bool present = false;
-  Shape shape;
-  int64_t batch = 1;
-  TensorData data;
-};
-
-void parse_input(const json& in, size_t index, const ModelVersion& e, std::vector<ParsedInput>& parsed,
-                 size_t body_bytes) {
-  const auto& spec = e.model->spec();
-  if (!in.is_object()) fail(400, "inputs[" + std::to_string(index) + "] is not an object");
-  auto name_it = in.find("name");
-  if (name_it == in.end() || !name_it->is_string())
-    fail(400, "inputs[" + std::to_string(index) + "] has no string 'name'");
-  const std::string name = name_it->get<std::string>();
-  size_t k = 0;
-  while (k < spec.inputs.size() && spec.inputs[k].name != name) ++k;
-  if (k == spec.inputs.size()) {
-    std::string names;
-    for (const auto& io : spec.inputs) names += (names.empty() ? "'" : ", '") + io.name + "'";
-    fail(400, "unknown input '" + name + "' for model '" + e.name + "' (model inputs: " + names + ")");
-  }
-  const models::IOSpec& io = spec.inputs[k];
-  ParsedInput& p = parsed[k];
-  if (p.present) fail(400, "input '" + name + "' is given more than once");
-  p.present = true;
-
-  auto dt = in.find("datatype");
-  if (dt == in.end() || !dt->is_string()) fail(400, "input '" + name + "' has no string 'datatype'");
-  if (*dt != io.datatype)
-    fail(400, "input '" + name + "' of model '" + e.name + "': expected datatype " + io.datatype + ", got " +
-                  dt->get<std::string>());
-
-  auto sh = in.find("shape");
-  if (sh == in.end() || !sh->is_array()) fail(400, "input '" + name + "' has no 'shape' array");
-  for (const auto& d : *sh) {
-    if (!d.is_number_integer() || d.get<int64_t>() < 0)
-      fail(400, "input '" + name + "': 'shape' must hold non-negative integers, got " + dump(*sh));
-    p.shape.push_back(d.get<int64_t>());
-  }
-  bool compatible = p.shape.size() == io.shape.size();
-  for (size_t i = 0; compatible && i < io.shape.size(); ++i) {
-    if (io.shape[i] == -1) p.batch = p.shape[i];
-    else if (io.shape[i] != p.shape[i]) compatible = false;
-  }
-  if (!compatible)
-    fail(400, "unexpected shape for input '" + name + "' of model '" + e.name + "': expected " +
-                  shape_text(io.shape) + ", got " + shape_text(p.shape));
-
-  auto params = in.find("parameters");
-  if (params != in.end() && params->is_object() && params->contains("binary_data_size"))
-    fail(400, "input '" + name + "': binary tensor data is not supported; send 'data' as JSON");
-  auto data = in.find("data");
-  if (data == in.end()) fail(400, "input '" + name + "' has no 'data'");
-
-  const uint64_t want = element_count(p.shape);
-  // A JSON number takes at least one byte plus a separator: never reserve more than that.
-  const size_t limit = static_cast<size_t>(std::min<uint64_t>(want, body_bytes / 2 + 1));
-  size_t got = 0;
-  p.data.int64 = io.datatype == "INT64";
-  if (p.data.int64) {
-    p.data.i64.reserve(limit);
-    flatten(*data, p.data.i64, limit, got, 0, name);
-  } else {
-    p.data.f32.reserve(limit);
-    flatten(*data, p.data.f32, limit, got, 0, name);
-  }
-  if (got != want)
-    fail(400, "input '" + name + "': shape " + shape_text(p.shape) + " needs " + std::to_string(want) +
-                  " elements, 'data' has " + std::to_string(got));
-}
-
-int status_for(const Error& e) {
-  switch (e.code()) {
-    case ErrorCode::Invalid:
-    case ErrorCode::Shape:
-    case ErrorCode::DType: return 400;
-    case ErrorCode::NotFound: return 404;
-    case ErrorCode::OutOfMemory: return 503;
-    default: return 500;
-  }
-}
-
-HttpResponse infer(const ModelRepository& repo, const Route& route, const HttpRequest& req) {
-  std::shared_ptr<const ModelVersion> held;
-  const ModelVersion& e = find_ready_model(repo, route, held);
-  const auto& spec = e.model->spec();
-  if (!req.header("Inference-Header-Content-Length").empty())
-    fail(400, "binary tensor data (Inference-Header-Content-Length) is not supported; send JSON tensors");
-
-  json body;
+// An optional JSON object body (repository requests may have none).
+json object_body(const HttpRequest& req) {
+  if (req.body.find_first_not_of(" \t\r\n") == std::string::npos) return json::object();
+  json j;
   try {
-    body = json::parse(req.body);
-  } catch (const json::parse_error& ex) {
-    fail(400, std::string("malformed JSON in request body: ") + ex.what());
-  } catch (const json::exception& ex) {  // e.g. a number too large for a double
-    fail(400, std::string("malformed JSON in request body: ") + ex.what());
+    j = json::parse(req.body);
+  } catch (const json::exception& ex) {
+    throw HttpError(400, std::string("malformed JSON in request body: ") + ex.what());
   }
-  if (!body.is_object()) fail(400, "request body must be a JSON object");
-
-  std::string id_json;
-  if (auto id = body.find("id"); id != body.end()) {
-    if (!id->is_string()) fail(400, "'id' must be a string");
-    id_json = quote(id->get<std::string>());
-  }
-
-  auto inputs = body.find("inputs");
-  if (inputs == body.end() || !inputs->is_array()) fail(400, "request has no 'inputs' array");
-  std::vector<ParsedInput> parsed(spec.inputs.size());
-  for (size_t i = 0; i < inputs->size(); ++i) parse_input((*inputs)[i], i, e, parsed, req.body.size());
-  int64_t batch = -1;
-  std::string batch_from;
-  for (size_t k = 0; k < parsed.size(); ++k) {
-    const std::string& name = spec.inputs[k].name;
-    if (!parsed[k].present)
-      fail(400, "missing input '" + name + "' for model '" + e.name + "' (expected shape " +
-                    shape_text(spec.inputs[k].shape) + ", datatype " + spec.inputs[k].datatype + ")");
-    if (batch < 0) {
-      batch = parsed[k].batch;
-      batch_from = name;
-    } else if (parsed[k].batch != batch) {
-      fail(400, "inputs disagree on the batch size: '" + batch_from + "' has " + std::to_string(batch) +
-                    ", '" + name + "' has " + std::to_string(parsed[k].batch));
-    }
-  }
-  if (batch < 1) fail(400, "batch size must be at least 1, got " + std::to_string(batch));
-
-  // Requested outputs, in request order; all of them when omitted.
-  std::vector<size_t> selected;
-  if (auto outs = body.find("outputs"); outs != body.end()) {
-    if (!outs->is_array()) fail(400, "'outputs' must be an array");
-    for (const auto& o : *outs) {
-      auto n = o.is_object() ? o.find("name") : o.end();
-      if (!o.is_object() || n == o.end() || !n->is_string())
-        fail(400, "each entry of 'outputs' needs a string 'name'");
-      const std::string name = n->get<std::string>();
-      size_t j = 0;
-      while (j < spec.outputs.size() && spec.outputs[j].name != name) ++j;
-      if (j == spec.outputs.size()) {
-        std::string names;
-        for (const auto& io : spec.outputs) names += (names.empty() ? "'" : ", '") + io.name + "'";
-        fail(400, "unknown output '" + name + "' requested from model '" + e.name + "' (model outputs: " +
-                      names + ")");
-      }
-      if (auto p = o.find("parameters"); p != o.end() && p->is_object() && p->contains("classification"))
-        fail(400, "output '" + name + "': the classification extension is not supported");
-      if (std::find(selected.begin(), selected.end(), j) == selected.end()) selected.push_back(j);
-    }
-  } else {
-    for (size_t j = 0; j < spec.outputs.size(); ++j) selected.push_back(j);
-  }
-  body = json();  // free the parsed request before running
-
-  std::vector<const void*> in_ptrs;
-  for (auto& p : parsed) in_ptrs.push_back(p.data.ptr());
-  std::vector<TensorData> outputs(spec.outputs.size());
-  std::vector<void*> out_ptrs;
-  for (size_t j = 0; j < spec.outputs.size(); ++j) {
-    const auto n = static_cast<size_t>(batch * e.model->output_size(j));
-    outputs[j].int64 = spec.outputs[j].datatype == "INT64";
-    if (outputs[j].int64) outputs[j].i64.resize(n);
-    else outputs[j].f32.resize(n);
-    out_ptrs.push_back(outputs[j].ptr());
-  }
-  try {
-    e.model->run(in_ptrs, batch, out_ptrs);
-  } catch (const Error& ex) {
-    fail(status_for(ex), "inference failed for model '" + e.name + "': " + ex.what());
-  } catch (const std::exception& ex) {
-    fail(500, "inference failed for model '" + e.name + "': " + ex.what());
-  }
-
-  size_t total = 0;
-  for (size_t j : selected) total += outputs[j].size();
-  std::string out;
-  out.reserve(128 + total * 14);
-  out += "{\"model_name\":";
-  out += quote(e.name);
-  out += ",\"model_version\":\"";
-  out += std::to_string(e.version);
-  out += '"';
-  if (!id_json.empty()) {
-    out += ",\"id\":";
-    out += id_json;
-  }
-  out += ",\"outputs\":[";
-  for (size_t s = 0; s < selected.size(); ++s) {
-    const models::IOSpec& io = spec.outputs[selected[s]];
-    Shape shape = io.shape;
-    for (auto& d : shape)
-      if (d == -1) d = batch;
-    if (s) out += ',';
-    out += "{\"name\":";
-    out += quote(io.name);
-    out += ",\"datatype\":";
-    out += quote(io.datatype);
-    out += ",\"shape\":";
-    out += shape_text(shape);
-    out += ",\"data\":[";
-    const TensorData& v = outputs[selected[s]];
-    for (size_t i = 0; i < v.size(); ++i) {
-      if (i) out += ',';
-      if (v.int64) out += std::to_string(v.i64[i]);
-      else append_float(out, v.f32[i]);
-    }
-    out += "]}";
-  }
-  out += "]}";
-  return {200, std::move(out), "application/json", {}};
+  if (!j.is_object()) throw HttpError(400, "request body must be a JSON object");
+  return j;
 }
 
-HttpResponse respond(const ModelRepository& repo, const KServeOptions& opt, const Route& route,
-                     const HttpRequest& req) {
-  switch (route.endpoint) {
-    case Endpoint::Live: return ok({{"live", true}});
-    case Endpoint::Ready: {
-      if (!repo.all_ready()) {
-        std::string why;
-        for (const IndexEntry& e : repo.index())
-          if (e.state != ModelState::Ready && e.reason != "not loaded" && e.reason != "unloaded")
-            why += " model '" + e.name + "' is " + model_state_name(e.state) + ": " + e.reason + ";";
-        fail(503, "not ready:" + why);
-      }
-      return ok({{"ready", true}});
-    }
-    case Endpoint::ServerMetadata:
-      return ok({{"name", opt.server_name}, {"version", opt.server_version}, {"extensions", json::array()}});
-    case Endpoint::ModelMetadata: {
-      std::shared_ptr<const ModelVersion> held;
-      const ModelVersion& e = find_ready_model(repo, route, held);
-      const auto& spec = e.model->spec();
-      return ok({{"name", e.name},
-                 {"versions", json::array({std::to_string(e.version)})},
-                 {"platform", "hgraph_v1"},
-                 {"inputs", tensor_metadata(spec.inputs)},
-                 {"outputs", tensor_metadata(spec.outputs)}});
-    }
-    case Endpoint::ModelReady: {
-      std::shared_ptr<const ModelVersion> held;
-      const ModelVersion& e = find_ready_model(repo, route, held);
-      return ok({{"name", e.name}, {"version", std::to_string(e.version)}, {"ready", true}});
-    }
-    case Endpoint::Infer: return infer(repo, route, req);
-    case Endpoint::Unknown: break;
-  }
-  fail(404, "no endpoint for " + req.method + " " + std::string(target_path(req.target)));
-}
-
-// Routes and checks the method; a failure is thrown as HttpFailure.
-Route checked_route(const HttpRequest& req) {
-  Route route = parse_route(req.target);
-  if (route.endpoint == Endpoint::Unknown)
-    fail(404, "no endpoint for " + req.method + " " + std::string(target_path(req.target)));
-  const char* allow = allowed_method(route.endpoint);
-  if (req.method != allow)
-    fail(405, "method " + req.method + " is not allowed for " + std::string(target_path(req.target)) +
-                  " (allowed: " + allow + ")");
-  return route;
-}
-
-HttpResponse failure_response(const HttpFailure& f, const HttpRequest& req) {
-  HttpResponse r = json_error(f.status, f.message);
-  if (f.status == 405) r.headers.emplace_back("Allow", allowed_method(parse_route(req.target).endpoint));
-  if (f.status == 503) r.headers.emplace_back("Retry-After", "1");
-  return r;
-}
-
-HttpResponse guarded(const ModelRepository& repo, const KServeOptions& opt, const HttpRequest& req,
-                     const Route* route) {
-  try {
-    Route r = route ? *route : checked_route(req);
-    return respond(repo, opt, r, req);
-  } catch (const HttpFailure& f) {
-    return failure_response(f, req);
-  } catch (const std::exception& ex) {
-    return json_error(500, std::string("internal error: ") + ex.what());
-  }
+double us_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
 }
 
 }  // namespace
 
-void append_float(std::string& out, float v) {
-  if (!std::isfinite(v)) {
-    out += "null";
-    return;
-  }
-  char buf[32];
-  auto r = std::to_chars(buf, buf + sizeof(buf), v);
-  out.append(buf, r.ptr);
-}
-
-KServeHandler::KServeHandler(const ModelRepository& repo, KServeOptions opt) : repo_(repo), opt_(std::move(opt)) {
-  for (int i = 0; i < opt_.infer_threads; ++i) workers_.emplace_back([this] { worker(); });
+KServeHandler::KServeHandler(ModelRepository& repo, ServerMetrics& metrics, KServeOptions opt)
+    : repo_(repo), opt_(std::move(opt)), metrics_(metrics) {
+  metrics_.set_queue_depths([this] {
+    std::vector<QueueDepth> out;
+    for (const IndexEntry& e : repo_.index(true)) {
+      try {
+        auto v = repo_.resolve(e.name, e.version);
+        out.push_back({v->name, std::to_string(v->version), static_cast<double>(v->batcher ? v->batcher->queue_depth() : 0)});
+      } catch (const std::exception&) {  // unloaded since index(): not pending anything
+      }
+    }
+    return out;
+  });
+  for (int i = 0; i < opt_.parse_threads; ++i) parse_threads_.emplace_back([this] { parse_worker(); });
 }
 
 KServeHandler::~KServeHandler() { shutdown(); }
-
-HttpResponse KServeHandler::handle(const HttpRequest& req) { return guarded(repo_, opt_, req, nullptr); }
 
 HttpHandler KServeHandler::http_handler() {
   return [this](HttpRequest&& req, Reply reply) { (*this)(std::move(req), std::move(reply)); };
 }
 
-void KServeHandler::operator()(HttpRequest&& req, Reply reply) {
-  Route route;
-  try {
-    route = checked_route(req);
-  } catch (const HttpFailure& f) {
-    return reply(failure_response(f, req));
-  }
-  if (route.endpoint != Endpoint::Infer || opt_.infer_threads <= 0) return reply(guarded(repo_, opt_, req, &route));
-
-  // Inference goes to the worker threads: parsing a large body or running the model must
-  // not hold an I/O thread that health probes need.
-  auto task = [this, route = std::move(route), req = std::move(req), reply]() mutable {
-    reply(guarded(repo_, opt_, req, &route));
-  };
-  std::string refusal;
-  {
-    std::lock_guard lk(mu_);
-    if (stop_) {
-      refusal = "server is shutting down";
-    } else if (queue_.size() >= opt_.max_queue) {
-      refusal = "inference queue is full (" + std::to_string(opt_.max_queue) + " requests waiting); retry later";
-    } else {
-      queue_.emplace_back(std::move(task));
-      cv_.notify_one();
-      return;
-    }
-  }
-  HttpResponse busy = json_error(503, refusal);
-  busy.headers.emplace_back("Retry-After", "1");
-  reply(std::move(busy));
+HttpResponse KServeHandler::handle(HttpRequest req) {
+  auto answer = std::make_shared<std::promise<HttpResponse>>();
+  auto once = std::make_shared<std::once_flag>();
+  (*this)(std::move(req), [answer, once](HttpResponse r) {
+    std::call_once(*once, [&] {
+      if (!r.stream) return answer->set_value(std::move(r));
+      // Collect the streamed body; the producer closes the stream when it is done.
+      struct Collect : ResponseStream {
+        std::shared_ptr<std::promise<HttpResponse>> done;
+        HttpResponse head;
+        std::mutex mu;
+        bool closed = false;
+        bool write(std::string chunk) override {
+          std::lock_guard lk(mu);
+          if (closed) return false;
+          head.body += chunk;
+          return true;
+        }
+        void close() override {
+          std::lock_guard lk(mu);
+          if (closed) return;
+          closed = true;
+          head.stream = nullptr;
+          done->set_value(std::move(head));
+        }
+        ~Collect() override { close(); }
+      };
+      auto sink = std::make_shared<Collect>();
+      sink->done = answer;
+      auto stream = std::move(r.stream);
+      sink->head = std::move(r);
+      stream(sink);
+    });
+  });
+  return answer->get_future().get();
 }
 
-void KServeHandler::worker() {
-  for (;;) {
-    std::function<void()> task;
-    {
-      std::unique_lock lk(mu_);
-      cv_.wait(lk, [this] { return stop_ || !queue_.empty(); });
-      if (stop_) return;
-      task = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    task();  // guarded(): never throws
-  }
-}
+void KServeHandler::begin_drain() { draining_ = true; }
 
 void KServeHandler::shutdown() {
   std::deque<std::function<void()>> dropped;
   {
     std::lock_guard lk(mu_);
     stop_ = true;
-    dropped.swap(queue_);
+    dropped.swap(parse_queue_);
   }
   cv_.notify_all();
-  for (auto& t : workers_)
+  for (auto& t : parse_threads_)
     if (t.joinable()) t.join();
-  workers_.clear();
-  // `dropped` goes out of scope here: each dropped Reply answers 500.
+  parse_threads_.clear();
+  // Each dropped task's Reply answers 500 when destroyed.
+}
+
+void KServeHandler::parse_worker() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [this] { return stop_ || !parse_queue_.empty(); });
+      if (stop_) return;
+      task = std::move(parse_queue_.front());
+      parse_queue_.pop_front();
+    }
+    task();  // answers its own errors
+  }
+}
+
+void KServeHandler::operator()(HttpRequest&& req, Reply reply) {
+  const Clock::time_point received = Clock::now();
+  Route route = parse_route(req.target);
+  try {
+    if (route.endpoint == Endpoint::Unknown)
+      throw HttpError(404, "no endpoint for " + req.method + " " + std::string(target_path(req.target)));
+    const char* allow = allowed_methods(route.endpoint);
+    if (req.method != allow)
+      throw HttpError(405, "method " + req.method + " is not allowed for " + std::string(target_path(req.target)) +
+                               " (allowed: " + allow + ")");
+    check_auth(opt_, route.endpoint, req);
+    if (!route.model.empty()) check_model_name(route.model);
+    if (route.endpoint == Endpoint::Infer) return infer(route, std::move(req), reply, received);  // a copy: `reply` answers what infer() throws
+    dispatch(route, std::move(req), reply);
+  } catch (const std::exception& e) {
+    reply(error_response(e, route.endpoint));
+  }
+}
+
+void KServeHandler::dispatch(const Route& route, HttpRequest&& req, Reply reply) {
+  switch (route.endpoint) {
+    case Endpoint::Generate:
+    case Endpoint::GenerateStream: {
+      if (draining_) throw HttpError(503, "server is shutting down");
+      auto v = repo_.resolve(route.model, version_of(route));
+      if (!v->generator)
+        throw HttpError(400, "model '" + v->name + "' does not generate text (the generate extension serves GPT models)");
+      serve_generate(v->generator, v->name, std::to_string(v->version), std::move(req), std::move(reply),
+                     route.endpoint == Endpoint::GenerateStream);
+      return;
+    }
+    case Endpoint::RepositoryIndex:
+    case Endpoint::RepositoryLoad:
+    case Endpoint::RepositoryUnload: return repository(route, std::move(req), std::move(reply));
+    default: reply(answer(route, req));
+  }
+}
+
+HttpResponse KServeHandler::answer(const Route& route, const HttpRequest& req) {
+  switch (route.endpoint) {
+    case Endpoint::Live: return ok({{"live", true}});
+    case Endpoint::Ready: {
+      if (draining_) throw HttpError(503, "not ready: the server is shutting down");
+      for (const IndexEntry& e : repo_.index())
+        if (e.state != ModelState::Ready)
+          throw HttpError(503, "not ready: model '" + e.name + "' is " + model_state_name(e.state) +
+                                   (e.reason.empty() ? "" : ": " + e.reason));
+      if (!repo_.all_ready()) throw HttpError(503, "not ready: a model is not loaded");
+      return ok({{"ready", true}});
+    }
+    case Endpoint::ServerMetadata:
+      return ok({{"name", opt_.server_name},
+                 {"version", opt_.server_version},
+                 {"extensions", {"binary_tensor_data", "model_repository", "model_configuration", "statistics",
+                                 "parameters", "schedule_policy", "generate"}}});
+    case Endpoint::ModelMetadata: {
+      auto v = repo_.resolve(route.model, version_of(route));
+      json versions = json::array();
+      for (const IndexEntry& e : repo_.index(true))
+        if (e.name == v->name && !e.version.empty()) versions.push_back(e.version);
+      if (versions.empty()) versions.push_back(std::to_string(v->version));
+      const auto& spec = v->model->spec();
+      return ok({{"name", v->name},
+                 {"versions", versions},
+                 {"platform", v->config.platform == "identity" ? "hgraph_identity" : "hgraph_v1"},
+                 {"inputs", tensor_metadata(spec.inputs)},
+                 {"outputs", tensor_metadata(spec.outputs)}});
+    }
+    case Endpoint::ModelReady: {
+      auto v = repo_.resolve(route.model, version_of(route));
+      return ok({{"name", v->name}, {"version", std::to_string(v->version)}, {"ready", true}});
+    }
+    case Endpoint::ModelConfig: return ok(repo_.resolve(route.model, version_of(route))->config.to_json());
+    case Endpoint::Stats: {
+      if (!route.model.empty()) repo_.resolve(route.model, version_of(route));  // 404 for unknown ones
+      return ok(metrics_.stats_json(route.model, route.version.value_or("")));
+    }
+    case Endpoint::Metrics: {
+      HttpResponse r;
+      r.body = metrics_.render();
+      r.content_type = kPrometheusContentType;
+      return r;
+    }
+    default: break;
+  }
+  throw HttpError(404, "no endpoint for " + req.method + " " + std::string(target_path(req.target)));
+}
+
+void KServeHandler::repository(const Route& route, HttpRequest&& req, Reply reply) {
+  json body = object_body(req);
+  if (route.endpoint == Endpoint::RepositoryIndex) {
+    bool ready_only = false;
+    if (auto r = body.find("ready"); r != body.end()) {
+      if (!r->is_boolean()) throw HttpError(400, "'ready' must be a boolean");
+      ready_only = r->get<bool>();
+    }
+    json out = json::array();
+    for (const IndexEntry& e : repo_.index(ready_only)) {
+      json j = {{"name", e.name}, {"state", model_state_name(e.state)}};
+      if (!e.version.empty()) j["version"] = e.version;
+      if (!e.reason.empty()) j["reason"] = e.reason;
+      out.push_back(std::move(j));
+    }
+    return reply(ok(out));
+  }
+  if (draining_) throw HttpError(503, "server is shutting down");
+  auto done = [reply](int status, std::string message) {
+    if (status == 200) {
+      HttpResponse r;
+      r.body = "{}";
+      return reply(std::move(r));
+    }
+    reply(error_response(status, message));
+  };
+  if (route.endpoint == Endpoint::RepositoryUnload) {
+    std::vector<std::string> versions;
+    for (const IndexEntry& e : repo_.index())
+      if (e.name == route.model && !e.version.empty()) versions.push_back(e.version);
+    return repo_.unload(route.model, [this, done, model = route.model, versions](int status, std::string message) {
+      if (status == 200)
+        for (const std::string& v : versions) metrics_.retire(model, v);  // gone from the statistics
+      done(status, std::move(message));
+    });
+  }
+
+  std::optional<std::string> config;
+  if (auto p = body.find("parameters"); p != body.end()) {
+    if (!p->is_object()) throw HttpError(400, "'parameters' must be an object");
+    for (const auto& [key, value] : p->items()) {
+      if (key == "config") {
+        if (!value.is_string()) throw HttpError(400, "parameters.config must be a string holding the model config JSON");
+        config = value.get<std::string>();
+      } else if (key.rfind("file:", 0) == 0) {
+        throw HttpError(400, "parameters." + key + ": loading model files through the request is not supported; "
+                             "put them in the repository");
+      } else {
+        throw HttpError(400, "unknown load parameter '" + key + "' (known: config)");
+      }
+    }
+  }
+  repo_.load(route.model, std::move(config), done);
+}
+
+void KServeHandler::infer(const Route& route, HttpRequest&& req, Reply reply, Clock::time_point received) {
+  if (draining_) throw HttpError(503, "server is shutting down");
+  std::shared_ptr<const ModelVersion> v = repo_.resolve(route.model, version_of(route));
+  if (req.body.size() <= opt_.parse_inline_bytes || opt_.parse_threads <= 0)
+    return decode_and_submit(std::move(v), std::move(req), std::move(reply), received);
+  auto task = [this, v = std::move(v), req = std::move(req), reply, received]() mutable {
+    decode_and_submit(std::move(v), std::move(req), std::move(reply), received);
+  };
+  {
+    std::lock_guard lk(mu_);
+    if (stop_) throw HttpError(503, "server is shutting down");
+    if (parse_queue_.size() >= opt_.max_parse_queue)
+      throw HttpError(503, "too many large request bodies waiting to be parsed (" +
+                               std::to_string(opt_.max_parse_queue) + "); retry later");
+    parse_queue_.emplace_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
+void KServeHandler::decode_and_submit(std::shared_ptr<const ModelVersion> v, HttpRequest&& req, Reply reply,
+                                      Clock::time_point received) {
+  const std::string version = std::to_string(v->version);
+  ModelMetrics& mm = metrics_.model(v->name, version);
+  try {
+    auto ir = std::make_shared<InferRequest>(decode_infer_request(req.body, header_length(req), opt_.limits));
+    req.body = std::string();  // the tensors hold their own copies now
+    auto in = std::make_shared<ModelInputs>(bind_inputs(*ir, v->model->spec(), v->config.max_batch_size, v->name));
+    auto job = std::make_shared<BatchJob>();
+    job->batch = in->batch;
+    job->inputs = std::move(in->data);
+    if (ir->priority) {
+      if (*ir->priority < 0 || *ir->priority > v->config.priority_levels)
+        throw HttpError(400, "parameter 'priority' must be in [0, " + std::to_string(v->config.priority_levels) +
+                                 "] for model '" + v->name + "', got " + std::to_string(*ir->priority));
+      job->priority = static_cast<int>(*ir->priority);
+    }
+    // A request's `timeout` may only lower the model's default (0: none).
+    uint64_t timeout_us = v->config.default_timeout_us;
+    if (ir->timeout_us && *ir->timeout_us > 0 && v->config.allow_timeout_override)
+      timeout_us = timeout_us == 0 ? *ir->timeout_us : std::min(timeout_us, *ir->timeout_us);
+    if (timeout_us > 0) job->deadline = received + std::chrono::microseconds(timeout_us);
+    const Clock::time_point parsed = Clock::now();
+    job->done = [v, ir, in, reply, received, parsed, &mm, version](BatchJob& j) {
+      if (j.status != 200) {
+        mm.failure(failure_reason_for_status(j.status), us_between(received, Clock::now()));
+        return reply(error_response(j.status, j.error));
+      }
+      try {
+        InferResponse resp = make_response(*ir, v->model->spec(), *in, v->name, version, std::move(j.outputs));
+        EncodedBody e = encode_infer_response(resp);
+        HttpResponse r;
+        r.body = std::move(e.body);
+        r.content_type = std::move(e.content_type);
+        if (e.header_length) r.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*e.header_length));
+        const Clock::time_point end = Clock::now();
+        RequestTimes t;
+        t.parse_us = us_between(received, parsed);
+        t.queue_us = us_between(j.enqueued, j.compute_start);
+        t.compute_us = us_between(j.compute_start, j.compute_end);
+        t.respond_us = us_between(j.compute_end, end);
+        t.total_us = us_between(received, end);
+        mm.success(j.batch, t);
+        reply(std::move(r));
+      } catch (const std::exception& ex) {
+        mm.failure(FailureReason::Backend, us_between(received, Clock::now()));
+        reply(error_response(500, std::string("cannot encode the response of model '") + v->name + "': " + ex.what()));
+      }
+    };
+    switch (v->batcher->submit(job)) {
+      case DynamicBatcher::Submit::Queued: return;
+      case DynamicBatcher::Submit::QueueFull:
+        throw HttpError(503, "the queue of model '" + v->name + "' is full (max_queue_size " +
+                                 std::to_string(v->config.max_queue_size) + "); retry later");
+      case DynamicBatcher::Submit::Stopped:
+        throw HttpError(503, "model '" + v->name + "' version " + version + " is being unloaded; retry");
+    }
+  } catch (const std::exception& e) {
+    const int status = http_status(e);
+    mm.failure(failure_reason_for_status(status), us_between(received, Clock::now()));
+    reply(error_response(status, e.what()));
+  }
 }
 
 }  // namespace hg::server

@@ -1,21 +1,29 @@
-// The KServe v2 / Open Inference Protocol REST front end over a ModelRepository.
+// The KServe v2 / Open Inference Protocol REST front end over a ModelRepository: the core
+// endpoints, the binary tensor data, model repository, model configuration, statistics and
+// generate extensions, Prometheus metrics, bearer-token auth and graceful draining.
 //
-//   hg::server::KServeHandler kserve(repo, {});               // repo outlives kserve
+//   hg::server::ServerMetrics metrics;                   // outlives repo and kserve
+//   repo_opt.on_batch = [&](auto& m, int64_t v, int64_t n, auto t) { metrics.model(m, std::to_string(v)).execution(n, t); };
+//   hg::server::ModelRepository repo(repo_opt);
+//   hg::server::KServeHandler kserve(repo, metrics, {});  // repo outlives kserve
+//   hg::server::HttpServerOptions http_opt;
+//   http_opt.on_stop = [&] { kserve.begin_drain(); };    // SIGTERM: not ready, refuse new work
 //   hg::server::HttpServer srv(http_opt, kserve.http_handler());
-//   srv.start(); srv.wait();
-//   kserve.shutdown();                                        // before srv is destroyed
+//   srv.start(); srv.wait();                              // in-flight requests finish
+//   kserve.shutdown();
 //
-//   // or without a socket (tests): every request answered inline
-//   hg::server::HttpResponse r = kserve.handle({"GET", "/v2/health/ready", "", {}});
+//   HttpResponse r = kserve.handle({"GET", "/v2/health/ready", "", {}});   // in process, no socket
 //
-// Endpoints: GET /v2, GET /v2/health/{live,ready}, GET /v2/models/{m}[/versions/{v}],
-// GET /v2/models/{m}[/versions/{v}]/ready, POST /v2/models/{m}[/versions/{v}]/infer (JSON
-// tensors, FP32). Errors are {"error": "..."}: 400 bad request (names the input, expected vs
-// got), 404 unknown path/model/version, 405 wrong method (with Allow), 503 not ready or
-// inference queue full (with Retry-After), 500 backend failure.
-// Health and metadata are answered on the I/O thread; inference (parse, validate, run,
-// serialize) runs on `infer_threads` worker threads so that probes never wait behind it.
+// Threads: health, metadata, config, statistics and metrics are answered on the HTTP I/O
+// thread (they never wait for a model); an inference body up to parse_inline_bytes is decoded
+// there too, a larger one on one of parse_threads; the model runs on its version's batcher
+// instances, which also encode and send the response. Loads run on the repository's loader.
+// Errors are {"error": "..."} with 400 (bad request, naming the input), 401 (token), 404
+// (unknown model, version or path), 405 (with Allow), 413 (HTTP layer), 503 (not ready,
+// queue full or draining, with Retry-After), 504 (request timeout expired in the queue),
+// 500 (backend failure).
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -27,46 +35,62 @@
 
 #include "server/http_server.h"
 #include "server/model_repository.h"
+#include "server/router.h"
+#include "server/server_metrics.h"
+#include "server/wire.h"
 
 namespace hg::server {
 
 struct KServeOptions {
-  int infer_threads = 2;      // 0: run inference on the I/O thread
-  size_t max_queue = 1024;    // inference requests waiting for a thread; beyond: 503
+  int parse_threads = 2;                   // decode large inference bodies off the I/O threads
+  size_t parse_inline_bytes = 64 << 10;    // bodies up to this are decoded on the I/O thread
+  size_t max_parse_queue = 4096;           // large bodies waiting for a parse thread; beyond: 503
+  WireLimits limits;                       // JSON nesting and elements per tensor
+  std::string auth_token;                  // non-empty: required for repository load/unload
+  bool auth_all = false;                   // ... and for every endpoint but the health probes
   std::string server_name = "hgraph";
   std::string server_version = "0.1.0";
 };
 
 class KServeHandler {
  public:
-  KServeHandler(const ModelRepository& repo, KServeOptions opt);
+  KServeHandler(ModelRepository& repo, ServerMetrics& metrics, KServeOptions opt);
   ~KServeHandler();  // shutdown()
   KServeHandler(const KServeHandler&) = delete;
   KServeHandler& operator=(const KServeHandler&) = delete;
 
-  // Answers a request: inline, or later from an inference thread.
+  // Answers a request now or later, from any thread.
   void operator()(HttpRequest&& req, Reply reply);
-  // An HttpHandler that forwards to *this.
   HttpHandler http_handler();
-  // Answers a request synchronously on the calling thread.
-  HttpResponse handle(const HttpRequest& req);
+  // Answers a request and waits for the answer (tests and tools without a socket). A
+  // streamed response comes back with its `stream` callback unset and `body` holding the
+  // whole event stream.
+  HttpResponse handle(HttpRequest req);
 
-  // Stops the inference threads after their current request; queued requests are dropped
-  // (their connections get a 500). Idempotent.
+  // Readiness off; new inference, generate and load requests get 503. Idempotent.
+  void begin_drain();
+  bool draining() const { return draining_.load(); }
+  // Stops the parse threads (queued bodies get 503). Idempotent.
   void shutdown();
 
  private:
-  void worker();
-  const ModelRepository& repo_;
+  void dispatch(const Route& route, HttpRequest&& req, Reply reply);
+  void infer(const Route& route, HttpRequest&& req, Reply reply, Clock::time_point received);
+  void decode_and_submit(std::shared_ptr<const ModelVersion> v, HttpRequest&& req, Reply reply,
+                         Clock::time_point received);
+  void repository(const Route& route, HttpRequest&& req, Reply reply);
+  HttpResponse answer(const Route& route, const HttpRequest& req);
+  void parse_worker();
+
+  ModelRepository& repo_;
   KServeOptions opt_;
+  ServerMetrics& metrics_;
+  std::atomic<bool> draining_{false};
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
+  std::deque<std::function<void()>> parse_queue_;
   bool stop_ = false;
-  std::vector<std::thread> workers_;
+  std::vector<std::thread> parse_threads_;
 };
-
-// FP32 as the shortest decimal that reads back to the same float; "null" for NaN/inf.
-void append_float(std::string& out, float v);
 
 }  // namespace hg::server

@@ -2,12 +2,15 @@
 //
 //   hgraph-serve --model-repository models/repository --host 127.0.0.1 --port 8000
 //   hgraph-serve --port 0        # bundled repository, ephemeral port; prints the URL
+//   hgraph-serve --model-control-mode explicit --load-model digits_mlp --auth-token-file token.txt
 //
 // Loads and warms up (captures every batch bucket of) each model before listening, then
-// prints "hgraph-serve listening on http://HOST:PORT" on stdout. SIGINT/SIGTERM: stop
-// accepting, finish the requests in flight, exit 0.
+// prints "hgraph-serve listening on http://HOST:PORT" on stdout. SIGINT/SIGTERM: readiness
+// off, stop accepting, finish the requests in flight (up to --drain-timeout), exit 0.
 #include <boost/program_options.hpp>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -32,29 +35,60 @@ std::filesystem::path default_repository() {
 #endif
 }
 
+// The token: the file's first line, or HG_AUTH_TOKEN (a token on the command line would show in ps).
+std::string read_token(const std::string& file) {
+  if (file.empty()) {
+    const char* env = std::getenv("HG_AUTH_TOKEN");
+    return env ? env : "";
+  }
+  std::ifstream in(file);
+  std::string token;
+  if (!in || !std::getline(in, token)) throw hg::IoError("cannot read --auth-token-file '" + file + "'");
+  while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  if (token.empty()) throw hg::InvalidArgument("--auth-token-file '" + file + "' holds an empty token");
+  return token;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string repository, host = "127.0.0.1", device = "hpu:0", batch_sizes, dump_graph;
-  int port = 8000, http_threads = 2, infer_threads = 2, drain_seconds = 30;
-  size_t max_body = size_t{64} << 20;
+  std::string repository, host = "127.0.0.1", device = "hpu:0", batch_sizes, dump_graph, control = "none",
+                          token_file;
+  std::vector<std::string> load_models;
+  int port = 8000, http_threads = 2, parse_threads = 2, drain_seconds = 30, poll_seconds = 15;
+  size_t max_body = size_t{64} << 20, max_depth = 100;
+  uint64_t max_elements = uint64_t{1} << 26;
+  bool auth_all = false;
   po::options_description desc("hgraph-serve options");
   desc.add_options()
       ("help,h", "show this help")
-      ("model-repository", po::value(&repository), "model repository DIR/<model>/<version>/model.json "
+      ("model-repository", po::value(&repository), "model repository DIR/<model>/[config.json, <version>/] "
                                                    "(default: the bundled repository)")
-      ("host", po::value(&host)->default_value(host), "address to bind")
+      ("model-control-mode", po::value(&control)->default_value(control),
+       "none: load every model at start; poll: also rescan the repository; explicit: load --load-model "
+       "models at start, then only on load/unload requests")
+      ("load-model", po::value(&load_models)->composing(), "explicit mode: a model to load at start (repeatable; * = all)")
+      ("repository-poll-secs", po::value(&poll_seconds)->default_value(poll_seconds), "poll mode: seconds between rescans")
+      ("host", po::value(&host)->default_value(host), "address to bind (0.0.0.0 to listen on every interface)")
       ("port", po::value(&port)->default_value(port), "TCP port; 0 picks a free one")
-      ("http-threads", po::value(&http_threads)->default_value(http_threads), "I/O threads")
-      ("infer-threads", po::value(&infer_threads)->default_value(infer_threads),
-       "inference threads (0: run inference on the I/O threads)")
+      ("http-threads", po::value(&http_threads)->default_value(http_threads), "HTTP I/O threads")
+      ("parse-threads", po::value(&parse_threads)->default_value(parse_threads),
+       "threads decoding inference bodies over 64 KiB (smaller ones are decoded on the I/O thread)")
       ("max-body-bytes", po::value(&max_body)->default_value(max_body), "request body limit (larger: 413)")
+      ("max-json-depth", po::value(&max_depth)->default_value(max_depth), "nesting limit of tensor 'data' (deeper: 400)")
+      ("max-elements", po::value(&max_elements)->default_value(max_elements), "elements per tensor (more: 400)")
+      ("auth-token-file", po::value(&token_file),
+       "file whose first line is a bearer token required for repository load/unload (or set HG_AUTH_TOKEN)")
+      ("auth-all", po::bool_switch(&auth_all), "require the token on every endpoint except the health probes")
       ("device", po::value(&device)->default_value(device), "device to run on: cpu, hpu, hpu:N")
-      ("batch-sizes", po::value(&batch_sizes), "batch buckets to capture, e.g. 1,2,4,8 (default: 1..32)")
+      ("batch-sizes", po::value(&batch_sizes),
+       "batch buckets for models whose config.json names none: 1,2,4,8 or exp:1:32 or linear:1:8 "
+       "(default: exp:1:max_batch_size)")
       ("drain-timeout", po::value(&drain_seconds)->default_value(drain_seconds),
        "seconds to finish requests in flight on shutdown")
       ("dump-graph", po::value(&dump_graph), "write every compiled graph (nodes, memory plan, passes) to FILE (- : stderr)");
+  hg::server::RepositoryOptions ropt;
+  hg::server::KServeOptions kopt;
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -65,8 +99,24 @@ int main(int argc, char** argv) {
     }
     if (port < 0 || port > 65535) throw hg::InvalidArgument("--port must be in [0, 65535]");
     if (http_threads < 1) throw hg::InvalidArgument("--http-threads must be at least 1");
-    if (infer_threads < 0) throw hg::InvalidArgument("--infer-threads must not be negative");
+    if (parse_threads < 0) throw hg::InvalidArgument("--parse-threads must not be negative");
     if (drain_seconds < 0) throw hg::InvalidArgument("--drain-timeout must not be negative");
+    if (poll_seconds < 1) throw hg::InvalidArgument("--repository-poll-secs must be at least 1");
+    if (max_depth < 1) throw hg::InvalidArgument("--max-json-depth must be at least 1");
+    ropt.mode = hg::server::parse_control_mode(control);
+    if (!load_models.empty() && ropt.mode != hg::server::ControlMode::Explicit)
+      throw hg::InvalidArgument("--load-model needs --model-control-mode explicit");
+    ropt.startup_models = load_models;
+    ropt.poll_interval = std::chrono::seconds(poll_seconds);
+    ropt.predictor.device = hg::Device::parse(device);
+    if (!batch_sizes.empty()) ropt.predictor.batch_buckets = hg::models::parse_buckets(batch_sizes);
+    ropt.dir = repository.empty() ? default_repository() : std::filesystem::path(repository);
+    kopt.auth_token = read_token(token_file);
+    kopt.auth_all = auth_all;
+    if (auth_all && kopt.auth_token.empty()) throw hg::InvalidArgument("--auth-all needs a token (--auth-token-file or HG_AUTH_TOKEN)");
+    kopt.parse_threads = parse_threads;
+    kopt.limits.max_json_depth = max_depth;
+    kopt.limits.max_elements = max_elements;
   } catch (const std::exception& e) {
     std::cerr << "hgraph-serve: " << e.what() << "\n" << desc << "\n";
     return 2;
@@ -74,20 +124,17 @@ int main(int argc, char** argv) {
 
   try {
     if (!dump_graph.empty()) hg::graphs::set_graph_dump(dump_graph);
-    hg::models::PredictorOptions popt;
-    popt.device = hg::Device::parse(device);
-    if (!batch_sizes.empty()) popt.batch_buckets = hg::models::parse_buckets(batch_sizes);
-    const std::filesystem::path dir = repository.empty() ? default_repository() : std::filesystem::path(repository);
-    std::cerr << "hgraph-serve: loading models from " << dir.string() << " on " << popt.device.str() << std::endl;
-    hg::server::RepositoryOptions ropt;
-    ropt.dir = dir;
-    ropt.predictor = popt;
+    std::cerr << "hgraph-serve: loading models from " << ropt.dir.string() << " on " << ropt.predictor.device.str()
+              << " (model control mode " << control << ")" << std::endl;
     ropt.log = &std::cerr;
+    hg::server::ServerMetrics metrics;  // outlives the repository's batchers and the handler
+    ropt.on_batch = [&metrics](const std::string& model, int64_t version, int64_t batch,
+                               hg::server::Clock::duration compute) {
+      metrics.model(model, std::to_string(version))
+          .execution(batch, std::chrono::duration<double, std::micro>(compute).count());
+    };
     hg::server::ModelRepository repo(ropt);
-
-    hg::server::KServeOptions kopt;
-    kopt.infer_threads = infer_threads;
-    hg::server::KServeHandler kserve(repo, kopt);
+    hg::server::KServeHandler kserve(repo, metrics, kopt);
 
     hg::server::HttpServerOptions hopt;
     hopt.host = host;
@@ -96,6 +143,8 @@ int main(int argc, char** argv) {
     hopt.max_body_bytes = max_body;
     hopt.drain_timeout = std::chrono::seconds(drain_seconds);
     hopt.log = &std::cerr;
+    hopt.on_stop = [&kserve] { kserve.begin_drain(); };
+    hopt.on_response = [&metrics](int status) { metrics.http_response(status); };
     {
       hg::server::HttpServer server(hopt, kserve.http_handler());
       uint16_t bound = server.listen();
@@ -103,9 +152,10 @@ int main(int argc, char** argv) {
       const bool ipv6 = host.find(':') != std::string::npos;
       std::cout << "hgraph-serve listening on http://" << (ipv6 ? "[" + host + "]" : host) << ":" << bound
                 << std::endl;
-      if (!repo.all_ready()) std::cerr << "hgraph-serve: not ready: some models are UNAVAILABLE" << std::endl;
+      if (!repo.all_ready()) std::cerr << "hgraph-serve: not ready: some models are not READY" << std::endl;
       server.wait();
-      kserve.shutdown();  // inference threads end before the server's io_context goes away
+      repo.shutdown();    // batchers finish what they hold while the handler still exists
+      kserve.shutdown();  // parse threads end before the server's io_context goes away
     }
     std::cerr << "hgraph-serve: stopped" << std::endl;
     return 0;

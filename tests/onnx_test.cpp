@@ -262,7 +262,8 @@ TEST(OnnxServeTest, RepositoryServesModelOnnxWithInt64Inputs) {
   std::vector<int64_t> v(ref.input.data.size() / sizeof(int64_t));
   std::memcpy(v.data(), ref.input.data.data(), ref.input.data.size());
   nlohmann::json body = {{"inputs", {{{"name", "input"}, {"datatype", "INT64"}, {"shape", ref.input.shape}, {"data", v}}}}};
-  hg::server::KServeHandler h(repo, {});
+  hg::server::ServerMetrics metrics;
+  hg::server::KServeHandler h(repo, metrics, {});
   auto r = h.handle({"POST", "/v2/models/bert_op13/infer", body.dump(), {}});
   ASSERT_EQ(r.status, 200) << r.body;
   const auto j = nlohmann::json::parse(r.body);
