@@ -19,11 +19,12 @@
 
 namespace hg::models {
 
-namespace {
-std::mutex& capture_mutex() {  // one capture (or unpadded run) at a time per process
+std::unique_lock<std::mutex> lock_device_captures() {
   static std::mutex m;
-  return m;
+  return std::unique_lock<std::mutex>(m);
 }
+
+namespace {
 int64_t sample_size(const IOSpec& s) { return numel(Shape(s.shape.begin() + 1, s.shape.end())); }
 }  // namespace
 
@@ -73,7 +74,7 @@ struct Predictor::Impl {
 
   BucketInfo capture(Bucket& b) {  // caller holds b.mu
     if (!b.graph) {
-      std::lock_guard lk(capture_mutex());
+      auto lk = lock_device_captures();
       const auto t0 = std::chrono::steady_clock::now();
       b.inputs = make_inputs(b.batch, opt.device);
       auto g = std::make_unique<graphs::HPUGraph>(opt.device);
@@ -155,7 +156,7 @@ struct Predictor::Impl {
                      "captured graph (add a bucket to capture it)",
                      package.spec.name, batch, largest ? " " + std::to_string(largest) : " (none captured)");
     }
-    std::lock_guard lk(capture_mutex());  // no capture may be recording on the device meanwhile
+    auto lk = lock_device_captures();  // no capture may be recording on the device meanwhile
     NoGradGuard no_grad;
     std::vector<Tensor> host = make_inputs(batch, Device());
     for (size_t i = 0; i < in.size(); ++i) std::memcpy(host[i].raw_data(), in[i], host[i].meta().bytes());

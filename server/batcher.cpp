@@ -85,6 +85,7 @@ struct DynamicBatcher::Impl {
   size_t queued = 0;
   uint64_t next_seq = 0;
   bool stopping = false;
+  bool hurry = false;  // run what is queued without waiting for a fuller batch
 
   // preserve_ordering: finished jobs wait here until every earlier one was delivered.
   std::mutex order_mu;
@@ -147,7 +148,7 @@ bool DynamicBatcher::Impl::take(Worker& w, std::unique_lock<std::mutex>& lk) {
       }
       if (full) break;
     }
-    bool go = full || sum == 0 || stopping || cfg.max_queue_delay_us == 0;
+    bool go = full || sum == 0 || stopping || hurry || cfg.max_queue_delay_us == 0;
     Clock::time_point until = oldest;
     if (!go) {
       until = oldest + std::chrono::microseconds(cfg.max_queue_delay_us);
@@ -412,6 +413,14 @@ DynamicBatcher::Submit DynamicBatcher::submit(std::shared_ptr<BatchJob> job) {
 }
 
 void DynamicBatcher::drain() { impl_->stop_and_join(); }
+
+void DynamicBatcher::hurry() {
+  {
+    std::lock_guard lk(impl_->mu);
+    impl_->hurry = true;
+  }
+  impl_->cv.notify_all();
+}
 
 size_t DynamicBatcher::queue_depth() const {
   std::lock_guard lk(impl_->mu);

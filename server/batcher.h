@@ -77,6 +77,9 @@ class DynamicBatcher {
   Submit submit(std::shared_ptr<BatchJob> job);
   // Stops accepting, runs every queued job (expired ones get 504), joins. Idempotent.
   void drain();
+  // From now on, runs what is queued without waiting max_queue_delay_us for a fuller batch
+  // (server draining: answer in-flight requests after one run, not after the delay).
+  void hurry();
 
   size_t queue_depth() const;
   const BatcherConfig& config() const;

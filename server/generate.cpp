@@ -119,9 +119,12 @@ class GptGenerator final : public TextGenerator {
         max_queue_(config.max_queue_size),
         default_timeout_us_(config.default_timeout_us),
         allow_timeout_override_(config.allow_timeout_override) {
-    for (int i = 0; i < std::max(1, config.instance_count); ++i) {
-      decoders_.push_back(std::make_unique<models::GPTGraphDecoder>(*gpt_, 1));
-      decoders_.back()->warmup();
+    {
+      auto lk = models::lock_device_captures();  // no other model's eager run may land in these captures
+      for (int i = 0; i < std::max(1, config.instance_count); ++i) {
+        decoders_.push_back(std::make_unique<models::GPTGraphDecoder>(*gpt_, 1));
+        decoders_.back()->warmup();
+      }
     }
     for (auto& d : decoders_) workers_.emplace_back([this, dec = d.get()] { work(*dec); });
   }

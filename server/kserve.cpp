@@ -116,7 +116,10 @@ KServeHandler::KServeHandler(ModelRepository& repo, ServerMetrics& metrics, KSer
   for (int i = 0; i < opt_.parse_threads; ++i) parse_threads_.emplace_back([this] { parse_worker(); });
 }
 
-KServeHandler::~KServeHandler() { shutdown(); }
+KServeHandler::~KServeHandler() {
+  shutdown();
+  metrics_.set_queue_depths({});  // the metrics may be scraped after this handler is gone
+}
 
 HttpHandler KServeHandler::http_handler() {
   return [this](HttpRequest&& req, Reply reply) { (*this)(std::move(req), std::move(reply)); };
@@ -159,7 +162,15 @@ HttpResponse KServeHandler::handle(HttpRequest req) {
   return answer->get_future().get();
 }
 
-void KServeHandler::begin_drain() { draining_ = true; }
+void KServeHandler::begin_drain() {
+  draining_ = true;
+  for (const IndexEntry& e : repo_.index(true)) {
+    try {
+      if (auto v = repo_.resolve(e.name, e.version); v->batcher) v->batcher->hurry();
+    } catch (const std::exception&) {  // unloaded meanwhile: nothing queued to hurry
+    }
+  }
+}
 
 void KServeHandler::shutdown() {
   std::deque<std::function<void()>> dropped;
@@ -264,6 +275,8 @@ HttpResponse KServeHandler::answer(const Route& route, const HttpRequest& req) {
     case Endpoint::ModelConfig: return ok(repo_.resolve(route.model, version_of(route))->config.to_json());
     case Endpoint::Stats: {
       if (!route.model.empty()) repo_.resolve(route.model, version_of(route));  // 404 for unknown ones
+      for (const IndexEntry& e : repo_.index(true))  // every served version is listed, used or not
+        if (!e.version.empty() && (route.model.empty() || e.name == route.model)) metrics_.model(e.name, e.version);
       return ok(metrics_.stats_json(route.model, route.version.value_or("")));
     }
     case Endpoint::Metrics: {
