@@ -270,6 +270,7 @@ HttpResponse KServeHandler::answer(const Route& route, const HttpRequest& req) {
     }
     case Endpoint::ModelReady: {
       auto v = repo_.resolve(route.model, version_of(route));
+      if (draining_) throw HttpError(503, "model '" + v->name + "' is not ready: the server is shutting down");
       return ok({{"name", v->name}, {"version", std::to_string(v->version)}, {"ready", true}});
     }
     case Endpoint::ModelConfig: return ok(repo_.resolve(route.model, version_of(route))->config.to_json());

@@ -249,7 +249,7 @@ TEST(BucketsCaptureTool, CapturesEveryBucketWritesTheCacheAndStartsWarm) {
                                             " --model-repository " + kDigits.parent_path().parent_path().string() +
                                             " --host 127.0.0.1 --port 0 2>&1",
                                         &status);
-  EXPECT_THAT(serve, HasSubstr("6 buckets captured, 6 from the graph cache")) << serve;
+  EXPECT_THAT(serve, HasSubstr("6 buckets captured (6 from the graph cache)")) << serve;
 
   const std::string bad = run_command(base + " --buckets exp:0:4 2>&1", &status);
   EXPECT_NE(status, 0);
