@@ -129,7 +129,7 @@ class GptGenerator final : public TextGenerator {
     for (auto& d : decoders_) workers_.emplace_back([this, dec = d.get()] { work(*dec); });
   }
 
-  ~GptGenerator() override {  // queued generations still run
+  ~GptGenerator() override {  // queued generations are answered 503, running ones finish
     {
       std::lock_guard lk(mu_);
       stopping_ = true;
@@ -188,16 +188,21 @@ class GptGenerator final : public TextGenerator {
   void work(models::GPTGraphDecoder& dec) {
     for (;;) {
       Job job;
+      bool stopping = false;
       {
         std::unique_lock lk(mu_);
         cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
         if (queue_.empty()) return;
         job = std::move(queue_.front());
         queue_.pop_front();
+        stopping = stopping_;
       }
       std::exception_ptr error;
       GenerateResult result;
       try {
+        // The server has stopped serving (its HTTP drain is over): whoever waits is answered, not
+        // made to wait for up to max_len tokens.
+        if (stopping) throw HttpError(503, "model '" + name_ + "' is shutting down");
         if (const auto now = Clock::now(); now > job.deadline)
           throw HttpError(504, "model '" + name_ + "': request timeout expired after " +
                                    std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(now - job.enqueued).count()) +

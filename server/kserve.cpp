@@ -159,7 +159,11 @@ HttpResponse KServeHandler::handle(HttpRequest req) {
       stream(sink);
     });
   });
-  return answer->get_future().get();
+  try {
+    return answer->get_future().get();
+  } catch (const std::future_error&) {  // dropped unanswered (shutdown): what the HTTP layer would send
+    return json_error(500, "the request was dropped: the server is shutting down");
+  }
 }
 
 void KServeHandler::begin_drain() {
@@ -196,7 +200,10 @@ void KServeHandler::parse_worker() {
       task = std::move(parse_queue_.front());
       parse_queue_.pop_front();
     }
-    task();  // answers its own errors
+    try {
+      task();  // answers its own errors
+    } catch (const std::exception&) {  // e.g. bad_alloc before its own handler: the dropped Reply answers 500
+    }
   }
 }
 
@@ -243,11 +250,15 @@ HttpResponse KServeHandler::answer(const Route& route, const HttpRequest& req) {
     case Endpoint::Live: return ok({{"live", true}});
     case Endpoint::Ready: {
       if (draining_) throw HttpError(503, "not ready: the server is shutting down");
-      for (const IndexEntry& e : repo_.index())
-        if (e.state != ModelState::Ready)
-          throw HttpError(503, "not ready: model '" + e.name + "' is " + model_state_name(e.state) +
-                                   (e.reason.empty() ? "" : ": " + e.reason));
-      if (!repo_.all_ready()) throw HttpError(503, "not ready: a model is not loaded");
+      if (!repo_.all_ready()) {
+        // Name a model that is meant to serve and cannot; folders never loaded (explicit mode)
+        // or unloaded on purpose do not count.
+        for (const IndexEntry& e : repo_.index())
+          if (e.state != ModelState::Ready && e.reason != "not loaded" && e.reason != "unloaded")
+            throw HttpError(503, "not ready: model '" + e.name + "' is " + model_state_name(e.state) +
+                                     (e.reason.empty() ? "" : ": " + e.reason));
+        throw HttpError(503, "not ready: a model the server is meant to serve is not loaded");
+      }
       return ok({{"ready", true}});
     }
     case Endpoint::ServerMetadata:
@@ -321,9 +332,11 @@ void KServeHandler::repository(const Route& route, HttpRequest&& req, Reply repl
     std::vector<std::string> versions;
     for (const IndexEntry& e : repo_.index())
       if (e.name == route.model && !e.version.empty()) versions.push_back(e.version);
-    return repo_.unload(route.model, [this, done, model = route.model, versions](int status, std::string message) {
+    // The metrics outlive the repository (its loader runs this), not necessarily this handler.
+    return repo_.unload(route.model, [&metrics = metrics_, done, model = route.model, versions](int status,
+                                                                                               std::string message) {
       if (status == 200)
-        for (const std::string& v : versions) metrics_.retire(model, v);  // gone from the statistics
+        for (const std::string& v : versions) metrics.retire(model, v);  // gone from the statistics
       done(status, std::move(message));
     });
   }
@@ -386,7 +399,8 @@ void KServeHandler::decode_and_submit(std::shared_ptr<const ModelVersion> v, Htt
     uint64_t timeout_us = v->config.default_timeout_us;
     if (ir->timeout_us && *ir->timeout_us > 0 && v->config.allow_timeout_override)
       timeout_us = timeout_us == 0 ? *ir->timeout_us : std::min(timeout_us, *ir->timeout_us);
-    if (timeout_us > 0) job->deadline = received + std::chrono::microseconds(timeout_us);
+    constexpr uint64_t kLongest = uint64_t{1} << 50;  // about 35 years: the deadline cannot overflow
+    if (timeout_us > 0) job->deadline = received + std::chrono::microseconds(std::min(timeout_us, kLongest));
     const Clock::time_point parsed = Clock::now();
     job->done = [v, ir, in, reply, received, parsed, &mm, version](BatchJob& j) {
       if (j.status != 200) {

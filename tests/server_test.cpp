@@ -541,6 +541,47 @@ TEST_F(KServeHandlerTest, UnavailableModelIs503AndServerNotReady) {
   EXPECT_EQ(call("GET", "/v2/models/two/ready").status, 200);
 }
 
+// Strict readiness counts the models the server is meant to serve: in explicit mode a folder
+// never asked for, or a model unloaded on purpose, does not make the server unready.
+TEST(KServeReadinessTest, ExplicitModeCountsOnlyTheModelsItServes) {
+  const auto dir = hg::test::temp_dir("KServeReadinessTest");
+  std::filesystem::create_directories(dir / "two" / "3");
+  std::filesystem::create_directories(dir / "other" / "1");
+  hg::server::RepositoryOptions o;
+  o.dir = dir;
+  o.mode = hg::server::ControlMode::Explicit;
+  o.startup_models = {"two"};
+  o.factory = [](const std::string&, int64_t, const std::filesystem::path&,
+                 const hg::server::ModelConfig&) -> std::shared_ptr<hg::server::ServedModel> {
+    return std::make_shared<TwoInputModel>();
+  };
+  {
+    hg::server::ServerMetrics metrics;
+    hg::server::ModelRepository repo(o);
+    hg::server::KServeHandler h(repo, metrics, {});
+    auto ready = h.handle({"GET", "/v2/health/ready", "", {}});
+    EXPECT_EQ(ready.status, 200) << ready.body;
+    auto unload = h.handle({"POST", "/v2/repository/models/two/unload", "", {}});
+    EXPECT_EQ(unload.status, 200) << unload.body;
+    ready = h.handle({"GET", "/v2/health/ready", "", {}});
+    EXPECT_EQ(ready.status, 200) << ready.body;
+    EXPECT_EQ(h.handle({"GET", "/v2/models/two/ready", "", {}}).status, 404);
+    h.begin_drain();
+    EXPECT_EQ(h.handle({"GET", "/v2/health/ready", "", {}}).status, 503);
+    auto load = h.handle({"POST", "/v2/repository/models/two/load", "", {}});
+    EXPECT_EQ(load.status, 503) << load.body;  // draining refuses loads
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(KServeHandlerTest, HugeRequestTimeoutIsClampedNotOverflowed) {
+  auto r = call("POST", "/v2/models/two/infer",
+                R"({"parameters":{"timeout":18446744073709551615},)"
+                R"("inputs":[{"name":"a","datatype":"FP32","shape":[1,2],"data":[1,2]},)"
+                R"({"name":"b","datatype":"FP32","shape":[1,3],"data":[1,2,3]}]})");
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
 TEST_F(KServeHandlerTest, RoutingEdgeCases) {
   EXPECT_EQ(call("GET", "/v2?x=1").status, 200);                 // query ignored
   EXPECT_EQ(call("GET", "/v2/models/t%77o").status, 200);        // percent-decoded name
