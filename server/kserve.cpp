@@ -11,6 +11,7 @@
 #include "server/generate.h"
 #include "server/http_error.h"
 #include "server/infer_codec.h"
+#include "server/json_reader.h"
 
 namespace hg::server {
 
@@ -82,14 +83,9 @@ json tensor_metadata(const std::vector<models::IOSpec>& ios) {
 }
 
 // An optional JSON object body (repository requests may have none).
-json object_body(const HttpRequest& req) {
+json object_body(const HttpRequest& req, const WireLimits& limits) {
   if (req.body.find_first_not_of(" \t\r\n") == std::string::npos) return json::object();
-  json j;
-  try {
-    j = json::parse(req.body);
-  } catch (const json::exception& ex) {
-    throw HttpError(400, std::string("malformed JSON in request body: ") + ex.what());
-  }
+  json j = read_json(req.body, limits.max_json_depth, "the request body");
   if (!j.is_object()) throw HttpError(400, "request body must be a JSON object");
   return j;
 }
@@ -250,15 +246,7 @@ HttpResponse KServeHandler::answer(const Route& route, const HttpRequest& req) {
     case Endpoint::Live: return ok({{"live", true}});
     case Endpoint::Ready: {
       if (draining_) throw HttpError(503, "not ready: the server is shutting down");
-      if (!repo_.all_ready()) {
-        // Name a model that is meant to serve and cannot; folders never loaded (explicit mode)
-        // or unloaded on purpose do not count.
-        for (const IndexEntry& e : repo_.index())
-          if (e.state != ModelState::Ready && e.reason != "not loaded" && e.reason != "unloaded")
-            throw HttpError(503, "not ready: model '" + e.name + "' is " + model_state_name(e.state) +
-                                     (e.reason.empty() ? "" : ": " + e.reason));
-        throw HttpError(503, "not ready: a model the server is meant to serve is not loaded");
-      }
+      if (std::string why = repo_.not_ready_reason(); !why.empty()) throw HttpError(503, "not ready: " + why);
       return ok({{"ready", true}});
     }
     case Endpoint::ServerMetadata:
@@ -303,7 +291,7 @@ HttpResponse KServeHandler::answer(const Route& route, const HttpRequest& req) {
 }
 
 void KServeHandler::repository(const Route& route, HttpRequest&& req, Reply reply) {
-  json body = object_body(req);
+  json body = object_body(req, opt_.limits);
   if (route.endpoint == Endpoint::RepositoryIndex) {
     bool ready_only = false;
     if (auto r = body.find("ready"); r != body.end()) {

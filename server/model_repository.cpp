@@ -632,11 +632,13 @@ void ModelRepository::unload(std::string name, Done done) {
   impl_->enqueue({Task::Kind::Unload, std::move(name), std::nullopt, std::move(done)});
 }
 
-bool ModelRepository::all_ready() const {
+std::string ModelRepository::not_ready_reason() const {
   std::lock_guard lk(impl_->mu);
-  if (impl_->stopped) return false;
-  return std::all_of(impl_->records.begin(), impl_->records.end(),
-                     [](const auto& kv) { return !kv.second.wanted || !kv.second.versions.empty(); });
+  if (impl_->stopped) return "the repository is shut down";
+  for (const auto& [name, r] : impl_->records)
+    if (r.wanted && r.versions.empty())
+      return "model '" + name + "' is " + model_state_name(r.state) + (r.reason.empty() ? "" : ": " + r.reason);
+  return {};
 }
 
 void ModelRepository::shutdown() {

@@ -117,7 +117,10 @@ class ModelRepository {
   void unload(std::string name, Done done);
 
   // Strict readiness: every model the repository is meant to serve is READY.
-  bool all_ready() const;
+  bool all_ready() const { return not_ready_reason().empty(); }
+  // Why all_ready() is false ("model 'm' is UNAVAILABLE: <reason>", "the repository is shut
+  // down"); empty when it is true.
+  std::string not_ready_reason() const;
   // Drains every batcher (in-flight requests finish); afterwards resolve() fails with 503.
   void shutdown();
 
