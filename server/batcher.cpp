@@ -278,7 +278,8 @@ void DynamicBatcher::Impl::run_batch(Worker& w) {
   }
   w.finished.insert(w.finished.end(), std::make_move_iterator(w.batch.begin()), std::make_move_iterator(w.batch.end()));
   w.batch.clear();
-  complete(w);
+  // Recorded before the answers go out: a client that reads the statistics after its answer
+  // sees the run that produced it.
   if (cfg.on_batch) {
     try {
       cfg.on_batch(total, end - start);
@@ -286,6 +287,7 @@ void DynamicBatcher::Impl::run_batch(Worker& w) {
       // on_batch must not throw (metrics); the instance keeps serving.
     }
   }
+  complete(w);
 }
 
 // Calls done() of every job in w.finished (in submission order across instances when asked),

@@ -42,7 +42,7 @@ struct BatcherConfig {
   int priority_levels = 1;          // levels 1 (highest) .. priority_levels
   int default_priority_level = 1;   // for jobs with priority 0
   int instances = 1;                // threads running batches concurrently
-  // Called once per run, on the instance thread, after the jobs' done(): the run's batch size
+  // Called once per run, on the instance thread, before the jobs' done(): the run's batch size
   // (before padding) and its compute time. For metrics; must not throw.
   std::function<void(int64_t batch, Clock::duration compute)> on_batch;
 };
