@@ -1,75 +1,146 @@
-// A Lightning-style trainer for classifiers on the HPU (host backend).
+// The Trainer (Lightning's): runs fit / validate / test / predict of a LightningModule on the
+// HPU (host backend) or the CPU, on one device or data-parallel over processes and nodes.
 //
-//   hg::training::Trainer trainer({.accelerator = "hpu", .devices = 1, .max_epochs = 30});
-//   auto net = hg::models::zoo::mlp({64, 64, 10}, 0);
-//   hg::training::SGD opt(net->named_parameters(), {.lr = 0.1, .momentum = 0.9});
-//   auto fit = trainer.fit(*net, opt, train_loader, &val_loader);   // prints a bar + a line per epoch
-//   trainer.save_checkpoint("digits.ckpt", *net, opt);
-//   hg::training::export_classifier(*net, "repo/digits_mlp/1", "digits_mlp", 64, 10, fit.metadata());
+//   hg::training::Trainer trainer({.accelerator = "hpu", .devices = 2, .strategy = "hpu_ddp",
+//                                  .max_epochs = 20, .gradient_clip_val = 1.0,
+//                                  .default_root_dir = "runs/digits"});
+//   trainer.fit(module, train_loader, &val_loader);                  // or ckpt_path = "last" to resume
+//   trainer.test(module, test_loader, "best");                       // the best ModelCheckpoint file
+//   std::vector<hg::Tensor> out = trainer.predict(module, loader);
 //
-// On `hpu`, each step (forward + backward) is traced lazily and runs as one compiled graph,
-// compiled on the first step and replayed from the graph cache after that (HG_LAZY_MODE=0
-// runs the ops eagerly on the device queue instead).
+// On `hpu` in lazy mode (the default; HG_LAZY_MODE=0 for eager), each optimization step —
+// forward, backward, clipping and every optimizer update — is traced into one graph that is
+// compiled on the first step and replayed from the graph cache after that; logged tensors are
+// read after the step ran. With devices > 1 (or num_nodes > 1) the default strategy is DDP
+// (training/ddp_strategy.h): rank 0 of each node re-executes the program for its other local
+// ranks, so code before fit() runs in every process.
 #pragma once
+#include <chrono>
 #include <filesystem>
 #include <iosfwd>
-#include <nlohmann/json.hpp>
+#include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "models/module.h"
-#include "training/data.h"
-#include "training/sgd.h"
+#include "training/callback.h"
+#include "training/dataloader.h"
+#include "training/lightning_module.h"
+#include "training/strategy.h"
 
 namespace hg::training {
 
+// A batch limit: a fraction of the loader (1.0 = all) or a count of batches.
+struct Limit {
+  Limit(double fraction = 1.0) : fraction(fraction) {}
+  Limit(int batches) : batches(batches) {}
+  double fraction = 1.0;
+  int64_t batches = -1;  // >= 0: a count (wins over fraction)
+  int64_t resolve(int64_t available) const;  // min(available, ...) ; throws on negative values
+};
+
+// Lightning's devices: an int, or "auto" (= 1 on this build: one host HPU per process).
+struct Devices {
+  Devices(int n = -1) : count(n) {}
+  Devices(const char* s);
+  Devices(const std::string& s) : Devices(s.c_str()) {}
+  int count = -1;  // -1: auto
+};
+
 struct TrainerOptions {
-  std::string accelerator = "auto";  // "hpu", "cpu" or "auto" (= hpu)
-  int devices = 1;
-  std::string strategy = "auto";     // "auto" or "hpu_single"
-  int max_epochs = 10;
+  std::string accelerator = "auto";       // "hpu", "cpu", "auto" (= hpu)
+  Devices devices = Devices();
+  std::string strategy = "auto";          // "auto", "hpu_single", "hpu_parallel", "hpu_ddp"
+  std::shared_ptr<Strategy> strategy_object;  // overrides `strategy` when set
+  int num_nodes = 1;
+  std::string precision = "32";           // "32", "32-true", "bf16-mixed"
+  std::optional<int> max_epochs;          // unset with max_steps -1: 1000; -1: no limit
+  int min_epochs = 0;
+  int64_t max_steps = -1;                 // optimizer steps
+  Limit limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches;
+  Limit val_check_interval;               // fraction of an epoch, or every N train batches
+  std::optional<int> check_val_every_n_epoch = 1;
+  int num_sanity_val_steps = 2;
+  int log_every_n_steps = 50;
+  int accumulate_grad_batches = 1;
+  std::optional<double> gradient_clip_val;
+  std::string gradient_clip_algorithm = "norm";  // "norm" or "value"
+  bool deterministic = false;             // also seeds every process the same (seed below)
+  uint64_t seed = 0;                      // seed_everything's seed (PL_GLOBAL_SEED if set)
+  std::filesystem::path default_root_dir; // empty: the current directory
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  // Unset: a CSVLogger in default_root_dir/lightning_logs; empty: no logging.
+  std::optional<std::vector<std::shared_ptr<Logger>>> logger;
+  bool enable_checkpointing = true;       // adds a ModelCheckpoint (save_last) when none given
   bool enable_progress_bar = true;
-  std::ostream* log = nullptr;       // default std::cout
-};
-
-struct EpochStats {
-  int epoch;
-  double train_loss, train_acc, val_loss, val_acc, seconds;
-};
-
-struct FitResult {
-  std::vector<EpochStats> epochs;
-  int global_step = 0;
-  nlohmann::json metadata() const;  // what export_classifier records
-};
-
-struct EvalResult {
-  double loss, accuracy;
+  int fast_dev_run = 0;                   // n > 0: n batches of train/val/test, 1 epoch, no loggers or checkpoints
+  std::chrono::milliseconds dist_timeout = std::chrono::minutes(30);  // rendezvous and collectives
+  std::ostream* out = nullptr;            // progress bar and messages; default std::cout
 };
 
 class Trainer {
  public:
-  explicit Trainer(TrainerOptions opt);
-  Device device() const { return device_; }
-  FitResult fit(models::Module& model, SGD& opt, const DataLoader& train, const DataLoader* val = nullptr);
-  EvalResult validate(models::Module& model, const DataLoader& data);
-  // Checkpoint: one safetensors file, written atomically: "model.<param>" and
-  // "optimizer.<param>.momentum_buffer" tensors, epoch/global_step/options in the metadata.
-  void save_checkpoint(const std::filesystem::path& file, const models::Module& model, SGD& opt) const;
-  void load_checkpoint(const std::filesystem::path& file, models::Module& model, SGD& opt);
-  int epoch() const { return epoch_; }
-  int global_step() const { return step_; }
+  explicit Trainer(TrainerOptions opt);  // validates every option (hg::InvalidArgument naming it)
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // ckpt_path: a checkpoint file, "last" or "best" (the ModelCheckpoint's), or empty.
+  void fit(LightningModule& m, const DataLoader& train, const DataLoader* val = nullptr,
+           const std::string& ckpt_path = "");
+  // One map of epoch metrics per loader (Lightning returns a list of dicts).
+  std::vector<std::map<std::string, double>> validate(LightningModule& m, const DataLoader& data,
+                                                      const std::string& ckpt_path = "");
+  std::vector<std::map<std::string, double>> test(LightningModule& m, const DataLoader& data,
+                                                  const std::string& ckpt_path = "");
+  // Every predict_step output in loader order (on rank 0 under DDP: every rank's, gathered).
+  std::vector<Tensor> predict(LightningModule& m, const DataLoader& data, const std::string& ckpt_path = "");
+
+  // A collective under DDP: rank 0 writes (atomically), then every rank meets at a barrier.
+  void save_checkpoint(const std::filesystem::path& file, bool weights_only = false);
+
+  // State for callbacks and loggers.
+  const TrainerOptions& options() const { return opt_; }
+  Strategy& strategy();
+  bool is_global_zero();
+  Device device();
+  int current_epoch() const { return epoch_; }
+  int64_t global_step() const { return global_step_; }  // optimizer steps taken
+  bool sanity_checking() const { return sanity_checking_; }
+  std::string stage() const { return stage_; }           // "fit", "validate", "test", "predict", ""
+  bool should_stop = false;                             // EarlyStopping sets it; fit ends after the epoch
+  // Latest value of every logged metric (epoch metrics under their name, and step metrics as
+  // "<name>_step" / "<name>_epoch" when logged both ways); progress-bar and logger subsets.
+  const std::map<std::string, double>& callback_metrics() const { return callback_metrics_; }
+  const std::map<std::string, double>& progress_bar_metrics() const { return progress_bar_metrics_; }
+  const std::map<std::string, double>& logged_metrics() const { return logged_metrics_; }
+  std::vector<OptimizerConfig>& optimizer_configs() { return optimizers_; }
+  LightningModule* lightning_module() const { return module_; }
+  const std::vector<std::shared_ptr<Callback>>& callbacks() const { return callbacks_; }
+  const std::vector<std::shared_ptr<Logger>>& loggers() const { return loggers_; }
+  std::filesystem::path default_root_dir() const;
+  std::filesystem::path log_dir() const;  // the first logger's, else default_root_dir
+  int64_t num_training_batches() const { return num_training_batches_; }
+  std::ostream& out() const;
 
  private:
+  friend class LightningModule;
+  struct Loop;
   TrainerOptions opt_;
-  Device device_;
-  int epoch_ = 0, step_ = 0;
-  std::ostream& out() const;
+  std::unique_ptr<Loop> loop_;
+  LightningModule* module_ = nullptr;
+  std::vector<OptimizerConfig> optimizers_;
+  std::vector<std::shared_ptr<Callback>> callbacks_;
+  std::vector<std::shared_ptr<Logger>> loggers_;
+  std::map<std::string, double> callback_metrics_, progress_bar_metrics_, logged_metrics_;
+  int epoch_ = 0;
+  int64_t global_step_ = 0, num_training_batches_ = 0;
+  bool sanity_checking_ = false;
+  std::string stage_;
 };
 
-// Writes a model package that hgraph-serve loads: input "input" FP32 [-1, in_features],
-// output "logits" FP32 [-1, num_classes].
-void export_classifier(const models::Module& model, const std::filesystem::path& dir, const std::string& name,
-                       int64_t in_features, int64_t num_classes, const nlohmann::json& metadata);
+// Seeds every device generator and the host generator the loaders' shuffles do not use.
+void seed_everything(uint64_t seed);
 
 }  // namespace hg::training
