@@ -36,6 +36,8 @@ class Callback {
   virtual void on_fit_start(Trainer&, LightningModule&) {}
   virtual void on_fit_end(Trainer&, LightningModule&) {}
   virtual void on_train_epoch_start(Trainer&, LightningModule&) {}
+  // Before the batch's training_step (Lightning's on_train_batch_start).
+  virtual void on_train_batch_start(Trainer&, LightningModule&, const Batch&, int64_t batch_idx) { (void)batch_idx; }
   // After the optimizer step (or the accumulation micro-batch) and its metrics were read.
   virtual void on_train_batch_end(Trainer&, LightningModule&, const Batch&, int64_t batch_idx) { (void)batch_idx; }
   // After the epoch's validation (when one ran) and the epoch metrics were computed.
@@ -44,6 +46,7 @@ class Callback {
   virtual void on_validation_batch_end(Trainer&, LightningModule&, const Batch&, int64_t batch_idx) { (void)batch_idx; }
   virtual void on_validation_epoch_end(Trainer&, LightningModule&) {}  // metrics of the run included
   virtual void on_validation_end(Trainer&, LightningModule&) {}
+  virtual void on_test_batch_end(Trainer&, LightningModule&, const Batch&, int64_t batch_idx) { (void)batch_idx; }
   virtual void on_test_epoch_end(Trainer&, LightningModule&) {}
   virtual void on_predict_batch_end(Trainer&, LightningModule&, const Batch&, int64_t batch_idx) { (void)batch_idx; }
   virtual void on_before_optimizer_step(Trainer&, LightningModule&, Optimizer&) {}
