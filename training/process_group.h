@@ -42,17 +42,24 @@ struct ProcessGroupOptions {
   std::string local_addr;
 };
 
+class TcpStore;
+
 class ProcessGroup {
  public:
   // Rank 0 starts the store first (a port in use is a DistError saying so), then every rank
   // connects to it (retrying until timeout) and the full mesh is built.
   explicit ProcessGroup(const ProcessGroupOptions& opt);
+  // Over a store that outlives the group (several groups in turn on one store; master_addr and
+  // master_port are then unused). Each group's keys live under its own run id.
+  ProcessGroup(const ProcessGroupOptions& opt, std::shared_ptr<TcpStore> store);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
   int rank() const;
   int size() const;
+  // The key prefix of this run in the store: opt.run_id, or "gen<N>" agreed through the store.
+  const std::string& run_id() const;
   // In place over n floats. Thread-safe against the other calls only by `tag`: the DDP
   // reducer's communication thread uses tags >= 1000, everything else tag 0 from the main thread.
   void allreduce(float* data, size_t n, ReduceOp op = ReduceOp::Sum, uint32_t tag = 0);

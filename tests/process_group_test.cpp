@@ -1,0 +1,223 @@
+// ProcessGroup over Gloo: ranks as threads in this process, a rank in a forked child that gets
+// killed, and rendezvous failures (training/process_group.h).
+#include "training/process_group.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <functional>
+#include <thread>
+
+#include "tests/errors.h"
+#include "training/tcp_store.h"
+
+namespace hg::training {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+ProcessGroupOptions options(int rank, int world, std::chrono::milliseconds timeout, int port = 0) {
+  ProcessGroupOptions o;
+  o.rank = rank;
+  o.world_size = world;
+  o.timeout = timeout;
+  o.master_port = port;
+  return o;
+}
+
+// Runs fn(rank, group) on `world` threads over one store; rethrows nothing, records failures.
+void run_ranks(int world, const std::shared_ptr<TcpStore>& server, std::chrono::milliseconds timeout,
+               const std::function<void(ProcessGroup&)>& fn) {
+  std::vector<std::thread> ts;
+  for (int r = 0; r < world; ++r) {
+    ts.emplace_back([&, r] {
+      try {
+        auto store = r == 0 ? server : std::make_shared<TcpStore>("127.0.0.1", server->port(), false, timeout);
+        ProcessGroup pg(options(r, world, timeout), store);
+        fn(pg);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << r << ": " << e.what();
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+}
+
+std::shared_ptr<TcpStore> local_store(std::chrono::milliseconds timeout = 20s) {
+  return std::make_shared<TcpStore>("127.0.0.1", 0, true, timeout);
+}
+
+TEST(ProcessGroupTest, AllreduceSumMeanMaxMin) {
+  run_ranks(3, local_store(), 20s, [](ProcessGroup& pg) {
+    float r = static_cast<float>(pg.rank());
+    std::vector<float> v{r, 10 * r, -r, 1.5f};
+    pg.allreduce(v.data(), v.size());
+    EXPECT_THAT(v, ElementsAre(3.f, 30.f, -3.f, 4.5f));
+    v = {r, 2 * r + 1};
+    pg.allreduce(v.data(), v.size(), ReduceOp::Mean);
+    EXPECT_THAT(v, ElementsAre(1.f, 3.f));
+    v = {r, -r};
+    pg.allreduce(v.data(), v.size(), ReduceOp::Max);
+    EXPECT_THAT(v, ElementsAre(2.f, 0.f));
+    v = {r, -r};
+    pg.allreduce(v.data(), v.size(), ReduceOp::Min);
+    EXPECT_THAT(v, ElementsAre(0.f, -2.f));
+    // larger than Gloo's 1 MB segment: 600k floats, element i on rank r = i + r
+    std::vector<float> big(600000);
+    for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 1000) + r;
+    pg.allreduce(big.data(), big.size(), ReduceOp::Sum, /*tag=*/1000);
+    for (size_t i = 0; i < big.size(); i += 9973) ASSERT_EQ(big[i], 3.f * (i % 1000) + 3.f) << i;
+    EXPECT_DOUBLE_EQ(pg.allreduce_scalar(0.25 * pg.rank(), ReduceOp::Sum), 0.75);
+    EXPECT_DOUBLE_EQ(pg.allreduce_scalar(0.25 * pg.rank(), ReduceOp::Mean), 0.25);
+    EXPECT_DOUBLE_EQ(pg.allreduce_scalar(pg.rank(), ReduceOp::Max), 2.0);
+  });
+}
+
+TEST(ProcessGroupTest, BroadcastFloatsAndLargeStringsAllGatherBarrier) {
+  run_ranks(3, local_store(), 20s, [](ProcessGroup& pg) {
+    std::vector<float> w{1, 2, 3};
+    if (pg.rank() != 1) w = {0, 0, 0};
+    pg.broadcast(w.data(), w.size(), /*root=*/1);
+    EXPECT_THAT(w, ElementsAre(1.f, 2.f, 3.f));
+    std::string big;
+    if (pg.rank() == 0) {
+      big.resize(3 << 20);
+      for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7 + 3);
+    } else {
+      big = "stale";
+    }
+    pg.broadcast(big, 0);
+    ASSERT_EQ(big.size(), size_t(3 << 20));
+    for (size_t i = 0; i < big.size(); i += 4099) ASSERT_EQ(big[i], static_cast<char>(i * 7 + 3)) << i;
+    std::string empty = pg.rank() == 2 ? "" : "x";
+    pg.broadcast(empty, 2);
+    EXPECT_EQ(empty, "");
+    auto all = pg.all_gather(std::string(pg.rank(), 'a' + pg.rank()));
+    EXPECT_THAT(all, ElementsAre("", "b", "cc"));
+    EXPECT_THAT(pg.all_gather(""), ElementsAre("", "", ""));
+    pg.barrier("end");
+  });
+}
+
+TEST(ProcessGroupTest, ConsecutiveGroupsOnOneStoreHaveTheirOwnKeys) {
+  auto server = local_store();
+  std::vector<std::string> runs(3);
+  for (int round = 0; round < 2; ++round) {
+    run_ranks(3, server, 20s, [&](ProcessGroup& pg) {
+      runs[pg.rank()] = pg.run_id();
+      float v = 1.f + round;
+      pg.allreduce(&v, 1);
+      EXPECT_EQ(v, 3.f * (1 + round));
+    });
+    EXPECT_THAT(runs, ElementsAre("gen" + std::to_string(round), "gen" + std::to_string(round),
+                                  "gen" + std::to_string(round)));
+  }
+  EXPECT_TRUE(server->check({"hg/pg/gen0/joined/2", "hg/pg/gen1/joined/2"}));
+}
+
+TEST(ProcessGroupTest, OwnStoreOnMasterPortAndWorldOfOne) {
+  int port;
+  {
+    TcpStore probe("127.0.0.1", 0, true, 1s);
+    port = probe.port();
+  }
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r) {
+    ts.emplace_back([&, r] {
+      try {
+        ProcessGroup pg(options(r, 2, 20s, port));
+        EXPECT_DOUBLE_EQ(pg.allreduce_scalar(r + 1, ReduceOp::Sum), 3.0);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  ProcessGroup one(options(0, 1, 1s));
+  float v = 4;
+  one.allreduce(&v, 1, ReduceOp::Mean);
+  EXPECT_EQ(v, 4.f);
+  EXPECT_EQ(one.all_gather("z"), std::vector<std::string>{"z"});
+}
+
+TEST(ProcessGroupTest, MissingPeerFailsRendezvousWithinTheTimeout) {
+  auto server = local_store(1500ms);
+  std::string e = hg::test::error_of<DistError>([&] {
+    ProcessGroup pg(options(0, 3, 1500ms), server);
+  });
+  EXPECT_THAT(e, HasSubstr("rank 0 of 3"));
+  EXPECT_THAT(e, HasSubstr("rank(s) 1, 2 did not join within 1500 ms"));
+}
+
+TEST(ProcessGroupTest, BadOptionsAreInvalidArgument) {
+  EXPECT_THAT(hg::test::error_of<InvalidArgument>([] { ProcessGroup pg(options(2, 2, 1s)); }),
+              HasSubstr("rank 2 outside [0, 2)"));
+  EXPECT_THAT(hg::test::error_of<InvalidArgument>([] { ProcessGroup pg(options(0, 0, 1s)); }),
+              HasSubstr("world_size 0"));
+}
+
+// Rank 1 runs in a forked child (forked before this process starts any thread on its path) and
+// is SIGKILLed after the first allreduce; rank 0's next allreduce must fail naming rank 1.
+TEST(ProcessGroupTest, KilledPeerMakesAllreduceThrowNamingIt) {
+  int port;
+  {
+    TcpStore probe("127.0.0.1", 0, true, 1s);
+    port = probe.port();
+  }
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    ::alarm(60);  // bound even if the parent never kills it
+    ::close(ready[0]);
+    int code = 1;
+    try {
+      ProcessGroup pg(options(1, 2, 10s, port));
+      float v = 1;
+      pg.allreduce(&v, 1);
+      char c = v == 3.f ? 'y' : 'n';
+      (void)!::write(ready[1], &c, 1);
+      ::pause();  // until killed
+    } catch (...) {
+    }
+    ::_exit(code);
+  }
+  ::close(ready[1]);
+  struct Reap {
+    pid_t pid;
+    ~Reap() {
+      if (::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+    }
+  } reap{child};
+  std::string e;
+  {
+    ProcessGroup pg(options(0, 2, 10s, port));
+    float v = 2;
+    pg.allreduce(&v, 1);
+    EXPECT_EQ(v, 3.f);
+    char c = 0;
+    EXPECT_EQ(::read(ready[0], &c, 1), 1);
+    EXPECT_EQ(c, 'y');
+    ::kill(child, SIGKILL);
+    int status = 0;
+    EXPECT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFSIGNALED(status));
+    std::vector<float> g(1000, 1.f);
+    e = hg::test::error_of<DistError>([&] { pg.allreduce(g.data(), g.size()); });
+  }
+  ::close(ready[0]);
+  EXPECT_THAT(e, HasSubstr("allreduce of 1000 floats"));
+  EXPECT_THAT(e, HasSubstr("rank 0 of 2"));
+  EXPECT_THAT(e, HasSubstr("peer rank 1"));
+}
+
+}  // namespace
+}  // namespace hg::training

@@ -1,0 +1,121 @@
+// TcpStore: the rendezvous key-value store rank 0 hosts (training/tcp_store.h).
+#include "training/tcp_store.h"
+
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "tests/errors.h"
+#include "training/process_group.h"
+
+namespace hg::training {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+// Sends raw bytes to the server and closes the connection.
+void send_raw(int port, const std::string& bytes) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+  ::shutdown(fd, SHUT_WR);  // a truncated frame ends here
+  char c;
+  EXPECT_EQ(::recv(fd, &c, 1, 0), 0);  // the server closed the connection without answering
+  ::close(fd);
+}
+
+TEST(TcpStoreTest, SetGetAddCheckWait) {
+  TcpStore server("127.0.0.1", 0, true, 5s);
+  TcpStore client("127.0.0.1", server.port(), false, 5s);
+  server.set("a", "alpha");
+  EXPECT_EQ(client.get("a"), "alpha");
+  client.set("a", std::string("b\0c", 3));
+  EXPECT_EQ(server.get("a"), std::string("b\0c", 3));
+  EXPECT_TRUE(client.check({"a"}));
+  EXPECT_FALSE(client.check({"a", "missing"}));
+  EXPECT_EQ(client.add("n", 5), 5);
+  EXPECT_EQ(server.add("n", -2), 3);
+  EXPECT_EQ(client.get("n"), "3");
+  client.wait({"a", "n"});
+  EXPECT_THAT(hg::test::error_of<DistError>([&] { client.add("a", 1); }), HasSubstr("not an integer"));
+}
+
+TEST(TcpStoreTest, GetBlocksUntilAnotherClientSets) {
+  TcpStore server("127.0.0.1", 0, true, 10s);
+  TcpStore client("127.0.0.1", server.port(), false, 10s);
+  std::string got;
+  std::thread waiter([&] { got = client.get("late"); });
+  std::thread waiter2([&] { TcpStore c2("127.0.0.1", server.port(), false, 10s); c2.wait({"late", "later"}); });
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(server.check({"late"}));
+  server.set("late", "here");
+  waiter.join();
+  EXPECT_EQ(got, "here");
+  server.set("later", "x");
+  waiter2.join();
+}
+
+TEST(TcpStoreTest, GetTimesOutNamingTheKeyAndTheConnectionStaysUsable) {
+  TcpStore server("127.0.0.1", 0, true, 5s);
+  TcpStore client("127.0.0.1", server.port(), false, 300ms);
+  std::string e = hg::test::error_of<DistError>([&] { client.get("never"); });
+  EXPECT_THAT(e, HasSubstr("'never'"));
+  EXPECT_THAT(e, HasSubstr("timed out after 300 ms"));
+  e = hg::test::error_of<DistError>([&] { client.wait({"k1", "k2"}, 200ms); });
+  EXPECT_THAT(e, HasSubstr("'k1', 'k2'"));
+  server.set("never", "now");
+  EXPECT_EQ(client.get("never"), "now");  // reconnected: no stale reply from the timed-out get
+}
+
+TEST(TcpStoreTest, PortInUseIsNamed) {
+  TcpStore first("127.0.0.1", 0, true, 5s);
+  std::string e = hg::test::error_of<DistError>([&] { TcpStore second("127.0.0.1", first.port(), true, 5s); });
+  EXPECT_THAT(e, HasSubstr("MASTER_PORT " + std::to_string(first.port()) + " on 127.0.0.1 is already in use"));
+}
+
+TEST(TcpStoreTest, ClientWithoutServerTimesOut) {
+  int port;
+  {
+    TcpStore gone("127.0.0.1", 0, true, 1s);
+    port = gone.port();
+  }
+  std::string e = hg::test::error_of<DistError>([&] { TcpStore c("127.0.0.1", port, false, 300ms); });
+  EXPECT_THAT(e, HasSubstr("cannot reach the store at 127.0.0.1:" + std::to_string(port)));
+}
+
+TEST(TcpStoreTest, ServerSurvivesGarbage) {
+  TcpStore server("127.0.0.1", 0, true, 5s);
+  server.set("k", "v");
+  send_raw(server.port(), "GARBAGE GARBAGE GARBAGE");          // length 0x42524147: too large
+  send_raw(server.port(), std::string("\0\0\0\0", 4));           // empty frame
+  send_raw(server.port(), std::string("\x03\0\0\0\x63xy", 7));  // unknown op 0x63
+  send_raw(server.port(), std::string("\x05\0\0\0\x01\xff\xff\xff\x7f", 9));  // SET key longer than frame
+  send_raw(server.port(), std::string("\x05\0\0\0\x03\xff\xff\xff\xff", 9));  // WAIT 4G keys
+  send_raw(server.port(), std::string("\x10\0\0\0\x02", 5));     // truncated frame, then close
+  TcpStore client("127.0.0.1", server.port(), false, 5s);
+  EXPECT_EQ(client.get("k"), "v");
+}
+
+TEST(TcpStoreTest, ServerGoneIsAnErrorForClients) {
+  auto server = std::make_unique<TcpStore>("127.0.0.1", 0, true, 5s);
+  TcpStore client("127.0.0.1", server->port(), false, 5s);
+  std::string e;
+  std::thread t([&] { e = hg::test::error_of<DistError>([&] { client.get("k"); }); });
+  std::this_thread::sleep_for(100ms);
+  server.reset();
+  t.join();
+  EXPECT_THAT(e, HasSubstr("closed the connection"));
+}
+
+}  // namespace
+}  // namespace hg::training
