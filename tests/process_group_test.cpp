@@ -10,9 +10,11 @@
 #include <unistd.h>
 
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "tests/errors.h"
+#include "training/cluster_env.h"
 #include "training/tcp_store.h"
 
 namespace hg::training {
@@ -217,6 +219,151 @@ TEST(ProcessGroupTest, KilledPeerMakesAllreduceThrowNamingIt) {
   EXPECT_THAT(e, HasSubstr("allreduce of 1000 floats"));
   EXPECT_THAT(e, HasSubstr("rank 0 of 2"));
   EXPECT_THAT(e, HasSubstr("peer rank 1"));
+}
+
+
+// Sets (value) or unsets (nullptr) environment variables for a scope, then restores them.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::initializer_list<std::pair<const char*, const char*>> vars) {
+    for (auto& [k, v] : vars) {
+      const char* old = std::getenv(k);
+      saved_.push_back({k, old ? std::optional<std::string>(old) : std::nullopt});
+      if (v) ::setenv(k, v, 1);
+      else ::unsetenv(k);
+    }
+  }
+  ~ScopedEnv() {
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+      if (it->second) ::setenv(it->first.c_str(), it->second->c_str(), 1);
+      else ::unsetenv(it->first.c_str());
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+TEST(ClusterEnvTest, DefaultsAndVariablesAsLightningEnvironment) {
+  {
+    ScopedEnv s{{"MASTER_ADDR", nullptr}, {"MASTER_PORT", nullptr}, {"NODE_RANK", nullptr},
+                {"GROUP_RANK", nullptr}, {"LOCAL_RANK", nullptr}};
+    ClusterEnv e = ClusterEnv::from_environment();
+    EXPECT_EQ(e.master_addr, "127.0.0.1");
+    EXPECT_EQ(e.master_port, 0);
+    EXPECT_EQ(e.node_rank, 0);
+    EXPECT_EQ(e.local_rank, 0);
+    EXPECT_FALSE(e.creates_processes_externally);
+  }
+  {
+    ScopedEnv s{{"MASTER_ADDR", "10.0.0.5"}, {"MASTER_PORT", "29501"}, {"NODE_RANK", nullptr},
+                {"GROUP_RANK", "2"}, {"LOCAL_RANK", " 3 "}};
+    ClusterEnv e = ClusterEnv::from_environment();
+    EXPECT_EQ(e.master_addr, "10.0.0.5");
+    EXPECT_EQ(e.master_port, 29501);
+    EXPECT_EQ(e.node_rank, 2);  // GROUP_RANK when NODE_RANK is unset
+    EXPECT_EQ(e.local_rank, 3);
+    EXPECT_TRUE(e.creates_processes_externally);
+    EXPECT_EQ(e.global_rank(4), 11);
+  }
+  ScopedEnv s{{"NODE_RANK", "1"}, {"GROUP_RANK", "2"}, {"LOCAL_RANK", "0"}};
+  EXPECT_EQ(ClusterEnv::from_environment().node_rank, 1);  // NODE_RANK wins
+  EXPECT_TRUE(ClusterEnv::from_environment().creates_processes_externally);
+}
+
+TEST(ClusterEnvTest, MalformedValuesNameTheVariable) {
+  auto err = [](const char* var, const char* value) {
+    ScopedEnv s{{"MASTER_ADDR", nullptr}, {"MASTER_PORT", nullptr}, {"NODE_RANK", nullptr},
+                {"GROUP_RANK", nullptr}, {"LOCAL_RANK", nullptr}, {var, value}};
+    return hg::test::error_of<InvalidArgument>([] { ClusterEnv::from_environment(); });
+  };
+  EXPECT_THAT(err("MASTER_PORT", "abc"), HasSubstr("MASTER_PORT='abc' is not a TCP port (1-65535)"));
+  EXPECT_THAT(err("MASTER_PORT", "70000"), HasSubstr("MASTER_PORT='70000'"));
+  EXPECT_THAT(err("MASTER_PORT", "0"), HasSubstr("MASTER_PORT='0'"));
+  EXPECT_THAT(err("NODE_RANK", "-1"), HasSubstr("NODE_RANK='-1' is not a node rank"));
+  EXPECT_THAT(err("GROUP_RANK", "1x"), HasSubstr("GROUP_RANK='1x'"));
+  EXPECT_THAT(err("LOCAL_RANK", ""), HasSubstr("LOCAL_RANK=''"));
+  EXPECT_THAT(err("MASTER_ADDR", ""), HasSubstr("MASTER_ADDR is set but empty"));
+}
+
+TEST(LauncherTest, RefusesWhenLocalRankIsSetOrNodesNeedAPort) {
+  {
+    ScopedEnv s{{"LOCAL_RANK", "0"}};
+    ClusterEnv e = ClusterEnv::from_environment();
+    EXPECT_THAT(hg::test::error_of<InvalidArgument>([&] { launch_local_ranks(e, 2, 1); }),
+                HasSubstr("LOCAL_RANK is already set"));
+  }
+  ScopedEnv s{{"LOCAL_RANK", nullptr}, {"MASTER_PORT", nullptr}, {"NODE_RANK", "1"}};
+  ClusterEnv e = ClusterEnv::from_environment();
+  EXPECT_THAT(hg::test::error_of<InvalidArgument>([&] { launch_local_ranks(e, 2, 2); }),
+              HasSubstr("MASTER_PORT is not set"));
+  EXPECT_THAT(hg::test::error_of<InvalidArgument>([&] { launch_local_ranks(e, 2, 1); }),
+              HasSubstr("NODE_RANK 1 is not below num_nodes 1"));
+}
+
+// The launcher re-executes this test binary with the same argv: the child process runs the same
+// test with LOCAL_RANK=1 and takes the child's part, told apart by HG_LAUNCHER_TEST (set by the
+// parent) so that other tests a broad filter selects in the child skip. GTEST_FILTER limits the
+// child to this test when argv has no --gtest_filter (an argv filter takes precedence).
+constexpr const char* kRoleVar = "HG_LAUNCHER_TEST";
+
+bool launched_for(const char* test) {
+  const char* role = std::getenv(kRoleVar);
+  return std::getenv("LOCAL_RANK") && role && std::string(role) == test;
+}
+
+TEST(LauncherTest, ReexecutedChildJoinsTheGroupAsLocalRankOne) {
+  const char* name = "LauncherTest.ReexecutedChildJoinsTheGroupAsLocalRankOne";
+  if (launched_for(name)) {  // the child: rank 1 of 2, from the variables the parent exported
+    ClusterEnv env = ClusterEnv::from_environment();
+    ASSERT_EQ(env.local_rank, 1);
+    ASSERT_STREQ(std::getenv("WORLD_SIZE"), "2");
+    ProcessGroup pg(options(env.global_rank(2), 2, 20s, env.master_port));
+    EXPECT_DOUBLE_EQ(pg.allreduce_scalar(10.0 * pg.rank() + 1, ReduceOp::Sum), 12.0);
+    EXPECT_THAT(pg.all_gather(std::to_string(::getpid())), ::testing::Contains(std::to_string(::getppid())));
+    return;
+  }
+  if (std::getenv("LOCAL_RANK")) GTEST_SKIP() << "a launched child of another test";
+  ScopedEnv s{{"MASTER_ADDR", nullptr}, {"MASTER_PORT", nullptr}, {"NODE_RANK", nullptr}, {"GROUP_RANK", nullptr},
+              {"LOCAL_RANK", nullptr}, {"WORLD_SIZE", nullptr}, {kRoleVar, name}, {"GTEST_FILTER", name}};
+  ClusterEnv env = ClusterEnv::from_environment();
+  auto launcher = launch_local_ranks(env, 2, 1);
+  EXPECT_GT(env.master_port, 0);
+  EXPECT_STREQ(std::getenv("LOCAL_RANK"), "0");
+  EXPECT_STREQ(std::getenv("MASTER_PORT"), std::to_string(env.master_port).c_str());
+  {
+    ProcessGroup pg(options(env.global_rank(2), 2, 20s, env.master_port));
+    EXPECT_DOUBLE_EQ(pg.allreduce_scalar(10.0 * pg.rank() + 1, ReduceOp::Sum), 12.0);
+    auto pids = pg.all_gather(std::to_string(::getpid()));
+    ASSERT_EQ(pids.size(), 2u);
+    EXPECT_EQ(pids[0], std::to_string(::getpid()));
+    EXPECT_NE(pids[1], pids[0]);
+  }
+  EXPECT_THAT(launcher->wait_all(30000), ::testing::IsEmpty());  // the child's gtest run passed
+}
+
+TEST(LauncherTest, FailingAndHangingChildrenAreReported) {
+  const char* name = "LauncherTest.FailingAndHangingChildrenAreReported";
+  if (launched_for(name)) {
+    if (std::string(std::getenv("LOCAL_RANK")) == "1") std::_Exit(3);
+    std::this_thread::sleep_for(60s);  // local rank 2 hangs until the parent kills it
+    std::_Exit(0);
+  }
+  if (std::getenv("LOCAL_RANK")) GTEST_SKIP() << "a launched child of another test";
+  ScopedEnv s{{"MASTER_ADDR", nullptr}, {"MASTER_PORT", nullptr}, {"NODE_RANK", nullptr}, {"GROUP_RANK", nullptr},
+              {"LOCAL_RANK", nullptr}, {"WORLD_SIZE", nullptr}, {kRoleVar, name}, {"GTEST_FILTER", name}};
+  ClusterEnv env = ClusterEnv::from_environment();
+  auto launcher = launch_local_ranks(env, 3, 1);
+  std::string f;
+  for (int i = 0; i < 2000 && f.empty(); ++i) {  // up to 20 s
+    f = launcher->failure();
+    if (f.empty()) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_THAT(f, ::testing::MatchesRegex("local rank 1 \\(pid [0-9]+\\) exited with code 3"));
+  auto all = launcher->wait_all(300);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0], f);
+  EXPECT_THAT(all[1], ::testing::MatchesRegex("local rank 2 \\(pid [0-9]+\\) did not exit within 300 ms and was killed"));
 }
 
 }  // namespace
