@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <thread>
@@ -146,6 +147,48 @@ TEST(ProcessGroupTest, OwnStoreOnMasterPortAndWorldOfOne) {
   one.allreduce(&v, 1, ReduceOp::Mean);
   EXPECT_EQ(v, 4.f);
   EXPECT_EQ(one.all_gather("z"), std::vector<std::string>{"z"});
+}
+
+// The DDP reducer's communication thread allreduces with tags >= 1000 while the main thread runs
+// its own collectives on tag 0: both finish with the right values.
+TEST(ProcessGroupTest, ConcurrentCollectivesOnDistinctTags) {
+  run_ranks(3, local_store(), 20s, [](ProcessGroup& pg) {
+    std::vector<float> grads(300000, 1.f + pg.rank());
+    std::thread comm([&] {
+      for (uint32_t step = 0; step < 5; ++step) pg.allreduce(grads.data(), grads.size(), ReduceOp::Mean, 1000 + step);
+    });
+    double s = 0;
+    for (int i = 0; i < 20; ++i) s += pg.allreduce_scalar(pg.rank(), ReduceOp::Sum);
+    pg.barrier("main");
+    comm.join();
+    EXPECT_DOUBLE_EQ(s, 60.0);
+    EXPECT_EQ(grads.front(), 2.f);  // mean of 1, 2, 3 is a fixed point of further means
+    EXPECT_EQ(grads.back(), 2.f);
+  });
+}
+
+// A rank that never enters the collective: the others fail after the timeout, not hang.
+TEST(ProcessGroupTest, CollectiveTimesOutWhenAPeerDoesNotTakePart) {
+  auto server = local_store();
+  std::string e;
+  std::atomic<bool> done{false};
+  std::thread absent([&] {
+    try {
+      ProcessGroup pg(options(1, 2, 1s), std::make_shared<TcpStore>("127.0.0.1", server->port(), false, 5s));
+      while (!done) std::this_thread::sleep_for(10ms);
+    } catch (const std::exception& ex) {
+      ADD_FAILURE() << ex.what();
+    }
+  });
+  {
+    ProcessGroup pg(options(0, 2, 1s), server);
+    std::vector<float> v(10, 1.f);
+    e = hg::test::error_of<DistError>([&] { pg.allreduce(v.data(), v.size()); });
+    done = true;
+    absent.join();
+  }
+  EXPECT_THAT(e, HasSubstr("allreduce of 10 floats (tag 0) failed on rank 0 of 2"));
+  EXPECT_THAT(e, HasSubstr("timed out after 1000 ms"));
 }
 
 TEST(ProcessGroupTest, MissingPeerFailsRendezvousWithinTheTimeout) {
