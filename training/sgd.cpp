@@ -1,44 +1,75 @@
 #include "training/sgd.h"
 
+#include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/ops.h"
+#include "training/update_ops.h"
 
 namespace hg::training {
 
-SGD::SGD(std::vector<std::pair<std::string, Tensor*>> params, SGDOptions opt) : params_(std::move(params)), opt_(opt) {
-  if (opt.lr <= 0 || opt.momentum < 0 || opt.weight_decay < 0)
-    throw InvalidArgument("SGD: lr must be positive, momentum and weight_decay non-negative");
-  for (auto& [name, p] : params_) bufs_.emplace_back(name, std::vector<float>());
+namespace {
+
+OptionMap defaults_of(const SGDOptions& o) {
+  return {{"lr", o.lr},
+          {"momentum", o.momentum},
+          {"dampening", o.dampening},
+          {"weight_decay", o.weight_decay},
+          {"nesterov", o.nesterov ? 1.0 : 0.0}};
+}
+
+void check(const OptionMap& o, const std::string& where) {
+  if (!(o.at("lr") >= 0)) throw InvalidArgument(where + ": invalid learning rate " + std::to_string(o.at("lr")));
+  if (!(o.at("momentum") >= 0))
+    throw InvalidArgument(where + ": invalid momentum " + std::to_string(o.at("momentum")));
+  if (!(o.at("weight_decay") >= 0))
+    throw InvalidArgument(where + ": invalid weight_decay " + std::to_string(o.at("weight_decay")));
+  if (o.at("nesterov") != 0 && (o.at("momentum") <= 0 || o.at("dampening") != 0))
+    throw InvalidArgument(where + ": Nesterov momentum requires a momentum and zero dampening");
+}
+
+const std::vector<std::string> kBuffers = {"momentum_buffer"};
+
+}  // namespace
+
+SGD::SGD(NamedParams params, SGDOptions options) : SGD(std::vector<ParamGroup>{{std::move(params), {}}}, options) {}
+
+SGD::SGD(std::vector<ParamGroup> groups, SGDOptions defaults) {
+  groups_ = std::move(groups);
+  complete_groups(groups_, defaults_of(defaults), "SGD", check);
 }
 
 void SGD::step() {
-  const float lr = static_cast<float>(opt_.lr), mom = static_cast<float>(opt_.momentum),
-              wd = static_cast<float>(opt_.weight_decay);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor& p = *params_[i].second;
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
-    if (g.shape() != p.shape())
-      throw ShapeError("SGD: gradient of '" + params_[i].first + "' has shape " + shape_str(g.shape()) +
-                       ", parameter " + shape_str(p.shape()));
-    const float* gd = g.contiguous().data<float>();  // materializes and waits for the device
-    float* pd = p.data<float>();
-    auto& buf = bufs_[i].second;
-    const int64_t n = p.numel();
-    const bool first = buf.empty();
-    if (mom != 0 && first) buf.resize(static_cast<size_t>(n));
-    for (int64_t k = 0; k < n; ++k) {
-      float d = gd[k] + wd * pd[k];
-      if (mom != 0) {
-        buf[k] = first ? d : mom * buf[k] + d;
-        d = buf[k];
+  NoGradGuard no_grad;
+  for (ParamGroup& group : groups_) {
+    const double momentum = group.options.at("momentum"), dampening = group.options.at("dampening"),
+                 wd = group.options.at("weight_decay");
+    const bool nesterov = group.options.at("nesterov") != 0;
+    std::map<std::string, Tensor> lr;  // one graph input per device and group, fresh each step
+    for (auto& [name, p] : group.params) {
+      Tensor g = p->grad();
+      if (!g.defined()) continue;
+      if (g.shape() != p->shape())
+        throw ShapeError("SGD: gradient of '" + name + "' has shape " + shape_str(g.shape()) + ", the parameter " +
+                         shape_str(p->shape()));
+      const Device d = p->device();
+      auto it = lr.find(d.str());
+      if (it == lr.end()) it = lr.emplace(d.str(), device_scalar(group.lr(), d)).first;
+      if (wd != 0) g = ops::add(g, ops::scale(*p, wd));
+      if (momentum != 0) {
+        ParamState& s = state_[name];
+        Tensor& buf = s.buffers["momentum_buffer"];
+        follow_device(buf, d);
+        // The first step starts from a copy of g, as PyTorch's clone.
+        buf = buf.defined() ? ops::add(ops::scale(buf, momentum), ops::scale(g, 1 - dampening)) : ops::scale(g, 1.0);
+        g = nesterov ? ops::add(g, ops::scale(buf, momentum)) : buf;
       }
-      pd[k] -= lr * d;
+      commit_param(*p, ops::sub(*p, ops::mul(it->second, g)));
     }
   }
 }
 
-void SGD::zero_grad() {
-  for (auto& [name, p] : params_) p->zero_grad();
-}
+StateBlob SGD::state_dict() const { return save_state(groups_, state_, /*with_step=*/false); }
+
+void SGD::load_state_dict(const StateBlob& state) { load_state(groups_, state_, state, kBuffers, "SGD", check); }
 
 }  // namespace hg::training

@@ -1,39 +1,49 @@
-// Stochastic gradient descent with momentum (PyTorch's formulation:
-// buf = momentum * buf + (grad + weight_decay * p); p -= lr * buf).
+// Stochastic gradient descent with PyTorch's formulas (torch.optim.SGD):
+//   g = grad + weight_decay * p
+//   buf = g on the first step, then momentum * buf + (1 - dampening) * g   (momentum != 0)
+//   g = nesterov ? g + momentum * buf : buf
+//   p = p - lr * g
+// The update is engine ops on the parameters' device; lr enters a lazy graph as an input.
 //
 //   hg::training::SGD opt(net->named_parameters(), {.lr = 0.1, .momentum = 0.9});
 //   loss.backward();
-//   opt.step();        // waits for the gradients (runs the pending lazy graph)
+//   opt.step();
 //   opt.zero_grad();
+//   // param groups with their own options (missing ones from the defaults):
+//   hg::training::SGD two({{body->named_parameters(), {{"lr", 0.01}}}, {head->named_parameters(), {}}},
+//                         {.lr = 0.1, .momentum = 0.9});
 #pragma once
+#include <map>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "engine/tensor.h"
+#include "training/optimizer.h"
+#include "training/param_state.h"
 
 namespace hg::training {
 
 struct SGDOptions {
   double lr = 0.01;
   double momentum = 0.0;
+  double dampening = 0.0;
   double weight_decay = 0.0;
+  bool nesterov = false;
 };
 
-class SGD {
+class SGD : public Optimizer {
  public:
-  SGD(std::vector<std::pair<std::string, Tensor*>> params, SGDOptions opt);
-  void step();
-  void zero_grad();
-  const SGDOptions& options() const { return opt_; }
-  // Momentum buffers by parameter name (empty until the first step), for checkpoints.
-  std::vector<std::pair<std::string, std::vector<float>>>& momentum_buffers() { return bufs_; }
-  const std::vector<std::pair<std::string, Tensor*>>& params() const { return params_; }
+  // Throws InvalidArgument for lr, momentum or weight_decay < 0, or Nesterov without momentum
+  // or with dampening (as PyTorch), naming the group.
+  SGD(NamedParams params, SGDOptions options);
+  SGD(std::vector<ParamGroup> groups, SGDOptions defaults);
+  std::string name() const override { return "SGD"; }
+  void step() override;
+  // state: {name: {}} with tensor "<name>.momentum_buffer" for parameters that have one.
+  StateBlob state_dict() const override;
+  void load_state_dict(const StateBlob& state) override;
 
  private:
-  std::vector<std::pair<std::string, Tensor*>> params_;
-  SGDOptions opt_;
-  std::vector<std::pair<std::string, std::vector<float>>> bufs_;
+  std::map<std::string, ParamState> state_;
 };
 
 }  // namespace hg::training

@@ -1,0 +1,108 @@
+#include "training/adam.h"
+
+#include <cmath>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/ops.h"
+#include "training/update_ops.h"
+
+namespace hg::training {
+
+namespace {
+
+OptionMap defaults_of(const AdamOptions& o, bool decoupled) {
+  return {{"lr", o.lr},
+          {"beta1", o.beta1},
+          {"beta2", o.beta2},
+          {"eps", o.eps},
+          {"weight_decay", o.weight_decay.value_or(decoupled ? 1e-2 : 0.0)},
+          {"amsgrad", o.amsgrad ? 1.0 : 0.0}};
+}
+
+void check(const OptionMap& o, const std::string& where) {
+  auto bad = [&](const char* what) {
+    return InvalidArgument(where + ": invalid " + what + " " + std::to_string(o.at(what)));
+  };
+  if (!(o.at("lr") >= 0)) throw bad("lr");
+  if (!(o.at("eps") >= 0)) throw bad("eps");
+  if (!(o.at("beta1") >= 0 && o.at("beta1") < 1)) throw bad("beta1");
+  if (!(o.at("beta2") >= 0 && o.at("beta2") < 1)) throw bad("beta2");
+  if (!(o.at("weight_decay") >= 0)) throw bad("weight_decay");
+}
+
+const std::vector<std::string> kBuffers = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+
+// The step's scalars for one (device, step count): fresh device tensors, graph inputs.
+struct StepScalars {
+  Tensor step_size, bias2_sqrt;
+};
+
+}  // namespace
+
+Adam::Adam(NamedParams params, AdamOptions options) : Adam({{std::move(params), {}}}, options, false) {}
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions defaults) : Adam(std::move(groups), defaults, false) {}
+AdamW::AdamW(NamedParams params, AdamOptions options) : Adam({{std::move(params), {}}}, options, true) {}
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamOptions defaults) : Adam(std::move(groups), defaults, true) {}
+
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions defaults, bool decoupled) : decoupled_(decoupled) {
+  groups_ = std::move(groups);
+  complete_groups(groups_, defaults_of(defaults, decoupled), name(), check);
+}
+
+void Adam::step() {
+  NoGradGuard no_grad;
+  for (ParamGroup& group : groups_) {
+    const double lr = group.lr(), beta1 = group.options.at("beta1"), beta2 = group.options.at("beta2"),
+                 eps = group.options.at("eps"), wd = group.options.at("weight_decay");
+    const bool amsgrad = group.options.at("amsgrad") != 0;
+    std::map<std::string, Tensor> decay, eps_t;  // by device
+    std::map<std::pair<std::string, int64_t>, StepScalars> scalars;
+    for (auto& [name, p] : group.params) {
+      Tensor g = p->grad();
+      if (!g.defined()) continue;
+      if (g.shape() != p->shape())
+        throw ShapeError(this->name() + ": gradient of '" + name + "' has shape " + shape_str(g.shape()) +
+                         ", the parameter " + shape_str(p->shape()));
+      const Device d = p->device();
+      ParamState& s = state_[name];
+      Tensor &m = s.buffers["exp_avg"], &v = s.buffers["exp_avg_sq"];
+      if (!m.defined()) {
+        m = Tensor::zeros(p->shape(), p->dtype(), d);
+        v = Tensor::zeros(p->shape(), p->dtype(), d);
+      }
+      if (amsgrad && !s.buffers["max_exp_avg_sq"].defined())
+        s.buffers["max_exp_avg_sq"] = Tensor::zeros(p->shape(), p->dtype(), d);
+      if (!amsgrad) s.buffers.erase("max_exp_avg_sq");
+      for (auto& [key, t] : s.buffers) follow_device(t, d);
+      const int64_t t = ++s.step;
+      auto sc = scalars.find({d.str(), t});
+      if (sc == scalars.end()) {
+        const double bias1 = 1 - std::pow(beta1, static_cast<double>(t));
+        const double bias2 = 1 - std::pow(beta2, static_cast<double>(t));
+        sc = scalars.emplace(std::pair{d.str(), t}, StepScalars{device_scalar(lr / bias1, d), device_scalar(std::sqrt(bias2), d)})
+                 .first;
+      }
+      if (!eps_t.count(d.str())) eps_t[d.str()] = device_scalar(eps, d);
+      Tensor param = *p;
+      if (wd != 0 && decoupled_) {
+        if (!decay.count(d.str())) decay[d.str()] = device_scalar(1 - lr * wd, d);
+        param = ops::mul(param, decay[d.str()]);
+      } else if (wd != 0) {
+        g = ops::add(g, ops::scale(param, wd));
+      }
+      m = ops::add(ops::scale(m, beta1), ops::scale(g, 1 - beta1));
+      v = ops::add(ops::scale(v, beta2), ops::scale(ops::mul(g, g), 1 - beta2));
+      Tensor v_hat = v;
+      if (amsgrad) v_hat = s.buffers["max_exp_avg_sq"] = maximum(s.buffers["max_exp_avg_sq"], v);
+      const Tensor denom = ops::add(ops::div(ops::sqrt(v_hat), sc->second.bias2_sqrt), eps_t[d.str()]);
+      commit_param(*p, ops::sub(param, ops::mul(sc->second.step_size, ops::div(m, denom))));
+    }
+  }
+}
+
+StateBlob Adam::state_dict() const { return save_state(groups_, state_, /*with_step=*/true); }
+
+void Adam::load_state_dict(const StateBlob& state) { load_state(groups_, state_, state, kBuffers, name(), check); }
+
+}  // namespace hg::training

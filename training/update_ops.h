@@ -1,0 +1,30 @@
+// Engine-op building blocks the optimizers and gradient clipping share: device scalars that
+// enter a lazy graph as inputs (so a changing lr does not recompile), exact element-wise
+// maximum / minimum, and committing a parameter's new value.
+//
+//   hg::NoGradGuard ng;
+//   hg::Tensor lr = hg::training::device_scalar(group.lr(), p->device());   // F32, shape {}
+//   hg::training::commit_param(*p, hg::ops::sub(*p, hg::ops::mul(lr, *p->grad().impl())));
+#pragma once
+#include "engine/tensor.h"
+
+namespace hg::training {
+
+// A fresh 0-d F32 tensor holding `value` on `d`. It has storage (never a traced value), so in
+// lazy mode it is a graph input: its value is not part of the compiled graph's cache key.
+Tensor device_scalar(double value, Device d);
+
+// max(a, b) / min(a, b) element-wise with b broadcast to a's shape; exact (NaN propagates).
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+
+// Makes `value` (any dtype: cast to p's) the value of parameter `p`, keeping requires_grad and
+// the gradient. A traced (lazy) value rebinds p's Tensor to it, so the update stays in the
+// step graph; a computed value is copied into p's storage in device order (in place, as PyTorch:
+// HPU graphs and other holders of p's storage see it).
+void commit_param(Tensor& p, const Tensor& value);
+
+// Moves optimizer state to the device its parameter lives on now (the module moved).
+void follow_device(Tensor& state, Device d);
+
+}  // namespace hg::training
