@@ -51,7 +51,6 @@ class ModelCheckpoint : public Callback {
   explicit ModelCheckpoint(ModelCheckpointOptions opt = {});  // validates (hg::InvalidArgument)
   std::string state_key() const override;
   void setup(Trainer&, LightningModule&, const std::string& stage) override;
-  void on_train_batch_start(Trainer&, LightningModule&, const Batch&, int64_t batch_idx) override;
   void on_train_batch_end(Trainer&, LightningModule&, const Batch&, int64_t batch_idx) override;
   void on_train_epoch_end(Trainer&, LightningModule&) override;
   void on_validation_epoch_start(Trainer&, LightningModule&) override;
@@ -203,6 +202,7 @@ class ProgressBar : public Callback {
   void on_validation_epoch_start(Trainer&, LightningModule&) override;
   void on_validation_batch_end(Trainer&, LightningModule&, const Batch&, int64_t batch_idx) override;
   void on_validation_end(Trainer&, LightningModule&) override;
+  void on_test_batch_end(Trainer&, LightningModule&, const Batch&, int64_t batch_idx) override;
   void on_test_epoch_end(Trainer&, LightningModule&) override;
   void on_predict_batch_end(Trainer&, LightningModule&, const Batch&, int64_t batch_idx) override;
   void teardown(Trainer&, LightningModule&, const std::string& stage) override;
@@ -211,11 +211,13 @@ class ProgressBar : public Callback {
   bool enabled(Trainer&) const;
   void draw_train(Trainer&, int64_t done, bool final);
   void draw_counter(Trainer&, const char* what, int64_t done);
+  void end_line(Trainer&);
   std::string metrics_text(Trainer&) const;
 
   ProgressBarOptions opt_;
   std::chrono::steady_clock::time_point epoch_start_;
   int64_t train_done_ = 0, eval_done_ = 0;
+  size_t last_width_ = 0;  // of the line being redrawn, to blank a longer previous one
   bool line_open_ = false, in_fit_validation_ = false;
 };
 

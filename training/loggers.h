@@ -33,6 +33,11 @@ struct LoggerVersion {
   std::string name;  // non-empty: used verbatim
 };
 
+// <save_dir>/<name>/version_<n> or <save_dir>/<name>/<version name>. An unset version becomes
+// the next free number (one past the largest existing version_<n> directory, else 0).
+std::filesystem::path versioned_log_dir(const std::filesystem::path& save_dir, const std::string& name,
+                                        LoggerVersion& version);
+
 // The YAML Lightning writes as hparams.yaml (PyYAML's block style, sorted keys).
 std::string hparams_to_yaml(const nlohmann::json& hparams);
 
