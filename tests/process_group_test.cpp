@@ -261,7 +261,7 @@ TEST(ProcessGroupTest, KilledPeerMakesAllreduceThrowNamingIt) {
   ::close(ready[0]);
   EXPECT_THAT(e, HasSubstr("allreduce of 1000 floats"));
   EXPECT_THAT(e, HasSubstr("rank 0 of 2"));
-  EXPECT_THAT(e, HasSubstr("peer rank 1"));
+  EXPECT_THAT(e, HasSubstr("peer rank 1 (pid " + std::to_string(child) + " on "));
 }
 
 

@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
@@ -83,9 +84,15 @@ struct ProcessGroup::Impl {
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::rendezvous::Context> ctx;
   std::vector<std::string> peer_addr;  // per rank: the address its pair with us listens on
+  std::vector<std::string> who_is;     // per rank: "pid <pid> on <host>", from the store
 
   std::string who() const {
     return "rank " + std::to_string(opt.rank) + " of " + std::to_string(opt.world_size);
+  }
+
+  std::string peer(size_t i, const std::string& addr) const {
+    return "peer rank " + std::to_string(i) + " (" + (i < who_is.size() ? who_is[i] + ", " : "") + addr +
+           ") closed the connection or failed";
   }
 
   // Which peer a Gloo message is about. Gloo names a peer "[ip]:port"; the port is the one we
@@ -100,11 +107,10 @@ struct ProcessGroup::Impl {
     std::vector<int> candidates;
     for (size_t i = 0; i < peer_addr.size(); ++i) {
       if (peer_addr[i].empty()) continue;
-      if (peer_addr[i] == addr) return "peer rank " + std::to_string(i) + " (" + addr + ") closed the connection or failed";
+      if (peer_addr[i] == addr) return peer(i, addr);
       if (host(peer_addr[i]) == host(addr)) candidates.push_back(static_cast<int>(i));
     }
-    if (candidates.size() == 1)
-      return "peer rank " + std::to_string(candidates[0]) + " (" + addr + ") closed the connection or failed";
+    if (candidates.size() == 1) return peer(candidates[0], addr);
     std::string ranks;
     for (int c : candidates) ranks += (ranks.empty() ? "" : " or ") + std::to_string(c);
     return "the peer at " + addr + (ranks.empty() ? "" : " (rank " + ranks + ")") + " closed the connection or failed";
@@ -141,8 +147,13 @@ struct ProcessGroup::Impl {
       run_id = opt.run_id;
     }
     std::string ns = "hg/pg/" + run_id + "/";
-    std::string local = opt.local_addr.empty() ? route_to(store->addr()) : opt.local_addr;
-    store->set(ns + "joined/" + std::to_string(opt.rank), local);
+    // GLOO_SOCKET_IFNAME (as in PyTorch; the first of a comma list) picks the interface instead.
+    const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+    std::string iface = opt.local_addr.empty() && ifname && *ifname ? std::string(ifname).substr(0, std::string(ifname).find(',')) : "";
+    std::string local = !opt.local_addr.empty() ? opt.local_addr : iface.empty() ? route_to(store->addr()) : "";
+    char host[256] = {};
+    ::gethostname(host, sizeof(host) - 1);
+    store->set(ns + "joined/" + std::to_string(opt.rank), "pid " + std::to_string(::getpid()) + " on " + host);
     std::vector<std::string> joined;
     for (int i = 0; i < opt.world_size; ++i) joined.push_back(ns + "joined/" + std::to_string(i));
     try {
@@ -155,9 +166,12 @@ struct ProcessGroup::Impl {
                       std::to_string(store->port()) + "): rank(s) " + missing + " did not join within " +
                       std::to_string(opt.timeout.count()) + " ms");
     }
+    for (int i = 0; i < opt.world_size; ++i) who_is.push_back(store->get(joined[i]));
     gloo::transport::tcp::attr attr;
     attr.hostname = local;
-    guarded("creating the Gloo device on " + local, [&] { device = gloo::transport::tcp::CreateDevice(attr); });
+    attr.iface = iface;
+    guarded("creating the Gloo device on " + (iface.empty() ? local : "interface " + iface),
+            [&] { device = gloo::transport::tcp::CreateDevice(attr); });
     GlooStore gloo_store(*store);
     gloo::rendezvous::PrefixStore prefixed(ns + "gloo", gloo_store);
     ctx = std::make_shared<gloo::rendezvous::Context>(opt.rank, opt.world_size);

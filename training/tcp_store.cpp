@@ -162,14 +162,18 @@ class TcpStoreServer {
     bool closing = false;
   };
 
+  // A loopback MASTER_ADDR (127.x, ::1, localhost: a single-node job) is bound as given; any
+  // other address or host name binds every interface of its family, as PyTorch's TCPStore does,
+  // so a host name that resolves to 127.0.1.1 on node 0 still lets the other nodes in.
   void listen_on(const std::string& addr, int port) {
     sockaddr_storage ss = resolve(addr, port, true).front();
-    listen_fd_ = ::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (listen_fd_ < 0) throw DistError("store: socket: " + errno_text(errno));
-    int one = 1;
-    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    int rc = ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&ss), sockaddr_len(ss));
-    if (rc != 0 && errno == EADDRNOTAVAIL) {  // MASTER_ADDR is not an address of this host (NAT): any
+    unsigned char probe[sizeof(in6_addr)];
+    bool literal = addr == "localhost" || ::inet_pton(AF_INET, addr.c_str(), probe) == 1 ||
+                   ::inet_pton(AF_INET6, addr.c_str(), probe) == 1;
+    bool loopback = ss.ss_family == AF_INET
+                        ? (ntohl(reinterpret_cast<sockaddr_in&>(ss).sin_addr.s_addr) >> 24) == 127
+                        : IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<sockaddr_in6&>(ss).sin6_addr);
+    if (!(literal && loopback)) {
       sockaddr_storage any{};
       any.ss_family = ss.ss_family;
       if (ss.ss_family == AF_INET) {
@@ -177,8 +181,13 @@ class TcpStoreServer {
       } else {
         reinterpret_cast<sockaddr_in6&>(any).sin6_port = htons(static_cast<uint16_t>(port));
       }
-      rc = ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&any), sockaddr_len(any));
+      ss = any;
     }
+    listen_fd_ = ::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (listen_fd_ < 0) throw DistError("store: socket: " + errno_text(errno));
+    int one = 1;
+    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    int rc = ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&ss), sockaddr_len(ss));
     if (rc != 0) {
       int e = errno;
       ::close(listen_fd_);
