@@ -1,5 +1,7 @@
 #include "engine/autograd.h"
 
+#include <atomic>
+#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -10,6 +12,77 @@ namespace hg {
 
 namespace {
 thread_local bool t_grad_enabled = true;
+
+// Post-accumulate-grad hooks: leaf impl -> hooks in registration order. The impl is held weakly
+// so a hook never keeps a parameter alive and a new tensor at a dead one's address is not hooked.
+struct HookEntry {
+  uint64_t id;
+  std::weak_ptr<TensorImpl> leaf;
+  std::shared_ptr<PostAccumulateGradHook> fn;
+};
+struct HookRegistry {
+  std::mutex mu;
+  std::unordered_map<TensorImpl*, std::vector<HookEntry>> by_leaf;
+  std::unordered_map<uint64_t, TensorImpl*> leaf_of;
+  uint64_t next_id = 1;
+};
+HookRegistry& hooks() {
+  static HookRegistry r;
+  return r;
+}
+std::atomic<size_t> g_hook_count{0};  // backward skips the lookup while it is 0
+
+void run_post_accumulate_hooks(const std::shared_ptr<TensorImpl>& leaf) {
+  std::vector<std::shared_ptr<PostAccumulateGradHook>> fns;
+  {
+    HookRegistry& r = hooks();
+    std::lock_guard lk(r.mu);
+    auto it = r.by_leaf.find(leaf.get());
+    if (it == r.by_leaf.end()) return;
+    for (const HookEntry& e : it->second)
+      if (e.leaf.lock() == leaf) fns.push_back(e.fn);
+  }
+  const Tensor t(leaf);
+  for (const auto& fn : fns) (*fn)(t);
+}
+}  // namespace
+
+GradHookHandle register_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateGradHook hook) {
+  if (!leaf.defined() || !leaf.requires_grad() || leaf.impl()->grad_fn)
+    throw InvalidArgument("register_post_accumulate_grad_hook: the tensor must be a leaf that requires grad");
+  if (!hook) throw InvalidArgument("register_post_accumulate_grad_hook: empty hook");
+  HookRegistry& r = hooks();
+  std::lock_guard lk(r.mu);
+  const uint64_t id = r.next_id++;
+  r.by_leaf[leaf.impl()].push_back({id, leaf.impl_ptr(), std::make_shared<PostAccumulateGradHook>(std::move(hook))});
+  r.leaf_of[id] = leaf.impl();
+  ++g_hook_count;
+  return GradHookHandle(id);
+}
+
+GradHookHandle& GradHookHandle::operator=(GradHookHandle&& o) noexcept {
+  if (this != &o) {
+    remove();
+    id_ = o.id_;
+    o.id_ = 0;
+  }
+  return *this;
+}
+
+void GradHookHandle::remove() {
+  if (!id_) return;
+  HookRegistry& r = hooks();
+  std::lock_guard lk(r.mu);
+  auto l = r.leaf_of.find(id_);
+  if (l != r.leaf_of.end()) {
+    auto it = r.by_leaf.find(l->second);
+    auto& v = it->second;
+    std::erase_if(v, [&](const HookEntry& e) { return e.id == id_; });
+    if (v.empty()) r.by_leaf.erase(it);
+    r.leaf_of.erase(l);
+    --g_hook_count;
+  }
+  id_ = 0;
 }
 
 bool grad_mode_enabled() { return t_grad_enabled; }
@@ -51,16 +124,36 @@ void run_backward(const Tensor& root) {
         if (in.requires_grad() && !seen.count(in.impl())) stack.push_back({in.impl_ptr(), false});
   }
   std::reverse(order.begin(), order.end());
+  // A leaf's gradient is complete once its last consumer ran, so it is accumulated right then
+  // (its own place in `order` tends to be after every node): post-accumulate hooks fire as early
+  // as possible, and DDP reduces a bucket while the rest of backward runs.
+  const auto is_leaf_input = [](const Tensor& in) { return in.requires_grad() && !in.impl()->grad_fn; };
+  std::unordered_map<TensorImpl*, int> pending_uses;
+  for (const Impl& t : order)
+    if (t->grad_fn)
+      for (const auto& in : t->grad_fn->inputs)
+        if (is_leaf_input(in)) ++pending_uses[in.impl()];
+  const auto use_done = [&](const Tensor& leaf) {
+    if (--pending_uses[leaf.impl()] != 0) return;
+    auto it = grads.find(leaf.impl());
+    if (it == grads.end()) return;
+    Tensor g = std::move(it->second);
+    grads.erase(it);
+    TensorImpl* l = leaf.impl();
+    l->grad = l->grad ? ops::add(Tensor(l->grad), g).impl_ptr() : g.impl_ptr();
+    if (g_hook_count.load(std::memory_order_relaxed) != 0) run_post_accumulate_hooks(leaf.impl_ptr());
+  };
   grads[root.impl()] = Tensor::full(root.shape(), 1.0f, root.device()).to(root.dtype());  // seed in the root's dtype
   for (const Impl& t : order) {
+    if (!t->grad_fn) continue;  // a leaf: accumulated by use_done
     auto it = grads.find(t.get());
-    if (it == grads.end()) continue;
-    Tensor g = it->second;
-    grads.erase(it);
-    if (!t->grad_fn) {  // a leaf: accumulate into .grad
-      t->grad = t->grad ? ops::add(Tensor(t->grad), g).impl_ptr() : g.impl_ptr();
+    if (it == grads.end()) {  // no gradient reached this node: its leaves lose a use anyway
+      for (const auto& in : t->grad_fn->inputs)
+        if (is_leaf_input(in)) use_done(in);
       continue;
     }
+    Tensor g = it->second;
+    grads.erase(it);
     std::shared_ptr<GradNode> node = std::move(t->grad_fn);  // the graph is freed as it is used
     std::vector<Tensor> in_grads = node->op->backward(node->inputs, g, node->attrs);
     for (size_t i = 0; i < node->inputs.size(); ++i) {
@@ -69,6 +162,8 @@ void run_backward(const Tensor& root) {
       auto [slot, fresh] = grads.try_emplace(in.impl(), in_grads[i]);
       if (!fresh) slot->second = ops::add(slot->second, in_grads[i]);
     }
+    for (const auto& in : node->inputs)
+      if (is_leaf_input(in)) use_done(in);
   }
 }
 

@@ -67,8 +67,13 @@ class DDPStrategy : public Strategy {
 
  private:
   struct Watchdog;
+  // Prints "hgraph DDP rank R: <what>" to stderr, kills the local ranks this one started and
+  // exits with status 1.
   [[noreturn]] void fail(const std::string& what);
-  void broadcast_buffers();
+  template <class F>
+  auto collective(const char* what, F&& f);  // f(); a DistError from it fails the run
+  void sync_from_rank0(bool buffers_only);
+  void stop_watchdog();
 
   DDPOptions opt_;
   std::string name_;
