@@ -43,20 +43,20 @@ namespace hg::training {
 class Trainer;
 
 struct OptimizerConfig {
-  std::shared_ptr<Optimizer> optimizer;
-  std::shared_ptr<LRScheduler> scheduler;  // optional
+  std::shared_ptr<Optimizer> optimizer{};
+  std::shared_ptr<LRScheduler> scheduler{};  // optional
   std::string interval = "epoch";          // "epoch" or "step": what one scheduler step is
   int frequency = 1;                       // the scheduler steps every `frequency` intervals
-  std::string monitor;                     // the logged metric a ReduceLROnPlateau steps with
+  std::string monitor{};                   // the logged metric a ReduceLROnPlateau steps with
   bool strict = true;                      // a missing monitor is an error (else a warning)
-  std::string name;                        // LearningRateMonitor's key; default "lr-<Optimizer name>[-i]"
+  std::string name{};                      // LearningRateMonitor's key; default "lr-<Optimizer name>[-i]"
 };
 
 struct LogOptions {
   bool prog_bar = false;
   bool logger = true;
-  std::optional<bool> on_step;   // default: true in training_step, false elsewhere
-  std::optional<bool> on_epoch;  // default: false in training_step, true elsewhere
+  std::optional<bool> on_step{};   // default: true in training_step, false elsewhere
+  std::optional<bool> on_epoch{};  // default: false in training_step, true elsewhere
   std::string reduce_fx = "mean";  // epoch reduction: "mean" (weighted by batch_size), "sum", "max", "min"
   bool sync_dist = false;          // reduce over ranks (DDP) when the value is read
   int64_t batch_size = 0;          // 0: the first dimension of batch[0]

@@ -52,26 +52,26 @@ struct TrainerOptions {
   std::string accelerator = "auto";       // "hpu", "cpu", "auto" (= hpu)
   Devices devices = Devices();
   std::string strategy = "auto";          // "auto", "hpu_single", "hpu_parallel", "hpu_ddp"
-  std::shared_ptr<Strategy> strategy_object;  // overrides `strategy` when set
+  std::shared_ptr<Strategy> strategy_object{};  // overrides `strategy` when set
   int num_nodes = 1;
   std::string precision = "32";           // "32", "32-true", "bf16-mixed"
-  std::optional<int> max_epochs;          // unset with max_steps -1: 1000; -1: no limit
+  std::optional<int> max_epochs{};        // unset with max_steps -1: 1000; -1: no limit
   int min_epochs = 0;
   int64_t max_steps = -1;                 // optimizer steps
-  Limit limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches;
-  Limit val_check_interval;               // fraction of an epoch, or every N train batches
+  Limit limit_train_batches{}, limit_val_batches{}, limit_test_batches{}, limit_predict_batches{};
+  Limit val_check_interval{};             // fraction of an epoch, or every N train batches
   std::optional<int> check_val_every_n_epoch = 1;
   int num_sanity_val_steps = 2;
   int log_every_n_steps = 50;
   int accumulate_grad_batches = 1;
-  std::optional<double> gradient_clip_val;
+  std::optional<double> gradient_clip_val{};
   std::string gradient_clip_algorithm = "norm";  // "norm" or "value"
   bool deterministic = false;             // also seeds every process the same (seed below)
   uint64_t seed = 0;                      // seed_everything's seed (PL_GLOBAL_SEED if set)
-  std::filesystem::path default_root_dir; // empty: the current directory
-  std::vector<std::shared_ptr<Callback>> callbacks;
+  std::filesystem::path default_root_dir{};  // empty: the current directory
+  std::vector<std::shared_ptr<Callback>> callbacks{};
   // Unset: a CSVLogger in default_root_dir/lightning_logs; empty: no logging.
-  std::optional<std::vector<std::shared_ptr<Logger>>> logger;
+  std::optional<std::vector<std::shared_ptr<Logger>>> logger{};
   bool enable_checkpointing = true;       // adds a ModelCheckpoint (save_last) when none given
   bool enable_progress_bar = true;
   int fast_dev_run = 0;                   // n > 0: n batches of train/val/test, 1 epoch, no loggers or checkpoints

@@ -1,0 +1,141 @@
+// Trainer: options, hook order, fit / validate / test / predict, logging.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "engine/error.h"
+#include "graphs/lazy.h"
+#include "tests/errors.h"
+#include "tests/test_env.h"
+#include "tests/trainer_test_util.h"
+#include "training/callbacks.h"
+#include "training/loggers.h"
+
+namespace hg::training {
+namespace {
+
+using test::blobs;
+using test::error_of;
+using test::MemoryLogger;
+using test::quiet_options;
+using test::RecordingCallback;
+using test::TinyClassifier;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void TearDown() override { graphs::enable_lazy_mode(false); }
+  std::filesystem::path dir = test::temp_dir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+};
+
+std::string option_error(TrainerOptions o) {
+  return error_of<InvalidArgument>([&] { Trainer t(std::move(o)); });
+}
+
+TEST_F(TrainerTest, OptionErrorsNameTheOption) {
+  EXPECT_THAT(option_error({.accelerator = "gpu"}), HasSubstr("accelerator 'gpu'"));
+  EXPECT_THAT(option_error({.devices = 0}), HasSubstr("devices"));
+  EXPECT_THAT(error_of<InvalidArgument>([] { Devices d("many"); }), HasSubstr("devices 'many'"));
+  EXPECT_THAT(option_error({.strategy = "ddp_spawn"}), HasSubstr("strategy 'ddp_spawn'"));
+  EXPECT_THAT(option_error({.devices = 2, .strategy = "hpu_single"}), HasSubstr("strategy 'hpu_single'"));
+  EXPECT_THAT(option_error({.num_nodes = 0}), HasSubstr("num_nodes"));
+  EXPECT_THAT(option_error({.precision = "16-mixed"}), HasSubstr("precision '16-mixed'"));
+  EXPECT_THAT(option_error({.max_epochs = -2}), HasSubstr("max_epochs"));
+  EXPECT_THAT(option_error({.min_epochs = -1}), HasSubstr("min_epochs"));
+  EXPECT_THAT(option_error({.max_steps = -5}), HasSubstr("max_steps"));
+  EXPECT_THAT(option_error({.limit_train_batches = 1.5}), HasSubstr("limit_train_batches"));
+  EXPECT_THAT(option_error({.limit_val_batches = -0.5}), HasSubstr("limit_val_batches"));
+  EXPECT_THAT(option_error({.limit_test_batches = Limit(-3)}), HasSubstr("limit_test_batches"));
+  EXPECT_THAT(option_error({.limit_predict_batches = 2.0}), HasSubstr("limit_predict_batches"));
+  EXPECT_THAT(option_error({.val_check_interval = 0.0}), HasSubstr("val_check_interval"));
+  EXPECT_THAT(option_error({.val_check_interval = 0.5, .check_val_every_n_epoch = std::nullopt}),
+              HasSubstr("val_check_interval"));
+  EXPECT_THAT(option_error({.check_val_every_n_epoch = 0}), HasSubstr("check_val_every_n_epoch"));
+  EXPECT_THAT(option_error({.num_sanity_val_steps = -2}), HasSubstr("num_sanity_val_steps"));
+  EXPECT_THAT(option_error({.log_every_n_steps = 0}), HasSubstr("log_every_n_steps"));
+  EXPECT_THAT(option_error({.accumulate_grad_batches = 0}), HasSubstr("accumulate_grad_batches"));
+  EXPECT_THAT(option_error({.gradient_clip_val = -1.0}), HasSubstr("gradient_clip_val"));
+  EXPECT_THAT(option_error({.gradient_clip_algorithm = "l1"}), HasSubstr("gradient_clip_algorithm 'l1'"));
+  EXPECT_THAT(option_error({.callbacks = {nullptr}}), HasSubstr("callbacks"));
+  EXPECT_THAT(option_error({.logger = std::vector<std::shared_ptr<Logger>>{nullptr}}), HasSubstr("logger"));
+  EXPECT_THAT(option_error({.callbacks = {std::make_shared<ModelCheckpoint>()}, .enable_checkpointing = false}),
+              HasSubstr("enable_checkpointing"));
+  EXPECT_THAT(option_error({.callbacks = {std::make_shared<ProgressBar>()}, .enable_progress_bar = false}),
+              HasSubstr("enable_progress_bar"));
+  EXPECT_THAT(option_error({.fast_dev_run = -1}), HasSubstr("fast_dev_run"));
+  EXPECT_THAT(option_error({.dist_timeout = std::chrono::milliseconds(0)}), HasSubstr("dist_timeout"));
+}
+
+TEST_F(TrainerTest, DefaultsFollowLightning) {
+  Trainer t({.default_root_dir = dir});
+  EXPECT_EQ(*t.options().max_epochs, 1000);
+  EXPECT_EQ(t.options().precision, "32-true");
+  EXPECT_EQ(t.strategy().name(), "hpu_single");
+  ASSERT_EQ(t.loggers().size(), 1u);
+  EXPECT_NE(dynamic_cast<CSVLogger*>(t.loggers()[0].get()), nullptr);
+  EXPECT_EQ(t.log_dir(), dir / "lightning_logs" / "version_0");
+  ASSERT_EQ(t.callbacks().size(), 2u);
+  EXPECT_NE(dynamic_cast<ProgressBar*>(t.callbacks()[0].get()), nullptr);
+  auto* ckpt = dynamic_cast<ModelCheckpoint*>(t.callbacks()[1].get());
+  ASSERT_NE(ckpt, nullptr);
+  EXPECT_TRUE(ckpt->options().save_last);
+
+  Trainer steps({.max_steps = 10, .default_root_dir = dir, .enable_checkpointing = false, .enable_progress_bar = false});
+  EXPECT_EQ(*steps.options().max_epochs, -1);
+  EXPECT_TRUE(steps.callbacks().empty());
+
+  Trainer ddp({.devices = 2, .default_root_dir = dir});
+  EXPECT_EQ(ddp.strategy().name(), "hpu_ddp");
+  Trainer parallel({.devices = 1, .strategy = "hpu_parallel", .default_root_dir = dir});
+  EXPECT_EQ(parallel.strategy().name(), "hpu_parallel");
+  auto mine = std::make_shared<SingleHPUStrategy>();
+  Trainer given({.devices = 4, .strategy_object = mine, .default_root_dir = dir});
+  EXPECT_EQ(&given.strategy(), mine.get());
+
+  Trainer dev({.default_root_dir = dir, .fast_dev_run = 3});
+  EXPECT_EQ(dev.options().max_steps, 3);
+  EXPECT_EQ(*dev.options().max_epochs, 1);
+  EXPECT_EQ(dev.options().num_sanity_val_steps, 0);
+  EXPECT_EQ(dev.options().limit_val_batches.batches, 3);
+  EXPECT_TRUE(dev.loggers().empty());
+  for (const auto& cb : dev.callbacks()) EXPECT_EQ(dynamic_cast<ModelCheckpoint*>(cb.get()), nullptr);
+}
+
+TEST_F(TrainerTest, LimitResolvesFractionsAndCounts) {
+  EXPECT_EQ(Limit(1.0).resolve(10), 10);
+  EXPECT_EQ(Limit(0.25).resolve(10), 2);
+  EXPECT_EQ(Limit(3).resolve(10), 3);
+  EXPECT_EQ(Limit(30).resolve(10), 10);
+  EXPECT_EQ(Limit(0).resolve(10), 0);
+}
+
+TEST_F(TrainerTest, FitHookOrderIsLightnings) {
+  std::vector<std::string> ev;
+  TinyClassifier m(&ev);
+  auto train = blobs(16, 1), val = blobs(8, 2);
+  Trainer t(quiet_options(dir, {.max_epochs = 1, .num_sanity_val_steps = 1, .callbacks = {std::make_shared<RecordingCallback>(&ev)}, .enable_checkpointing = false}));
+  const DataLoader val_loader(val, {.batch_size = 8});
+  t.fit(m, DataLoader(train, {.batch_size = 8}), &val_loader);
+  const std::vector<std::string> val_run = {"on_validation_epoch_start", "validation_step", "cb.on_validation_batch_end:0",
+                                            "cb.on_validation_epoch_end", "on_validation_epoch_end", "cb.on_validation_end"};
+  std::vector<std::string> want = {"setup:fit", "configure_optimizers", "cb.on_fit_start", "on_fit_start",
+                                   "cb.on_validation_epoch_start(sanity)"};
+  want.insert(want.end(), val_run.begin(), val_run.end());
+  want.insert(want.end(), {"cb.on_train_epoch_start", "on_train_epoch_start"});
+  for (int i = 0; i < 2; ++i) {
+    const std::string s = std::to_string(i);
+    want.insert(want.end(), {"cb.on_train_batch_start:" + s, "training_step", "cb.on_before_optimizer_step",
+                             "cb.on_train_batch_end:" + s});
+  }
+  want.push_back("cb.on_validation_epoch_start");
+  want.insert(want.end(), val_run.begin(), val_run.end());
+  want.insert(want.end(), {"cb.on_train_epoch_end", "on_train_epoch_end", "cb.on_fit_end", "on_fit_end", "teardown:fit"});
+  EXPECT_EQ(ev, want);
+  EXPECT_EQ(t.current_epoch(), 1);
+  EXPECT_EQ(t.global_step(), 2);
+  EXPECT_EQ(t.num_training_batches(), 2);
+  EXPECT_EQ(m.trainer(), nullptr);
+}
+
+}  // namespace
+}  // namespace hg::training

@@ -1,0 +1,85 @@
+// Validation (inside fit, its sanity check, and Trainer::validate), test and predict loops.
+#include "engine/autocast.h"
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "training/trainer_loop.h"
+
+namespace hg::training {
+
+std::map<std::string, double> Trainer::Loop::evaluate(LightningModule& m, const DataLoader& data, int64_t n, bool test) {
+  const bool sanity = t.sanity_checking_;
+  MetricStore& s = eval_metrics;
+  s.reset();
+  m.module().eval();
+  NoGradGuard no_grad;
+  if (!test) {
+    HookScope scope(*this, &s, false, "on_validation_epoch_start");
+    for (auto& cb : t.callbacks_) cb->on_validation_epoch_start(t, m);
+    m.on_validation_epoch_start();
+  }
+  DataLoader::Epoch it = data.epoch(0);
+  for (int64_t idx = 0; idx < n; ++idx) {
+    std::optional<Batch> host = it.next();
+    if (!host) break;
+    const Batch batch = to_device(*host);
+    {
+      HookScope scope(*this, &s, false, test ? "test_step" : "validation_step");
+      AutocastGuard autocast(precision_bf16());
+      if (test)
+        m.test_step(batch, idx);
+      else
+        m.validation_step(batch, idx);
+    }
+    step_sync();
+    s.read_pending();
+    HookScope scope(*this, &s, false, test ? "on_test_batch_end" : "on_validation_batch_end");
+    for (auto& cb : t.callbacks_) {
+      if (test)
+        cb->on_test_batch_end(t, m, *host, idx);
+      else
+        cb->on_validation_batch_end(t, m, *host, idx);
+    }
+  }
+  {
+    HookScope scope(*this, &s, false, test ? "on_test_epoch_end" : "on_validation_epoch_end");
+    publish(s.epoch_metrics(*strategy), true);
+    for (auto& cb : t.callbacks_) {
+      if (test)
+        cb->on_test_epoch_end(t, m);
+      else
+        cb->on_validation_epoch_end(t, m);
+    }
+    if (test)
+      m.on_test_epoch_end();
+    else
+      m.on_validation_epoch_end();
+  }
+  const MetricSets e = s.epoch_metrics(*strategy);
+  publish(e, true);
+  if (!sanity) log_to_loggers(e.log, t.global_step_);
+  if (!test)
+    for (auto& cb : t.callbacks_) cb->on_validation_end(t, m);
+  return e.callback;
+}
+
+std::vector<Tensor> Trainer::Loop::predict(LightningModule& m, const DataLoader& data) {
+  const int64_t n = limit_batches(t.opt_.limit_predict_batches, data.num_batches(), "limit_predict_batches");
+  m.module().eval();
+  NoGradGuard no_grad;
+  std::vector<Tensor> out;
+  DataLoader::Epoch it = data.epoch(0);
+  for (int64_t idx = 0; idx < n; ++idx) {
+    std::optional<Batch> host = it.next();
+    if (!host) break;
+    const Batch batch = to_device(*host);
+    {
+      AutocastGuard autocast(precision_bf16());
+      out.push_back(m.predict_step(batch, idx));
+    }
+    step_sync();
+    for (auto& cb : t.callbacks_) cb->on_predict_batch_end(t, m, *host, idx);
+  }
+  return out;
+}
+
+}  // namespace hg::training

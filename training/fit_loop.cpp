@@ -1,0 +1,257 @@
+// The fit loop: epochs, training batches, optimization steps, scheduler updates, in-epoch
+// validation. Lightning's order; see trainer.h for the lazy step graph.
+#include <spdlog/spdlog.h>
+
+#include <unordered_map>
+
+#include "engine/autocast.h"
+#include "engine/error.h"
+#include "engine/ops.h"
+#include "training/trainer_loop.h"
+
+namespace hg::training {
+
+namespace {
+
+std::string config_name(size_t i) { return "configure_optimizers()[" + std::to_string(i) + "]"; }
+
+}  // namespace
+
+void Trainer::Loop::configure_optimizers(LightningModule& m) {
+  std::vector<OptimizerConfig> configs = m.configure_optimizers();
+  std::unordered_map<const TensorImpl*, std::pair<size_t, std::string>> owner;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const OptimizerConfig& c = configs[i];
+    if (!c.optimizer) throw InvalidArgument(config_name(i) + ": optimizer is null");
+    if (c.interval != "step" && c.interval != "epoch")
+      throw InvalidArgument(config_name(i) + ": interval '" + c.interval + "' is not \"step\" or \"epoch\"");
+    if (c.frequency < 1) throw InvalidArgument(config_name(i) + ": frequency must be >= 1, got " + std::to_string(c.frequency));
+    if (c.scheduler) {
+      if (&c.scheduler->optimizer() != c.optimizer.get())
+        throw InvalidArgument(config_name(i) + ": the scheduler '" + c.scheduler->name() +
+                              "' drives another optimizer than the config's");
+      if (c.scheduler->needs_metric() && c.monitor.empty())
+        throw InvalidArgument(config_name(i) + ": a " + c.scheduler->name() +
+                              " scheduler needs `monitor` (the logged metric it steps with)");
+    }
+    if (!m.automatic_optimization) continue;
+    for (const auto& [name, p] : c.optimizer->params()) {
+      auto [it, fresh] = owner.try_emplace(p->impl(), i, name);
+      if (!fresh && it->second.first != i)
+        throw InvalidArgument("configure_optimizers: parameter '" + name + "' is in optimizer " + std::to_string(it->second.first) +
+                              " and optimizer " + std::to_string(i) +
+                              "; with automatic optimization every optimizer steps after each backward, so their "
+                              "parameters must not overlap");
+    }
+  }
+  if (!m.automatic_optimization) {
+    if (t.opt_.gradient_clip_val)
+      throw InvalidArgument("Trainer: gradient_clip_val is not supported with manual optimization; clip in training_step");
+    if (t.opt_.accumulate_grad_batches != 1)
+      throw InvalidArgument("Trainer: accumulate_grad_batches is not supported with manual optimization; accumulate in training_step");
+  }
+  if (configs.empty()) spdlog::warn("configure_optimizers() returned no optimizer: fit runs without optimizer steps");
+  t.optimizers_ = std::move(configs);
+}
+
+bool Trainer::Loop::max_steps_reached() const { return t.opt_.max_steps != -1 && t.global_step_ >= t.opt_.max_steps; }
+
+void Trainer::Loop::fit(LightningModule& m, const DataLoader& train, const DataLoader* val) {
+  const TrainerOptions& o = t.opt_;
+  const DataLoader train_d = strategy->distribute(train, train.options().shuffle, train.options().seed);
+  const int64_t n = limit_batches(o.limit_train_batches, train_d.num_batches(), "limit_train_batches");
+  t.num_training_batches_ = n;
+  std::optional<DataLoader> val_d;
+  num_val_batches = 0;
+  if (val) {
+    val_d = strategy->distribute(*val, false, 0);
+    num_val_batches = limit_batches(o.limit_val_batches, val_d->num_batches(), "limit_val_batches");
+  }
+  val_loader = val_d ? &*val_d : nullptr;
+  if (o.val_check_interval.batches >= 0) {
+    val_check_batch = o.val_check_interval.batches;
+    if (o.check_val_every_n_epoch && val_check_batch > n && num_val_batches > 0)
+      throw InvalidArgument("Trainer: val_check_interval (" + std::to_string(val_check_batch) +
+                            ") must be <= the number of training batches (" + std::to_string(n) +
+                            "); or set check_val_every_n_epoch unset to count batches across epochs");
+  } else {
+    val_check_batch = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(n) * o.val_check_interval.fraction));
+  }
+
+  if (strategy->is_global_zero())
+    for (auto& lg : t.loggers_) lg->log_hyperparams(m.hparams());
+  for (auto& cb : t.callbacks_) cb->on_fit_start(t, m);
+  m.on_fit_start();
+
+  if (val_loader && num_val_batches > 0 && o.num_sanity_val_steps != 0) {
+    const int64_t k = o.num_sanity_val_steps == -1 ? num_val_batches : std::min<int64_t>(num_val_batches, o.num_sanity_val_steps);
+    t.sanity_checking_ = true;
+    evaluate(m, *val_loader, k, false);
+    t.sanity_checking_ = false;
+    eval_metrics.reset();
+    t.callback_metrics_.clear();
+    t.progress_bar_metrics_.clear();
+  }
+
+  if (n == 0) spdlog::warn("Trainer: limit_train_batches gives 0 training batches: fit skips training");
+  while (n > 0) {
+    if (t.should_stop && t.epoch_ >= o.min_epochs) break;
+    if (max_steps_reached()) break;
+    if (*o.max_epochs != -1 && t.epoch_ >= *o.max_epochs) break;
+    train_epoch(m, train_d);
+  }
+  for (auto& cb : t.callbacks_) cb->on_fit_end(t, m);
+  m.on_fit_end();
+  val_loader = nullptr;
+}
+
+void Trainer::Loop::train_epoch(LightningModule& m, const DataLoader& train) {
+  const int64_t n = t.num_training_batches_;
+  train_metrics.reset();
+  epoch_done = false;
+  m.module().train();
+  {
+    HookScope scope(*this, &train_metrics, false, "on_train_epoch_start");
+    for (auto& cb : t.callbacks_) cb->on_train_epoch_start(t, m);
+    m.on_train_epoch_start();
+  }
+  DataLoader::Epoch it = train.epoch(t.epoch_);
+  for (int64_t i = 0; i < next_batch; ++i)  // resuming mid-epoch: the same shuffle, skipped
+    if (!it.next()) throw InvalidArgument("resume: the training loader has fewer batches than the checkpoint's position " +
+                                          std::to_string(next_batch));
+  for (int64_t idx = next_batch; idx < n; ++idx) {
+    std::optional<Batch> b = it.next();
+    if (!b) throw InternalError("training loader ended after " + std::to_string(idx) + " of " + std::to_string(n) + " batches");
+    train_batch(m, *b, idx);
+    if (max_steps_reached() || (t.should_stop && t.epoch_ >= t.opt_.min_epochs)) break;
+  }
+  epoch_done = next_batch >= n;
+  epoch_end_hooks(m);
+  if (epoch_done) {
+    ++t.epoch_;
+    next_batch = 0;
+    epoch_done = false;
+  }
+}
+
+void Trainer::Loop::epoch_end_hooks(LightningModule& m) {
+  const int64_t log_step = std::max<int64_t>(t.global_step_ - 1, 0);
+  publish(train_metrics.epoch_metrics(*strategy), true);
+  if (epoch_done && m.automatic_optimization) step_schedulers("epoch", true);
+  HookScope scope(*this, &train_metrics, false, "on_train_epoch_end");
+  for (auto& cb : t.callbacks_)
+    if (!monitors(*cb)) cb->on_train_epoch_end(t, m);
+  m.on_train_epoch_end();
+  const MetricSets e = train_metrics.epoch_metrics(*strategy);
+  publish(e, true);
+  log_to_loggers(e.log, log_step);
+  for (auto& cb : t.callbacks_)
+    if (monitors(*cb)) cb->on_train_epoch_end(t, m);
+}
+
+bool Trainer::Loop::should_validate(int64_t idx) const {
+  const auto& every = t.opt_.check_val_every_n_epoch;
+  if (!val_loader || num_val_batches == 0) return false;
+  if (every && (t.epoch_ + 1) % *every != 0) return false;
+  const int64_t i = every ? idx : total_batch_idx - 1;
+  return (i + 1) % val_check_batch == 0;
+}
+
+void Trainer::Loop::train_batch(LightningModule& m, const Batch& host_batch, int64_t idx) {
+  const TrainerOptions& o = t.opt_;
+  const int64_t n = t.num_training_batches_;
+  const Batch batch = to_device(host_batch);
+  const bool last = idx + 1 == n;
+  const bool boundary = (idx + 1) % o.accumulate_grad_batches == 0 || last;
+  bool stepped = false;
+  {
+    HookScope scope(*this, &train_metrics, true, "on_train_batch_start");
+    for (auto& cb : t.callbacks_) cb->on_train_batch_start(t, m, host_batch, idx);
+  }
+  {
+    HookScope scope(*this, &train_metrics, true, "training_step");
+    if (m.automatic_optimization) {
+      if (idx % o.accumulate_grad_batches == 0)
+        for (auto& c : t.optimizers_) c.optimizer->zero_grad();
+      Tensor loss;
+      {
+        AutocastGuard autocast(precision_bf16());
+        loss = m.training_step(batch, idx);
+      }
+      if (loss.defined()) {  // an undefined loss skips the optimization of this batch
+        if (loss.numel() != 1)
+          throw InvalidArgument("training_step returned a loss of " + std::to_string(loss.numel()) + " elements, expected one");
+        strategy->backward(o.accumulate_grad_batches > 1 ? ops::scale(loss, 1.0 / o.accumulate_grad_batches) : loss, boundary);
+        if (boundary) {
+          optimizer_steps(m);
+          stepped = true;
+        }
+      }
+    } else {
+      AutocastGuard autocast(precision_bf16());
+      m.training_step(batch, idx);
+      stepped = true;
+    }
+  }
+  step_sync();  // the step graph runs here: forward, backward, clipping, every update
+  train_metrics.read_pending();
+  next_batch = idx + 1;
+  ++total_batch_idx;
+  if (stepped) ++t.global_step_;
+  if (stepped && m.automatic_optimization) step_schedulers("step", false);
+  if (last && m.automatic_optimization) step_schedulers("epoch", false);
+  const MetricSets s = train_metrics.step_metrics(true, *strategy);
+  publish(s, true);
+  {
+    HookScope scope(*this, &train_metrics, true, "on_train_batch_end");
+    for (auto& cb : t.callbacks_) cb->on_train_batch_end(t, m, host_batch, idx);
+  }
+  if (stepped && t.global_step_ % o.log_every_n_steps == 0) log_to_loggers(s.log, t.global_step_ - 1);
+  train_metrics.clear_step();
+  if (should_validate(idx)) {
+    evaluate(m, *val_loader, num_val_batches, false);
+    m.module().train();
+  }
+  if (stepped && m.automatic_optimization) step_schedulers("step", true);
+}
+
+void Trainer::Loop::optimizer_steps(LightningModule& m) {
+  const TrainerOptions& o = t.opt_;
+  strategy->finish_gradient_sync();
+  for (auto& c : t.optimizers_) {
+    for (auto& cb : t.callbacks_) cb->on_before_optimizer_step(t, m, *c.optimizer);
+    if (o.gradient_clip_val) {
+      if (o.gradient_clip_algorithm == "norm")
+        clip_grad_norm(c.optimizer->params(), *o.gradient_clip_val);
+      else
+        clip_grad_value(c.optimizer->params(), *o.gradient_clip_val);
+    }
+    c.optimizer->step();
+  }
+}
+
+void Trainer::Loop::step_schedulers(const std::string& interval, bool plateau) {
+  for (size_t i = 0; i < t.optimizers_.size(); ++i) {
+    OptimizerConfig& c = t.optimizers_[i];
+    if (!c.scheduler || c.interval != interval || c.scheduler->needs_metric() != plateau) continue;
+    const int64_t count = interval == "step" ? t.global_step_ : t.epoch_ + 1;
+    if (count % c.frequency != 0) continue;
+    if (!plateau) {
+      c.scheduler->step();
+      continue;
+    }
+    auto it = t.callback_metrics_.find(c.monitor);
+    if (it == t.callback_metrics_.end()) {
+      std::string avail;
+      for (const auto& [k, v] : t.callback_metrics_) avail += (avail.empty() ? "" : ", ") + k;
+      const std::string msg = config_name(i) + ": " + c.scheduler->name() + " monitors '" + c.monitor +
+                              "', which was not logged (available: " + (avail.empty() ? "none" : avail) + ")";
+      if (c.strict) throw InvalidArgument(msg);
+      spdlog::warn("{}; the scheduler does not step", msg);
+      continue;
+    }
+    c.scheduler->step(it->second);
+  }
+}
+
+}  // namespace hg::training
