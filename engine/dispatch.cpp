@@ -1,4 +1,5 @@
 // Op registry, eager dispatch and the eager kernel cache.
+#include <algorithm>
 #include <bit>
 #include <cstdio>
 #include <mutex>
@@ -18,6 +19,7 @@ namespace {
 
 struct OpTable {
   std::unordered_map<std::string, OpSchema> ops;
+  std::vector<std::string> builtins;  // sorted, set once by ensure_builtins
   std::mutex mu;
 };
 
@@ -28,7 +30,18 @@ OpTable& table() {
 
 void ensure_builtins() {
   static std::once_flag once;
-  std::call_once(once, register_builtin_ops);
+  std::call_once(once, [] {
+    std::unordered_map<std::string, OpSchema> before;  // ops registered ahead of the builtins
+    {
+      std::lock_guard lk(table().mu);
+      before = table().ops;
+    }
+    register_builtin_ops();
+    std::lock_guard lk(table().mu);
+    for (const auto& [name, op] : table().ops)
+      if (!before.count(name)) table().builtins.push_back(name);
+    std::sort(table().builtins.begin(), table().builtins.end());
+  });
 }
 
 std::atomic<LazyBackend*> g_lazy{nullptr};
@@ -110,6 +123,12 @@ const OpSchema& op_schema(std::string_view name) {
   auto it = table().ops.find(std::string(name));
   if (it == table().ops.end()) throw NotFoundError("unknown op '" + std::string(name) + "'");
   return it->second;
+}
+
+std::vector<std::string> builtin_op_names() {
+  ensure_builtins();
+  std::lock_guard lk(table().mu);
+  return table().builtins;
 }
 
 void set_lazy_backend(LazyBackend* b) { g_lazy.store(b); }

@@ -1,5 +1,6 @@
 // Ops that graph fusion passes create (graphs/pass_fuse_elementwise.cpp and
-// graphs/pass_fuse_attention.cpp); they run in eager mode too. F32 only, no backward.
+// graphs/pass_fuse_attention.cpp); they run in eager mode too. F32 only. fused_elementwise
+// has no backward; sdpa's is engine/sdpa_backward.h.
 //
 // fused_elementwise: a small program over inputs x0..x(n-1) (n <= 16; F32, or BOOL as a
 // condition), each broadcast to the output shape (the broadcast of all inputs). Registers

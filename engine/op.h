@@ -56,6 +56,9 @@ struct OpSchema {
 
 void register_op(const OpSchema& op);
 const OpSchema& op_schema(std::string_view name);  // throws NotFoundError
+// The names of the ops the engine registers itself (register_builtin_ops), sorted; ops
+// registered later (graphs/, tests) are not among them. For audits such as autograd coverage.
+std::vector<std::string> builtin_op_names();
 
 // Runs `op` on `inputs`: checks devices, infers the output, then records it (lazy mode)
 // or runs the kernel now (eager; enqueued on an HPU), and records autograd history.

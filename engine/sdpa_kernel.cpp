@@ -18,6 +18,7 @@
 #include "engine/fused_ops.h"
 #include "engine/kernels.h"
 #include "engine/schema_util.h"
+#include "engine/sdpa_backward.h"
 
 namespace hg {
 
@@ -249,6 +250,6 @@ Kernel prepare_sdpa(const Metas& in, const TensorMeta& out, const Attrs& a) {
 
 }  // namespace
 
-void register_sdpa_op() { register_op({"sdpa", -1, infer_sdpa, prepare_sdpa}); }
+void register_sdpa_op() { register_op({"sdpa", -1, infer_sdpa, prepare_sdpa, sdpa_backward}); }
 
 }  // namespace hg
