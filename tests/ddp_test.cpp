@@ -276,14 +276,16 @@ std::pair<Tensor, Tensor> rows(int64_t step, int64_t first, int64_t n, Device d)
 // Trains an MLP for kSteps on hpu:0 (lazy) and returns every parameter, flattened. Without a
 // strategy: one process, the global batch. With one: this rank's shard, in `accum` micro-batches
 // (no_sync on all but the last).
-std::vector<float> train(const std::string& optimizer, Strategy* s, int accum = 1) {
+std::vector<float> train(const std::string& optimizer, Strategy* s, int accum = 1, int shard_of_two = -1) {
   const Device d = Device::hpu(0);
   auto net = models::zoo::mlp({8, 16, 4}, 5);
   net->to(d);
   std::shared_ptr<Optimizer> opt;
   if (optimizer == "sgd") opt = std::make_shared<SGD>(net->named_parameters(), SGDOptions{.lr = 0.1, .momentum = 0.9});
   else opt = std::make_shared<AdamW>(net->named_parameters(), AdamOptions{.lr = 0.01, .weight_decay = 0.01});
-  const int64_t world = s ? s->world_size() : 1, rank = s ? s->global_rank() : 0;
+  // shard_of_two >= 0 without a strategy: that half of the batch only (what a rank sees).
+  const int64_t world = s ? s->world_size() : shard_of_two >= 0 ? 2 : 1,
+                rank = s ? s->global_rank() : std::max(shard_of_two, 0);
   const int64_t per_rank = kGlobalBatch / world, micro = per_rank / accum;
   if (s) s->setup_module(*net);
   for (int64_t step = 0; step < kSteps; ++step) {
@@ -305,19 +307,97 @@ std::vector<float> train(const std::string& optimizer, Strategy* s, int accum = 
   return out;
 }
 
+float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float worst = 0;
+  for (size_t k = 0; k < a.size() && k < b.size(); ++k) worst = std::max(worst, std::abs(a[k] - b[k]));
+  return worst;
+}
+
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
-  float worst = 0;
-  for (size_t k = 0; k < got.size(); ++k) worst = std::max(worst, std::abs(got[k] - want[k]));
-  EXPECT_LE(worst, 1e-5f) << what;
+  EXPECT_LE(max_diff(got, want), 1e-5f) << what;
 }
 
 void train_and_compare(Strategy& s, const std::vector<std::pair<std::string, int>>& configs) {
   for (const auto& [optimizer, accum] : configs) {
     const std::vector<float> want = train(optimizer, nullptr);
+    // The comparison can tell: this rank's half alone trains to other weights.
+    EXPECT_GT(max_diff(train(optimizer, nullptr, 1, s.global_rank()), want), 1e-3f) << optimizer;
     expect_close(train(optimizer, &s, accum), want,
                  optimizer + ", accumulate " + std::to_string(accum) + ", rank " + std::to_string(s.global_rank()));
   }
+}
+
+TEST(DDPStrategyTest, BadEnvironmentIsAClearError) {
+  const StrategyContext two{.device = Device::hpu(0), .devices = 2, .timeout = 5s};
+  auto error_with = [&](std::map<std::string, std::optional<std::string>> vars, StrategyContext ctx) {
+    auto all = clean_dist_env();
+    for (auto& [k, v] : vars) all[k] = v;
+    ScopedEnv env(all);
+    DDPStrategy s;
+    return error_of<InvalidArgument>([&] { s.setup_environment(ctx); });
+  };
+  EXPECT_THAT(error_with({{"LOCAL_RANK", "3"}}, two), HasSubstr("LOCAL_RANK=3 is not below devices (2)"));
+  EXPECT_THAT(error_with({{"LOCAL_RANK", "1"}, {"WORLD_SIZE", "3"}}, two),
+              HasSubstr("WORLD_SIZE=3 but devices * num_nodes = 2"));
+  EXPECT_THAT(error_with({{"MASTER_PORT", "http"}}, two), HasSubstr("MASTER_PORT"));
+  StrategyContext nodes{.device = Device::hpu(0), .devices = 1, .num_nodes = 2, .timeout = 5s};
+  EXPECT_THAT(error_with({}, nodes), HasSubstr("MASTER_PORT is not set"));
+  EXPECT_THAT(error_with({{"NODE_RANK", "2"}, {"MASTER_PORT", "29500"}}, nodes),
+              HasSubstr("NODE_RANK=2 is not below num_nodes (2)"));
+}
+
+TEST(DDPStrategyTest, MasterPortInUseIsAClearError) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string port = std::to_string(ntohs(a.sin_port));
+  auto vars = clean_dist_env();
+  vars["MASTER_ADDR"] = "127.0.0.1";
+  vars["MASTER_PORT"] = port;
+  vars["NODE_RANK"] = "0";
+  ScopedEnv env(vars);
+  DDPStrategy s;
+  const std::string e = error_of<DistError>(
+      [&] { s.setup_environment({.device = Device::hpu(0), .devices = 1, .num_nodes = 2, .timeout = 5s}); });
+  ::close(fd);
+  EXPECT_THAT(e, HasSubstr("hgraph DDP rank 0: joining the process group of 2 at 127.0.0.1:" + port));
+  EXPECT_THAT(e, HasSubstr("in use"));
+}
+
+// One process (world 1): the reducer still splits the lazy step at each completed bucket; from
+// the second step on every segment and the update come from the graph cache.
+TEST(DDPStrategyTest, LazyStepIsOneGraphPerBucketPlusTheUpdateAllCached) {
+  ScopedEnv env(clean_dist_env());
+  LazyMode lazy;
+  // 2.bias + 2.weight (272 bytes) fill the first bucket, 0.bias + 0.weight the second.
+  DDPStrategy s(DDPOptions{.bucket_cap_mb = 200.0 / kMB, .first_bucket_mb = 200.0 / kMB});
+  s.setup_environment({.device = Device::hpu(0)});
+  EXPECT_EQ(s.world_size(), 1);
+  const Device d = Device::hpu(0);
+  auto net = models::zoo::mlp({8, 16, 4}, 5);
+  net->to(d);
+  SGD opt(net->named_parameters(), SGDOptions{.lr = 0.1, .momentum = 0.9});
+  s.setup_module(*net);
+  graphs::LazyStats before{};
+  for (int64_t step = 0; step < 4; ++step) {
+    if (step == 2) before = graphs::lazy_stats();
+    auto [x, y] = rows(step, 0, 8, d);
+    s.backward(ops::cross_entropy(net->forward(x), y), true);
+    s.finish_gradient_sync();
+    opt.step();
+    opt.zero_grad();
+    graphs::mark_step(d);
+  }
+  const graphs::LazyStats after = graphs::lazy_stats();
+  EXPECT_EQ(after.steps - before.steps, 2u * 3u);  // 2 backward segments + the update, per step
+  EXPECT_EQ(after.cache_misses - before.cache_misses, 0u);
+  s.teardown();
 }
 
 // Rank 0 is this process; the launcher re-executes the binary for rank 1, which runs this
