@@ -124,7 +124,7 @@ TEST(ProcessGroupTest, ConsecutiveGroupsOnOneStoreHaveTheirOwnKeys) {
   EXPECT_TRUE(server->check({"hg/pg/gen0/joined/2", "hg/pg/gen1/joined/2"}));
 }
 
-TEST(ProcessGroupTest, OwnStoreOnMasterPortAndWorldOfOne) {
+TEST(ProcessGroupTest, OwnStoreOnMasterPortPortInUseAndWorldOfOne) {
   int port;
   {
     TcpStore probe("127.0.0.1", 0, true, 1s);
@@ -142,6 +142,9 @@ TEST(ProcessGroupTest, OwnStoreOnMasterPortAndWorldOfOne) {
     });
   }
   for (auto& t : ts) t.join();
+  TcpStore holder("127.0.0.1", 0, true, 1s);
+  EXPECT_THAT(hg::test::error_of<DistError>([&] { ProcessGroup pg(options(0, 2, 1s, holder.port())); }),
+              HasSubstr("MASTER_PORT " + std::to_string(holder.port()) + " on 127.0.0.1 is already in use"));
   ProcessGroup one(options(0, 1, 1s));
   float v = 4;
   one.allreduce(&v, 1, ReduceOp::Mean);

@@ -123,8 +123,8 @@ struct ProcessGroup::Impl {
     try {
       f();
       return;
-    } catch (const DistError&) {
-      throw;
+    } catch (const DistError& e) {  // from the store, during the rendezvous
+      throw DistError(op + " failed on " + who() + ": " + e.what());
     } catch (const gloo::EnforceNotMet& e) {
       msg = e.what();
     } catch (const gloo::Exception& e) {
@@ -149,8 +149,9 @@ struct ProcessGroup::Impl {
     std::string ns = "hg/pg/" + run_id + "/";
     // GLOO_SOCKET_IFNAME (as in PyTorch; the first of a comma list) picks the interface instead.
     const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-    std::string iface = opt.local_addr.empty() && ifname && *ifname ? std::string(ifname).substr(0, std::string(ifname).find(',')) : "";
-    std::string local = !opt.local_addr.empty() ? opt.local_addr : iface.empty() ? route_to(store->addr()) : "";
+    std::string iface, local = opt.local_addr;
+    if (local.empty() && ifname && *ifname) iface = std::string(ifname).substr(0, std::string(ifname).find(','));
+    if (local.empty() && iface.empty()) local = route_to(store->addr());
     char host[256] = {};
     ::gethostname(host, sizeof(host) - 1);
     store->set(ns + "joined/" + std::to_string(opt.rank), "pid " + std::to_string(::getpid()) + " on " + host);
@@ -158,10 +159,11 @@ struct ProcessGroup::Impl {
     for (int i = 0; i < opt.world_size; ++i) joined.push_back(ns + "joined/" + std::to_string(i));
     try {
       store->wait(joined, opt.timeout);
-    } catch (const DistError& e) {
+    } catch (const DistError&) {
       std::string missing;
       for (int i = 0; i < opt.world_size; ++i)
         if (!store->check({joined[i]})) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
+      if (missing.empty()) throw;
       throw DistError("rendezvous failed on " + who() + " (run '" + run_id + "', store " + store->addr() + ":" +
                       std::to_string(store->port()) + "): rank(s) " + missing + " did not join within " +
                       std::to_string(opt.timeout.count()) + " ms");
@@ -184,8 +186,11 @@ struct ProcessGroup::Impl {
       if (i == opt.rank) continue;
       std::vector<char> all = prefixed.get(std::to_string(i));
       size_t each = all.size() / (opt.world_size - 1), slot = opt.rank > i ? opt.rank - 1 : opt.rank;
-      if (each == 0) continue;
-      peer_addr[i] = gloo::transport::tcp::Address(std::vector<char>(all.begin() + slot * each, all.begin() + (slot + 1) * each)).str();
+      try {  // best effort: only error messages use it
+        auto first = all.begin() + slot * each;
+        peer_addr[i] = gloo::transport::tcp::Address(std::vector<char>(first, first + each)).str();
+      } catch (const std::exception&) {
+      }
     }
   }
 
