@@ -37,6 +37,7 @@
 #include "training/ddp_reducer.h"
 #include "training/ddp_strategy.h"
 #include "training/sgd.h"
+#include "training/trainer.h"
 
 namespace hg::training {
 namespace {
@@ -421,6 +422,75 @@ TEST(DDPMultiProcess, TwoRanksMatchOneProcessWithTheGlobalBatch) {
   EXPECT_EQ(s.reduce(s.global_rank() + 1.0, ReduceOp::Sum), 3.0);
   train_and_compare(s, {{"sgd", 1}, {"sgd", 2}, {"adamw", 1}, {"adamw", 2}});
   s.teardown();  // rank 0: waits for rank 1
+}
+
+// Through the Trainer: devices=2, strategy "hpu_ddp", 2 examples per rank and 2 accumulated
+// micro-batches, clipping by norm, against one process with batches of 8. With the loaders
+// unshuffled, rank r's DistributedSampler takes examples r, r+2, ...: the 8 examples of the two
+// ranks' 2 x 2 micro-batches are the one process's batch.
+class Blobs : public LightningModule {
+ public:
+  models::Module& module() override { return *net; }
+  Tensor training_step(const Batch& b, int64_t) override {
+    Tensor loss = ops::cross_entropy(net->forward(b[0]), b[1]);
+    log("train_loss", loss, {.sync_dist = true});
+    return loss;
+  }
+  std::vector<OptimizerConfig> configure_optimizers() override {
+    return {{.optimizer = std::make_shared<SGD>(net->named_parameters(), SGDOptions{.lr = 0.2, .momentum = 0.9})}};
+  }
+  std::unique_ptr<models::Sequential> net = models::zoo::mlp({8, 16, 3}, 2);
+};
+
+std::vector<float> fit_blobs(int devices, int64_t batch_size, int accumulate, const std::filesystem::path& dir) {
+  std::vector<float> x;
+  std::vector<int64_t> y;
+  for (int64_t i = 0; i < 32; ++i) {
+    y.push_back(i % 3);
+    for (int64_t j = 0; j < 8; ++j) x.push_back((j % 3 == i % 3 ? 1.0f : 0.0f) + 0.3f * std::sin(1.7f * static_cast<float>(i * 8 + j)));
+  }
+  auto data = std::make_shared<TensorDataset>(
+      std::vector<Tensor>{Tensor::from_vector(x, {32, 8}), Tensor::from_indices(y, {32})});
+  TrainerOptions o;
+  o.accelerator = "hpu";
+  o.devices = devices;
+  o.strategy = devices > 1 ? "hpu_ddp" : "auto";
+  o.max_epochs = 2;
+  o.accumulate_grad_batches = accumulate;
+  o.gradient_clip_val = 1.0;
+  o.logger = std::vector<std::shared_ptr<Logger>>{};
+  o.enable_checkpointing = false;
+  o.enable_progress_bar = false;
+  o.default_root_dir = dir;
+  o.dist_timeout = 120s;
+  std::ostringstream sink;
+  o.out = &sink;
+  Blobs m;
+  {
+    Trainer t(o);
+    t.fit(m, DataLoader(data, {.batch_size = batch_size}));
+    EXPECT_EQ(t.global_step(), 8);
+  }  // rank 0: the Trainer's teardown waits for rank 1
+  std::vector<float> out;
+  for (auto& [name, p] : m.net->named_parameters())
+    for (float v : p->to_vector()) out.push_back(v);
+  return out;
+}
+
+TEST(DDPMultiProcess, TrainerWithTwoDevicesMatchesOneProcess) {
+  const bool launched = std::getenv("LOCAL_RANK") != nullptr;
+  if (launched && !working_for_this_test()) GTEST_SKIP() << "a launched child of another test";
+  std::optional<ScopedEnv> env;
+  if (!launched) {
+    auto vars = clean_dist_env();
+    vars[kTestVar] = this_test();
+    vars["GTEST_FILTER"] = this_test();
+    env.emplace(vars);
+  }
+  const auto dir = test::temp_dir("DDPTrainer");
+  const std::vector<float> want = fit_blobs(1, 8, 1, dir / "one");
+  expect_close(fit_blobs(2, 2, 2, dir / "ddp"), want, "Trainer devices=2 vs 1");
+  std::filesystem::remove_all(dir);
 }
 
 // A process the test starts: argv[0] an absolute path, variables set or removed, stdout and
