@@ -25,6 +25,7 @@ struct ClusterEnv {
 };
 
 // The processes a launch started; on destruction waits for them (bounded) and kills the rest.
+// The methods may be called from several threads (e.g. a watchdog polling failure()).
 class LocalLauncher {
  public:
   virtual ~LocalLauncher() = default;

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 #include <thread>
 
 #include "engine/error.h"
@@ -76,6 +77,7 @@ class ForkLauncher : public LocalLauncher {
   ~ForkLauncher() override { wait_all(10000); }
 
   std::string failure() override {
+    std::lock_guard<std::mutex> lock(mu_);
     reap(false);
     for (auto& c : children_)
       if (c.done && c.status != 0) return c.note.empty() ? describe(c.local_rank, c.pid, c.status) : c.note;
@@ -84,8 +86,14 @@ class ForkLauncher : public LocalLauncher {
 
   std::vector<std::string> wait_all(int timeout_ms) override {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    while (!reap(false) && std::chrono::steady_clock::now() < deadline)
+    for (;;) {  // the lock is not held while sleeping: failure() from a watchdog thread stays quick
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (reap(false) || std::chrono::steady_clock::now() >= deadline) break;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
     for (auto& c : children_) {
       if (c.done) continue;
       ::kill(c.pid, SIGKILL);
@@ -100,6 +108,7 @@ class ForkLauncher : public LocalLauncher {
   }
 
   void kill_all() override {
+    std::lock_guard<std::mutex> lock(mu_);
     for (auto& c : children_) {
       if (c.done) continue;
       ::kill(c.pid, SIGKILL);
@@ -109,7 +118,7 @@ class ForkLauncher : public LocalLauncher {
   }
 
  private:
-  // Collects exited children; true when all have exited.
+  // Collects exited children; true when all have exited. Called with mu_ held.
   bool reap(bool block) {
     bool all = true;
     for (auto& c : children_) {
@@ -128,6 +137,7 @@ class ForkLauncher : public LocalLauncher {
     return all;
   }
 
+  std::mutex mu_;
   std::vector<Child> children_;
 };
 
