@@ -28,6 +28,7 @@
 #include "tests/ddp_test_util.h"
 #include "tests/test_env.h"
 #include "training/ddp_strategy.h"
+#include "training/sgd.h"
 #include "training/trainer.h"
 
 namespace hg::training {
@@ -74,6 +75,56 @@ TEST(DDPMultiProcess, TwoRanksMatchOneProcessWithTheGlobalBatch) {
   EXPECT_EQ(s.reduce(s.global_rank() + 1.0, ReduceOp::Sum), 3.0);
   train_and_compare(s, {{"sgd", 1}, {"sgd", 2}, {"adamw", 1}, {"adamw", 2}});
   s.teardown();  // rank 0: waits for rank 1
+}
+
+// broadcast_buffers: each rank's forward updates its BatchNorm statistics from its own shard;
+// the next backward replaces them with rank 0's, so every rank's next forward sees rank 0's
+// (PyTorch broadcasts before each forward: the same values).
+TEST(DDPMultiProcess, BuffersFollowRankZero) {
+  const bool launched = std::getenv("LOCAL_RANK") != nullptr;
+  if (launched && !working_for_this_test()) GTEST_SKIP() << "a launched child of another test";
+  std::optional<ScopedEnv> env;
+  if (!launched) {
+    auto vars = clean_dist_env();
+    vars[kTestVar] = this_test();
+    vars["GTEST_FILTER"] = this_test();
+    env.emplace(vars);
+  }
+  LazyMode lazy;
+  DDPStrategy s;
+  s.setup_environment({.device = Device::hpu(0), .devices = 2, .timeout = 120s});
+  const Device d = Device::hpu(0);
+  models::Sequential net;
+  net.add(std::make_shared<models::BatchNorm2d>(2));
+  net.add(std::make_shared<models::Flatten>());
+  net.add(std::make_shared<models::Linear>(8, 4, 3));
+  net.to(d);
+  SGD opt(net.named_parameters(), SGDOptions{.lr = 0.1});
+  s.setup_module(net);
+  Tensor* mean = net.named_buffers()[0].second;
+  ASSERT_EQ(net.named_buffers()[0].first, "0.running_mean");
+  // A checksum of rank 0's statistics, and of this rank's: equal only when broadcast.
+  auto checksum = [&] {
+    const std::vector<float> v = mean->to_vector();
+    return 1000.0 * v[0] + v[1];
+  };
+  for (int64_t step = 0; step < 3; ++step) {
+    auto [x, y] = rows(step, s.global_rank() * 8, 8, d);
+    Tensor loss = ops::cross_entropy(net.forward(x.reshape({8, 2, 2, 2})), y);
+    const double own = checksum();  // after this rank's forward: its own shard's statistics
+    EXPECT_NE(s.reduce(own, ReduceOp::Max), s.reduce(own, ReduceOp::Min)) << "step " << step;
+    s.backward(loss, true);
+    const double synced = checksum();
+    EXPECT_EQ(s.reduce(synced, ReduceOp::Max), s.reduce(synced, ReduceOp::Min)) << "step " << step;
+    if (s.global_rank() == 0) {
+      EXPECT_EQ(synced, own);
+    }
+    s.finish_gradient_sync();
+    opt.step();
+    opt.zero_grad();
+    graphs::mark_step(d);
+  }
+  s.teardown();
 }
 
 // Through the Trainer: devices=2, strategy "hpu_ddp", 2 examples per rank and 2 accumulated
