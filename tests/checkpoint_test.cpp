@@ -173,7 +173,7 @@ TEST_P(CheckpointResumeTest, ResumeMidEpochIsBitwiseIdentical) {
   expect_same(straight, resumed);
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, CheckpointResumeTest, ::testing::Values("cpu", "hpu"));
+INSTANTIATE_TEST_SUITE_P(Checkpoint, CheckpointResumeTest, ::testing::Values("cpu", "hpu"));
 
 class ExtraState : public TinyClassifier {
  public:

@@ -5,6 +5,7 @@
 #include "engine/error.h"
 #include "graphs/lazy.h"
 #include "tests/errors.h"
+#include "tests/golden.h"
 #include "tests/test_env.h"
 #include "tests/trainer_test_util.h"
 #include "training/callbacks.h"
@@ -136,6 +137,60 @@ TEST_F(TrainerTest, FitHookOrderIsLightnings) {
   EXPECT_EQ(t.num_training_batches(), 2);
   EXPECT_EQ(m.trainer(), nullptr);
 }
+
+// Logs the loss per step (the default in training_step) and as an epoch mean.
+class MeanLoss : public TinyClassifier {
+ public:
+  Tensor training_step(const Batch& b, int64_t idx) override {
+    Tensor loss = TinyClassifier::training_step(b, idx);
+    log("loss_mean", loss, {.on_step = false, .on_epoch = true});
+    return loss;
+  }
+};
+
+class TrainerGoldenTest : public TrainerTest, public ::testing::WithParamInterface<std::string> {};
+
+// scripts/golden_trainer.py: Lightning's automatic optimization written out in PyTorch
+// (accumulate_grad_batches 2 with an odd last batch, clip_grad_norm 0.5, SGD with momentum).
+TEST_P(TrainerGoldenTest, MatchesPyTorchWithAccumulationAndClipping) {
+  const nlohmann::json g = test::load_json("trainer.json");
+  const Device cpu = Device::cpu();
+  const Tensor x = test::tensor_from(g["x"], cpu);
+  const Tensor y = Tensor::from_indices(g["y"].get<std::vector<int64_t>>(), {x.dim(0)});
+  MeanLoss m;
+  std::map<std::string, Tensor> init;
+  for (const auto& [k, v] : g["init"].items()) init[k] = test::tensor_from(v, cpu);
+  m.net->load_state_dict(init);
+  m.make_optimizers = [&](TinyClassifier& mod) -> std::vector<OptimizerConfig> {
+    return {{.optimizer = std::make_shared<SGD>(mod.net->named_parameters(),
+                                                SGDOptions{.lr = g["lr"].get<double>(), .momentum = g["momentum"].get<double>()})}};
+  };
+  auto logger = std::make_shared<MemoryLogger>();
+  Trainer t(quiet_options(dir, {.accelerator = GetParam(), .max_epochs = g["max_epochs"].get<int>(),
+                                .log_every_n_steps = 1, .accumulate_grad_batches = g["accumulate_grad_batches"].get<int>(),
+                                .gradient_clip_val = g["gradient_clip_val"].get<double>(),
+                                .logger = std::vector<std::shared_ptr<Logger>>{logger}, .enable_checkpointing = false}));
+  t.fit(m, DataLoader(std::make_shared<TensorDataset>(std::vector<Tensor>{x, y}), {.batch_size = g["batch_size"].get<int64_t>()}));
+  EXPECT_EQ(t.global_step(), g["global_step"].get<int64_t>());
+  for (auto& [name, p] : m.net->named_parameters())
+    test::expect_close(p->to_vector(), g["final"][name]["data"].get<std::vector<float>>(), 1e-4, name, 1e-5);
+  // Step rows carry the loss of each step's last micro-batch (batches 1, 3, 4 of each epoch).
+  const std::vector<double> losses = g["losses"].get<std::vector<double>>();
+  const std::vector<size_t> boundary = {1, 3, 4, 6, 8, 9};
+  std::vector<double> step_losses, epoch_means;
+  for (const auto& [step, row] : logger->rows) {
+    if (row.count("train_loss")) step_losses.push_back(row.at("train_loss"));
+    if (row.count("loss_mean")) epoch_means.push_back(row.at("loss_mean"));
+  }
+  ASSERT_EQ(step_losses.size(), boundary.size());
+  for (size_t i = 0; i < boundary.size(); ++i) EXPECT_NEAR(step_losses[i], losses[boundary[i]], 1e-5) << "step " << i;
+  const std::vector<double> want_means = g["epoch_mean_loss"].get<std::vector<double>>();
+  ASSERT_EQ(epoch_means.size(), want_means.size());
+  for (size_t i = 0; i < want_means.size(); ++i) EXPECT_NEAR(epoch_means[i], want_means[i], 1e-5) << "epoch " << i;
+  EXPECT_NEAR(t.callback_metrics().at("loss_mean"), want_means.back(), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Trainer, TrainerGoldenTest, ::testing::Values("cpu", "hpu"));
 
 }  // namespace
 }  // namespace hg::training
