@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <random>
 #include <thread>
 
 #include "tests/errors.h"
@@ -104,6 +105,33 @@ TEST(TcpStoreTest, ServerSurvivesGarbage) {
   send_raw(server.port(), std::string("\x10\0\0\0\x02", 5));     // truncated frame, then close
   TcpStore client("127.0.0.1", server.port(), false, 5s);
   EXPECT_EQ(client.get("k"), "v");
+}
+
+// Frames with a plausible length and random bodies (fixed seed): each is answered or makes the
+// server close that connection; the store keeps serving.
+TEST(TcpStoreTest, ServerSurvivesRandomFrames) {
+  TcpStore server("127.0.0.1", 0, true, 5s);
+  server.set("k", "v");
+  std::mt19937 rng(7);
+  for (int i = 0; i < 200; ++i) {
+    std::string body(1 + rng() % 40, '\0');
+    for (auto& c : body) c = static_cast<char>(rng());
+    body[0] = static_cast<char>(1 + rng() % 6);  // mostly real ops (1-5), some unknown
+    std::string frame;
+    for (int b = 0; b < 4; ++b) frame.push_back(static_cast<char>((body.size() >> (8 * b)) & 0xff));
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(server.port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    frame += body;
+    ASSERT_EQ(::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
+    ::close(fd);  // without waiting: a GET that blocks is dropped with its connection
+  }
+  TcpStore client("127.0.0.1", server.port(), false, 5s);
+  EXPECT_EQ(client.get("k"), "v");
+  EXPECT_EQ(client.add("counter", 1), 1);
 }
 
 TEST(TcpStoreTest, ServerGoneIsAnErrorForClients) {
