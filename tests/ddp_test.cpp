@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <future>
 #include <map>
 #include <optional>
 #include <string>
@@ -131,6 +132,27 @@ TEST_P(DDPReducerTest, MeanOverRanksWrittenToEachGradInBucketOrder) {
   EXPECT_EQ(grads_of(t), want);
   r.finish();  // nothing pending: a no-op
   EXPECT_EQ(tags.size(), 2u);
+}
+
+// Overlap: bucket 0 (w2) is all-reduced while backward is still computing w1's gradient. A hook
+// on w1 waits (bounded) for bucket 0's all-reduce to have started on the communication thread.
+TEST_P(DDPReducerTest, FirstBucketIsReducedWhileBackwardStillRuns) {
+  Tiny t(dev());
+  std::promise<void> started;
+  DDPReducer r({t.params.begin(), t.params.begin() + 3}, [&](float*, size_t, uint32_t tag) {
+    if (tag == 1000) started.set_value();
+  }, 2, {.bucket_cap_mb = 1, .first_bucket_mb = 12.0 / kMB});
+  ASSERT_EQ(r.bucket_indices(), (std::vector<std::vector<size_t>>{{2}, {1, 0}}));
+  std::future<void> f = started.get_future();
+  bool overlapped = false;
+  Tensor loss = t.loss();
+  r.prepare_for_backward(loss, true);
+  auto h = register_post_accumulate_grad_hook(t.w1, [&](const Tensor&) {
+    overlapped = f.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  });
+  loss.backward();
+  r.finish();
+  EXPECT_TRUE(overlapped);
 }
 
 TEST_P(DDPReducerTest, NoSyncAccumulatesAndTheNextSyncReducesTheSum) {
