@@ -26,22 +26,22 @@
 namespace hg::training {
 
 struct ModelCheckpointOptions {
-  std::filesystem::path dirpath;   // empty: <trainer.log_dir()>/checkpoints (rank 0's, broadcast)
+  std::filesystem::path dirpath{};   // empty: <trainer.log_dir()>/checkpoints (rank 0's, broadcast)
   // Lightning's format: "{name}" or "{name:<python format spec>}" placeholders over
   // callback_metrics plus "epoch" and "step"; each becomes "name=<value>" when
   // auto_insert_metric_name. Empty: "{epoch}-{step}" -> "epoch=3-step=120.ckpt".
-  std::string filename;
-  std::string monitor;             // empty: keep the latest checkpoint(s) only
+  std::string filename{};
+  std::string monitor{};             // empty: keep the latest checkpoint(s) only
   std::string mode = "min";        // "min" or "max"
   int save_top_k = 1;              // -1: all; 0: none; without monitor only -1, 0 or 1
   bool save_last = false;          // also "last.ckpt", replaced at every save
   bool save_weights_only = false;
   // Both unset: every epoch. Setting one makes the other 0 (off), as in Lightning.
-  std::optional<int64_t> every_n_train_steps;
-  std::optional<int> every_n_epochs;
+  std::optional<int64_t> every_n_train_steps{};
+  std::optional<int> every_n_epochs{};
   // Unset: at train epoch end when validation runs once per epoch at its end (or not at
   // all), else after each validation.
-  std::optional<bool> save_on_train_epoch_end;
+  std::optional<bool> save_on_train_epoch_end{};
   bool auto_insert_metric_name = true;
   bool enable_version_counter = true;  // a name already on disk gets "-v1", "-v2", ...
 };
@@ -95,16 +95,16 @@ class ModelCheckpoint : public Callback {
 };
 
 struct EarlyStoppingOptions {
-  std::string monitor;                       // required
+  std::string monitor{};                       // required
   double min_delta = 0.0;                    // an improvement must beat the best by more
   int patience = 3;                          // checks without improvement before stopping
   std::string mode = "min";                  // "min" or "max"
   bool strict = true;                        // a missing monitor is an error (else skipped)
   bool check_finite = true;                  // stop on NaN / inf
-  std::optional<double> stopping_threshold;  // stop once the metric is better than this
-  std::optional<double> divergence_threshold;  // stop once the metric is worse than this
+  std::optional<double> stopping_threshold{};  // stop once the metric is better than this
+  std::optional<double> divergence_threshold{};  // stop once the metric is worse than this
   // Unset: at train epoch end when validation runs once per epoch, else after each validation.
-  std::optional<bool> check_on_train_epoch_end;
+  std::optional<bool> check_on_train_epoch_end{};
   bool verbose = false;                      // reasons to trainer.out() (rank 0)
 };
 
@@ -135,7 +135,7 @@ class EarlyStopping : public Callback {
 };
 
 struct LearningRateMonitorOptions {
-  std::string logging_interval;  // "step", "epoch", or "" (each scheduler's own interval)
+  std::string logging_interval{};  // "step", "epoch", or "" (each scheduler's own interval)
   bool log_momentum = false;     // "<name>-momentum": momentum, or Adam's beta1
   bool log_weight_decay = false; // "<name>-weight_decay"
 };
