@@ -13,6 +13,7 @@
 #include "models/zoo.h"
 #include "tests/errors.h"
 #include "tests/golden.h"
+#include "tests/tb_event_check.h"
 #include "tests/test_env.h"
 #include "training/callbacks.h"
 #include "training/loggers.h"
@@ -374,6 +375,58 @@ TEST(CallbacksTest, DefaultLoggerAndCheckpointDirectories) {
   }
   EXPECT_THAT(csv, HasSubstr("val_loss"));
   EXPECT_THAT(csv, HasSubstr("step"));
+}
+
+TEST(CallbacksTest, TensorBoardLoggerThroughTheTrainer) {
+  FitRun run{test::temp_dir("CallbacksTensorBoard")};
+  auto tb = std::make_shared<TensorBoardLogger>(run.dir, "tb");
+  Scripted m({0.5, 0.25});
+  m.save_hyperparameters({{"lr", 0.1}});
+  TrainerOptions o = run.options({}, 2);
+  o.logger = std::vector<std::shared_ptr<Logger>>{tb};
+  o.log_every_n_steps = 1;
+  Trainer t(o);
+  t.fit(m, *run.loader, run.loader.get());
+  EXPECT_EQ(t.log_dir(), run.dir / "tb" / "version_0");
+  auto [rc, out] = test::tb_event_check(tb->event_file());
+  ASSERT_EQ(rc, 0) << out;
+  nlohmann::json got = nlohmann::json::parse(out);
+  std::map<std::string, std::vector<int64_t>> steps;
+  std::map<std::string, std::vector<double>> values;
+  for (const auto& s : got["scalars"]) {
+    steps[s[0].get<std::string>()].push_back(s[1].get<int64_t>());
+    values[s[0].get<std::string>()].push_back(s[2].get<double>());
+  }
+  EXPECT_EQ(steps["train_loss"].size(), 6u) << out;  // every optimizer step
+  EXPECT_THAT(values["val_loss"], ElementsAre(0.5, 0.25)) << out;
+  EXPECT_THAT(got["texts"][0][2].get<std::string>(), HasSubstr("lr: 0.1"));
+  EXPECT_TRUE(fs::exists(t.log_dir() / "hparams.yaml"));
+  EXPECT_THAT(files_in(t.log_dir() / "checkpoints"), ::testing::Contains("epoch=1-step=6.ckpt"));
+}
+
+// A strategy that says this process is rank 1 of a job whose other ranks are elsewhere.
+class NotRankZero : public Strategy {
+ public:
+  std::string name() const override { return "not_rank_zero"; }
+  void setup_environment(const StrategyContext&) override {}
+  Device root_device() const override { return Device::cpu(); }
+  int global_rank() const override { return 1; }
+};
+
+TEST(CallbacksTest, OffRankZeroNoBarAndNoFiles) {
+  FitRun run{test::temp_dir("CallbacksRankOne")};
+  std::ostringstream out;
+  auto ckpt = std::make_shared<ModelCheckpoint>(ModelCheckpointOptions{.monitor = "val_loss", .save_last = true});
+  Scripted m({0.5, 0.25});
+  TrainerOptions o = run.options({ckpt, std::make_shared<ProgressBar>()}, 2);
+  o.enable_progress_bar = true;
+  o.out = &out;
+  o.strategy_object = std::make_shared<NotRankZero>();
+  Trainer t(o);
+  t.fit(m, *run.loader, run.loader.get());
+  EXPECT_THAT(out.str(), ::testing::Not(HasSubstr("Epoch")));
+  EXPECT_TRUE(files_in(run.dir / "checkpoints").empty()) << "rank 0 writes";
+  EXPECT_EQ(ckpt->best_model_path(), (run.dir / "checkpoints" / "epoch=1-step=6.ckpt").string()) << "same bookkeeping";
 }
 
 }  // namespace

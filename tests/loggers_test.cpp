@@ -6,11 +6,11 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <sys/wait.h>
 
 #include "engine/atomic_file.h"
 #include "tests/errors.h"
 #include "tests/golden.h"
+#include "tests/tb_event_check.h"
 #include "tests/test_env.h"
 #include "training/crc32c.h"
 #include "training/loggers.h"
@@ -204,22 +204,6 @@ struct Scalar {
   float value;
 };
 
-nlohmann::json run_python_check(const fs::path& events, const nlohmann::json& expected, int& rc) {
-  fs::path exp = events.parent_path().parent_path() / "expected.json";
-  std::ofstream(exp) << expected.dump();
-  std::string cmd = "/usr/bin/python3 " + std::string(HG_SOURCE_DIR) + "/tests/tb_event_check.py '" + events.string() +
-                    "' '" + exp.string() + "' 2>&1";
-  std::FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  int status = pclose(p);
-  rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  EXPECT_TRUE(rc == 0 || !out.empty());
-  if (rc != 0) return out;
-  return nlohmann::json::parse(out);
-}
-
 TEST(LoggersTest, TensorBoardEventFileRecordByRecord) {
   fs::path d = test::temp_dir("LoggersTb");
   TensorBoardLogger tb(d, "tb", 1);
@@ -283,9 +267,8 @@ TEST(LoggersTest, TensorBoardEventFileRecordByRecord) {
       {"scalars", {{"lr-SGD", 0, 0.1}, {"train_loss", 0, 0.75}, {"train_loss", 50, 0.5}, {"val_loss", 1ll << 40, 1.0 / 3}}},
       {"texts", {{"hparams", 0, "```\narch: mlp\nlr: 0.01\n```"}}},
       {"wall_times_increasing", true}};
-  int rc = 0;
-  nlohmann::json got = run_python_check(file, expected, rc);
-  EXPECT_EQ(rc, 0) << got.dump();
+  auto [rc, got] = test::tb_event_check(file, expected);
+  EXPECT_EQ(rc, 0) << got;
 
   // One flipped byte anywhere is caught by both readers.
   for (size_t at : {size_t(3), records[3].offset + 15, bytes.size() - 1}) {
@@ -294,9 +277,9 @@ TEST(LoggersTest, TensorBoardEventFileRecordByRecord) {
     EXPECT_THROW(read_records(bad), FormatError) << at;
     fs::path badfile = d / "tb" / "version_1" / "bad";
     write_file_atomic(badfile, {as_bytes(bad)});
-    nlohmann::json msg = run_python_check(badfile, expected, rc);
-    EXPECT_EQ(rc, 2) << "byte " << at << ": " << msg.dump();
-    EXPECT_THAT(msg.get<std::string>(), HasSubstr("CRC mismatch")) << at;
+    auto [bad_rc, msg] = test::tb_event_check(badfile, expected);
+    EXPECT_EQ(bad_rc, 2) << "byte " << at << ": " << msg;
+    EXPECT_THAT(msg, HasSubstr("CRC mismatch")) << at;
   }
 }
 
@@ -308,13 +291,9 @@ TEST(LoggersTest, TensorBoardFilesPerLoggerAndPrefix) {
   a.save();
   b.save();
   EXPECT_NE(a.event_file(), b.event_file()) << "a per-process counter tells them apart";
-  int rc = 0;
-  run_python_check(a.event_file(), {{"scalars", {{"test-acc", 1, 1.0}}}}, rc);
-  EXPECT_EQ(rc, 0);
-  run_python_check(b.event_file(), {{"scalars", {{"acc", 2, 2.0}}}}, rc);
-  EXPECT_EQ(rc, 0);
-  run_python_check(b.event_file(), {{"scalars", {{"acc", 2, 3.0}}}}, rc);
-  EXPECT_EQ(rc, 1) << "a wrong expectation fails";
+  EXPECT_EQ(test::tb_event_check(a.event_file(), {{"scalars", {{"test-acc", 1, 1.0}}}}).first, 0);
+  EXPECT_EQ(test::tb_event_check(b.event_file(), {{"scalars", {{"acc", 2, 2.0}}}}).first, 0);
+  EXPECT_EQ(test::tb_event_check(b.event_file(), {{"scalars", {{"acc", 2, 3.0}}}}).first, 1) << "a wrong expectation fails";
 }
 
 }  // namespace
