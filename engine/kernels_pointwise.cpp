@@ -133,7 +133,10 @@ Kernel prepare_relu_backward(const std::vector<TensorMeta>&, const TensorMeta& o
       const T* g = static_cast<const T*>(in[0]);
       const T* x = static_cast<const T*>(in[1]);
       T* z = static_cast<T*>(o);
-      for (int64_t i = 0; i < n; ++i) z[i] = load(x[i]) > 0 ? g[i] : store<T>(0);
+      for (int64_t i = 0; i < n; ++i) {
+        const T gi = g[i];  // read on both paths: a select, so the loop vectorises (no branch)
+        z[i] = load(x[i]) > 0 ? gi : store<T>(0);
+      }
     };
   });
 }

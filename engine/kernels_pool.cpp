@@ -1,6 +1,8 @@
 // max_pool2d / avg_pool2d (forward and backward) through oneDNN; adaptive_avg_pool2d in our
 // own loops (its windows overlap and vary in size, which oneDNN pooling cannot express).
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "engine/dtype_dispatch.h"
@@ -74,10 +76,46 @@ Kernel prepare_avg_pool2d(const std::vector<TensorMeta>& in, const TensorMeta& o
   return pool_forward("avg_pool2d", in, out, a, false);
 }
 
+namespace {
+
+// F32 max-pool backward when windows do not overlap (kernel <= stride, e.g. LeNet's 2x2 / 2):
+// each window's gradient goes to its maximum, found as oneDNN's workspace finds it (start below
+// every value at the window's first position, take a position whose value is greater, in row
+// order, skipping padding), so the result is oneDNN's bit for bit — without rerunning the
+// forward for a workspace and without its layout reorders.
+Kernel max_pool_backward_disjoint(const Shape& x, const Shape& y, const Attrs& a) {
+  return [nc = x[0] * x[1], h = x[2], w = x[3], oh = y[2], ow = y[3], kh = a.i(0), kw = a.i(1), sh = a.i(2),
+          sw = a.i(3), ph = a.i(4), pw = a.i(5)](const void* const* in, void* o) {
+    const float* g = static_cast<const float*>(in[0]);
+    const float* xs = static_cast<const float*>(in[1]);
+    float* dx = static_cast<float*>(o);
+    std::memset(dx, 0, static_cast<size_t>(nc * h * w) * sizeof(float));
+    for (int64_t p = 0; p < nc; ++p, xs += h * w, dx += h * w, g += oh * ow)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          const int64_t h0 = i * sh - ph, w0 = j * sw - pw;
+          float best = std::numeric_limits<float>::lowest();
+          int64_t at_h = h0, at_w = w0;
+          for (int64_t r = std::max<int64_t>(h0, 0); r < std::min(h0 + kh, h); ++r)
+            for (int64_t c = std::max<int64_t>(w0, 0); c < std::min(w0 + kw, w); ++c)
+              if (xs[r * w + c] > best) {
+                best = xs[r * w + c];
+                at_h = r;
+                at_w = c;
+              }
+          if (at_h >= 0 && at_h < h && at_w >= 0 && at_w < w) dx[at_h * w + at_w] = g[i * ow + j];
+        }
+  };
+}
+
+}  // namespace
+
 // inputs: grad [N, C, OH, OW], x [N, C, H, W]. The backward needs the forward's workspace (where
-// each maximum was), so the kernel reruns the forward into scratch first.
+// each maximum was), so the oneDNN kernel reruns the forward into scratch first.
 Kernel prepare_max_pool2d_backward(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
   if (out.numel() == 0 || in[0].numel() == 0) return empty_or_zero(out);
+  if (out.dtype == DType::F32 && a.i(0) <= a.i(2) && a.i(1) <= a.i(3))
+    return max_pool_backward_disjoint(out.shape, in[0].shape, a);
   const PoolGeom g = pool_geom(out.shape, in[0].shape, out.dtype, a, true);
   try {
     auto fwd = pool_fwd_pd(g, dnnl::prop_kind::forward_training);
