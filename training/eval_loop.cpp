@@ -2,6 +2,8 @@
 #include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/error.h"
+#include "training/ddp_strategy.h"
+#include "training/predict_gather.h"
 #include "training/trainer_loop.h"
 
 namespace hg::training {
@@ -63,11 +65,17 @@ std::map<std::string, double> Trainer::Loop::evaluate(LightningModule& m, const 
 }
 
 std::vector<Tensor> Trainer::Loop::predict(LightningModule& m, const DataLoader& data) {
-  const int64_t n = limit_batches(t.opt_.limit_predict_batches, data.num_batches(), "limit_predict_batches");
+  // Data parallel: every rank predicts its stride of the loader, rank 0 gathers them in order.
+  const int world = strategy->world_size();
+  auto* ddp = world > 1 ? dynamic_cast<DDPStrategy*>(strategy.get()) : nullptr;
+  if (world > 1 && (!ddp || !ddp->process_group()))
+    throw InvalidArgument("predict with world_size " + std::to_string(world) + " needs DDPStrategy's process group");
+  const DataLoader d = world > 1 ? strided_loader(data, world, strategy->global_rank()) : data;
+  const int64_t n = limit_batches(t.opt_.limit_predict_batches, d.num_batches(), "limit_predict_batches");
   m.module().eval();
   NoGradGuard no_grad;
   std::vector<Tensor> out;
-  DataLoader::Epoch it = data.epoch(0);
+  DataLoader::Epoch it = d.epoch(0);
   for (int64_t idx = 0; idx < n; ++idx) {
     std::optional<Batch> host = it.next();
     if (!host) break;
@@ -79,6 +87,7 @@ std::vector<Tensor> Trainer::Loop::predict(LightningModule& m, const DataLoader&
     step_sync();
     for (auto& cb : t.callbacks_) cb->on_predict_batch_end(t, m, *host, idx);
   }
+  if (ddp) return gather_predictions(out, *ddp->process_group(), data.options().batch_size);
   return out;
 }
 

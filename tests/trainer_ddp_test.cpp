@@ -1,0 +1,95 @@
+// The Trainer over 2 real processes (devices=2, DDP on 127.0.0.1): sync_dist metrics, loggers on
+// rank 0 only, the checkpoint collective, and predict gathered on rank 0 in the loader's order.
+//
+// The DDP launcher re-executes this binary for rank 1 (LOCAL_RANK=1); that process runs this
+// test's body too, found by HG_TRAINER_DDP_TEST, and every other test it would run skips there.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "engine/autograd.h"
+#include "tests/ddp_test_util.h"
+#include "tests/golden.h"
+#include "tests/test_env.h"
+#include "tests/trainer_test_util.h"
+#include "training/checkpoint.h"
+
+namespace hg::training {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr const char* kTestVar = "HG_TRAINER_DDP_TEST";
+constexpr const char* kDirVar = "HG_TRAINER_DDP_DIR";
+
+std::string this_test() {
+  const auto* i = ::testing::UnitTest::GetInstance()->current_test_info();
+  return std::string(i->test_suite_name()) + "." + i->name();
+}
+
+// Logs its global rank every validation batch, reduced over ranks and not.
+class RankLogging : public test::TinyClassifier {
+ public:
+  void validation_step(const Batch& b, int64_t idx) override {
+    TinyClassifier::validation_step(b, idx);
+    const double rank = trainer()->strategy().global_rank();
+    log("rank_mean", rank, {.sync_dist = true});
+    log("rank_max", rank, {.reduce_fx = "max", .sync_dist = true});
+    log("rank_local", rank);
+  }
+};
+
+TEST(TrainerDDP, MetricsLoggersCheckpointAndPredictOverTwoRanks) {
+  const char* launched_for = std::getenv(kTestVar);
+  const bool launched = std::getenv("LOCAL_RANK") != nullptr;
+  if (launched && (!launched_for || this_test() != launched_for)) GTEST_SKIP() << "a launched child of another test";
+  std::optional<ddp_test::ScopedEnv> env;
+  if (!launched) {
+    auto vars = ddp_test::clean_dist_env();
+    vars[kTestVar] = this_test();
+    vars[kDirVar] = test::temp_dir("TrainerDDP").string();
+    env.emplace(vars);
+  }
+  const std::filesystem::path dir = std::getenv(kDirVar);
+  auto logger = std::make_shared<test::MemoryLogger>();
+  RankLogging m;
+  const DataLoader train(test::blobs(32, 1), {.batch_size = 4}), val(test::blobs(16, 2), {.batch_size = 4});
+  const DataLoader pred(test::blobs(10, 3), {.batch_size = 4});
+  {
+    Trainer t({.accelerator = "hpu", .devices = 2, .max_epochs = 2, .num_sanity_val_steps = 0, .default_root_dir = dir,
+               .logger = std::vector<std::shared_ptr<Logger>>{logger}, .enable_checkpointing = false,
+               .enable_progress_bar = false, .dist_timeout = 120s});
+    t.fit(m, train, &val);
+    const int rank = t.strategy().global_rank();
+    EXPECT_EQ(t.strategy().world_size(), 2);
+    EXPECT_EQ(t.global_step(), 8);  // 32 examples / 2 ranks / batches of 4, 2 epochs
+    EXPECT_DOUBLE_EQ(t.callback_metrics().at("rank_mean"), 0.5);
+    EXPECT_DOUBLE_EQ(t.callback_metrics().at("rank_max"), 1.0);
+    EXPECT_DOUBLE_EQ(t.callback_metrics().at("rank_local"), rank);
+    EXPECT_EQ(logger->rows.empty(), rank != 0);
+    EXPECT_EQ(logger->status.empty(), rank != 0);
+
+    t.save_checkpoint(dir / "ddp.ckpt");  // rank 0 writes; after the barrier every rank reads it
+    EXPECT_EQ(read_checkpoint(dir / "ddp.ckpt").global_step, 8);
+
+    const std::vector<Tensor> out = t.predict(m, pred);
+    if (rank == 0) {
+      ASSERT_EQ(out.size(), 3u);
+      EXPECT_EQ(out[2].shape(), (Shape{2, 3}));
+      std::vector<float> got;
+      for (const Tensor& o : out)
+        for (float v : o.to_vector()) got.push_back(v);
+      NoGradGuard no_grad;
+      m.module().eval();
+      const Tensor x = test::blobs(10, 3)->tensors()[0].to(Device::hpu(0));
+      test::expect_close(got, m.net->forward(x).to_vector(), 1e-5, "predictions in loader order");
+    } else {
+      EXPECT_TRUE(out.empty());
+    }
+  }  // rank 0: the strategy's teardown waits for rank 1 and fails the run if it failed
+}
+
+}  // namespace
+}  // namespace hg::training
