@@ -39,6 +39,7 @@ class LRScheduler {
   virtual void load_state_dict(const nlohmann::json& state);
 
  protected:
+  friend class SequentialLR;  // restarts the schedulers it runs (training/schedulers.h)
   // The lr of group g at interval last_epoch_ (closed form or recursive, as PyTorch).
   virtual double lr_at(size_t group) = 0;
   Optimizer& opt_;

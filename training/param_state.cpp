@@ -88,12 +88,14 @@ void load_state(std::vector<ParamGroup>& groups, std::map<std::string, ParamStat
       if (!n.is_string()) throw InvalidArgument(where + ".params holds a non-string entry");
       names.insert(n.get<std::string>());
     }
+    std::set<std::string> own;
+    for (const auto& [name, p] : groups[g].params) own.insert(name);
+    for (const auto& name : names)
+      if (!own.count(name)) throw InvalidArgument(where + ".params: unknown parameter '" + name + "'");
     for (const auto& [name, p] : groups[g].params) {
       if (!names.count(name)) throw InvalidArgument(where + ".params lacks parameter '" + name + "'");
-      names.erase(name);
       params[name] = p;
     }
-    if (!names.empty()) throw InvalidArgument(where + ".params: unknown parameter '" + *names.begin() + "'");
     for (const auto& [key, value] : e.items()) {
       if (key == "params") continue;
       if (!groups[g].options.count(key) && key != "initial_lr")
