@@ -269,9 +269,9 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-// The worker side of KilledRankMakesTheOtherExitWithAClearMessage: trains until rank 1 kills
-// itself at step 3; rank 0 must not get past it.
-[[noreturn]] void train_until_rank_one_dies(int devices, int num_nodes) {
+// The worker side of KilledRankMakesTheOtherExitWithAClearMessage: trains until rank `victim`
+// kills itself at step 3; the other must not get past it.
+[[noreturn]] void train_until_a_rank_dies(int devices, int num_nodes, int victim) {
   LazyMode lazy;
   DDPStrategy s;
   s.setup_environment({.device = Device::hpu(0), .devices = devices, .num_nodes = num_nodes, .timeout = 300s});
@@ -281,7 +281,7 @@ int free_port() {
   SGD opt(net->named_parameters(), SGDOptions{.lr = 0.1});
   s.setup_module(*net);
   for (int64_t step = 0; step < 1000; ++step) {
-    if (step == 3 && s.global_rank() == 1) ::raise(SIGKILL);
+    if (step == 3 && s.global_rank() == victim) ::raise(SIGKILL);
     auto [x, y] = rows(step % 8, s.global_rank() * 8, 8, d);
     s.backward(ops::cross_entropy(net->forward(x), y), true);
     s.finish_gradient_sync();
@@ -294,7 +294,10 @@ int free_port() {
 }
 
 TEST(DDPMultiProcess, KilledRankMakesTheOtherExitWithAClearMessage) {
-  if (working_for_this_test()) train_until_rank_one_dies(role() == "launched" ? 2 : 1, role() == "launched" ? 1 : 2);
+  if (working_for_this_test()) {
+    const bool launched = role() != "nodes";
+    train_until_a_rank_dies(launched ? 2 : 1, launched ? 1 : 2, role() == "launched-root" ? 0 : 1);
+  }
   if (std::getenv("LOCAL_RANK")) GTEST_SKIP() << "a launched child of another test";
   const auto dir = test::temp_dir("DDPKill");
   const std::vector<std::string> argv{self_exe(), "--gtest_filter=" + this_test()};
@@ -310,7 +313,21 @@ TEST(DDPMultiProcess, KilledRankMakesTheOtherExitWithAClearMessage) {
     EXPECT_THAT(rank0.output(), HasSubstr("hgraph DDP rank 0: "));
     EXPECT_THAT(rank0.output(), ::testing::ContainsRegex("signal 9|peer rank 1"));
   }
-  // 2. Two independent processes (two nodes of one device): the survivor's all-reduce fails.
+  // 2. Rank 0 dies: its launched rank 1 says so (parent-death signal or a failed all-reduce).
+  {
+    vars[kRoleVar] = "launched-root";
+    Worker rank0(argv, vars, dir / "launched-root.log");
+    const auto st = rank0.wait(120s);
+    ASSERT_TRUE(st.has_value()) << rank0.output();
+    EXPECT_TRUE(WIFSIGNALED(*st) && WTERMSIG(*st) == SIGKILL) << rank0.output();
+    std::string out;
+    for (int i = 0; i < 600 && out.find("hgraph DDP rank 1: ") == std::string::npos; ++i) {  // up to 60 s
+      std::this_thread::sleep_for(100ms);
+      out = rank0.output();
+    }
+    EXPECT_THAT(out, ::testing::ContainsRegex("hgraph DDP rank 1: (the process that launched this rank|.*peer rank 0)"));
+  }
+  // 3. Two independent processes (two nodes of one device): the survivor's all-reduce fails.
   {
     vars[kRoleVar] = "nodes";
     vars["MASTER_ADDR"] = "127.0.0.1";

@@ -1,10 +1,16 @@
 #include "training/ddp_strategy.h"
 
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -24,6 +30,31 @@ struct DDPStrategy::Watchdog {
 namespace {
 
 std::atomic<bool> g_failing{false};
+
+// A local rank the launcher started (its parent runs this same program) learns of the parent's
+// death by SIGUSR2 instead of the launcher's silent SIGKILL, and says so before exiting.
+char g_parent_gone[160];
+size_t g_parent_gone_len = 0;
+
+extern "C" void on_parent_gone(int) {
+  (void)!::write(2, g_parent_gone, g_parent_gone_len);
+  ::_exit(1);
+}
+
+void report_parent_death(int rank) {
+  const pid_t parent = ::getppid();
+  std::error_code e1, e2;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", e1);
+  const auto theirs = std::filesystem::read_symlink("/proc/" + std::to_string(parent) + "/exe", e2);
+  if (e1 || e2 || self != theirs) return;  // started by something else: leave it alone
+  const int n = std::snprintf(g_parent_gone, sizeof(g_parent_gone),
+                              "hgraph DDP rank %d: the process that launched this rank (pid %d) is gone; exiting\n",
+                              rank, static_cast<int>(parent));
+  g_parent_gone_len = n > 0 ? std::min(static_cast<size_t>(n), sizeof(g_parent_gone) - 1) : 0;
+  ::signal(SIGUSR2, on_parent_gone);
+  ::prctl(PR_SET_PDEATHSIG, SIGUSR2);
+  if (::getppid() != parent) on_parent_gone(0);  // it died before the signal was armed
+}
 
 // The tensors rank 0 broadcasts, with a signature (names, dtypes, shapes) every rank checks.
 std::vector<std::pair<std::string, Tensor*>> state_of(models::Module& m, bool buffers_only) {
@@ -85,6 +116,7 @@ void DDPStrategy::setup_environment(const StrategyContext& ctx) {
   if (!env_.creates_processes_externally && ctx.devices > 1)
     launcher_ = launch_local_ranks(env_, ctx.devices, ctx.num_nodes);
   rank_ = env_.global_rank(ctx.devices);
+  if (env_.creates_processes_externally && env_.local_rank > 0) report_parent_death(rank_);
   if (env_.master_port == 0)
     throw InvalidArgument("DDP: MASTER_PORT is not set (node " + std::to_string(env_.node_rank) +
                           " of " + std::to_string(ctx.num_nodes) + " needs rank 0's address and port)");
