@@ -1,0 +1,282 @@
+// hgraph-train's config: reading, overrides, validation and the run (training/train_config.h).
+#include "training/train_config.h"
+
+#include <fstream>
+#include <ostream>
+#include <sstream>
+
+#include "engine/error.h"
+#include "training/callbacks.h"
+#include "training/config_reader.h"
+#include "training/loggers.h"
+
+#ifndef HG_DEFAULT_DIGITS
+#define HG_DEFAULT_DIGITS "models/data/digits.safetensors"
+#endif
+
+namespace hg::training {
+
+namespace {
+
+using nlohmann::json;
+
+Limit read_limit(ConfigReader& r, const std::string& key) {
+  const json& v = r.raw(key);
+  if (v.is_null()) return Limit();
+  if (v.is_number_integer()) {
+    if (v.get<int64_t>() < 0) r.fail(key, "must be >= 0, got " + v.dump());
+    return Limit(v.get<int>());
+  }
+  if (v.is_number()) {
+    if (v.get<double>() < 0 || v.get<double>() > 1) r.fail(key, "a fraction must be in [0, 1], got " + v.dump());
+    return Limit(v.get<double>());
+  }
+  r.fail(key, "expected a batch count (integer) or a fraction (number with a point), got " + v.dump());
+}
+
+std::shared_ptr<Callback> read_callback(ConfigReader& r) {
+  const auto name = r.required<std::string>("name");
+  if (name == "ModelCheckpoint") {
+    ModelCheckpointOptions o;
+    o.dirpath = r.get("dirpath", std::string());
+    o.filename = r.get("filename", o.filename);
+    o.monitor = r.get("monitor", o.monitor);
+    o.mode = r.get("mode", o.mode);
+    o.save_top_k = r.get("save_top_k", o.save_top_k);
+    o.save_last = r.get("save_last", o.save_last);
+    o.save_weights_only = r.get("save_weights_only", o.save_weights_only);
+    o.every_n_train_steps = r.optional<int64_t>("every_n_train_steps");
+    o.every_n_epochs = r.optional<int>("every_n_epochs");
+    o.save_on_train_epoch_end = r.optional<bool>("save_on_train_epoch_end");
+    o.auto_insert_metric_name = r.get("auto_insert_metric_name", o.auto_insert_metric_name);
+    o.enable_version_counter = r.get("enable_version_counter", o.enable_version_counter);
+    return std::make_shared<ModelCheckpoint>(o);
+  }
+  if (name == "EarlyStopping") {
+    EarlyStoppingOptions o;
+    o.monitor = r.required<std::string>("monitor");
+    o.min_delta = r.get("min_delta", o.min_delta);
+    o.patience = r.get("patience", o.patience);
+    o.mode = r.get("mode", o.mode);
+    o.strict = r.get("strict", o.strict);
+    o.check_finite = r.get("check_finite", o.check_finite);
+    o.stopping_threshold = r.optional<double>("stopping_threshold");
+    o.divergence_threshold = r.optional<double>("divergence_threshold");
+    o.check_on_train_epoch_end = r.optional<bool>("check_on_train_epoch_end");
+    o.verbose = r.get("verbose", o.verbose);
+    return std::make_shared<EarlyStopping>(o);
+  }
+  if (name == "LearningRateMonitor") {
+    LearningRateMonitorOptions o;
+    o.logging_interval = r.get("logging_interval", o.logging_interval);
+    o.log_momentum = r.get("log_momentum", o.log_momentum);
+    o.log_weight_decay = r.get("log_weight_decay", o.log_weight_decay);
+    return std::make_shared<LearningRateMonitor>(o);
+  }
+  if (name == "DeviceStatsMonitor") return std::make_shared<DeviceStatsMonitor>(r.optional<bool>("cpu_stats"));
+  r.fail("name", "unknown callback '" + name + "' (ModelCheckpoint, EarlyStopping, LearningRateMonitor, DeviceStatsMonitor)");
+}
+
+// logger: true (CSV), false (none), "csv", "tensorboard", or a list of those names.
+std::optional<std::vector<std::shared_ptr<Logger>>> read_loggers(ConfigReader& r, const std::filesystem::path& root) {
+  const json& v = r.raw("logger");
+  if (v.is_null() || (v.is_boolean() && v.get<bool>())) return std::nullopt;  // the Trainer's CSVLogger
+  std::vector<std::shared_ptr<Logger>> out;
+  if (v.is_boolean()) return out;
+  const json names = v.is_array() ? v : json::array({v});
+  const auto save_dir = root.empty() ? std::filesystem::current_path() : root;
+  for (const auto& n : names) {
+    if (n == "csv") out.push_back(std::make_shared<CSVLogger>(save_dir));
+    else if (n == "tensorboard") out.push_back(std::make_shared<TensorBoardLogger>(save_dir));
+    else r.fail("logger", "expected true, false, \"csv\", \"tensorboard\" or a list of those, got " + v.dump());
+  }
+  return out;
+}
+
+TrainerOptions read_trainer(ConfigReader& r) {
+  TrainerOptions o;
+  o.accelerator = r.get("accelerator", o.accelerator);
+  const json& devices = r.raw("devices");
+  if (devices.is_string()) o.devices = Devices(devices.get<std::string>());
+  else if (devices.is_number_integer()) o.devices = Devices(devices.get<int>());
+  else if (!devices.is_null()) r.fail("devices", "expected a count or \"auto\", got " + devices.dump());
+  o.strategy = r.get("strategy", o.strategy);
+  o.num_nodes = r.get("num_nodes", o.num_nodes);
+  const json& precision = r.raw("precision");
+  if (precision.is_number_integer()) o.precision = std::to_string(precision.get<int>());
+  else if (precision.is_string()) o.precision = precision.get<std::string>();
+  else if (!precision.is_null()) r.fail("precision", "expected \"32\", \"32-true\" or \"bf16-mixed\", got " + precision.dump());
+  o.max_epochs = r.optional<int>("max_epochs");
+  o.min_epochs = r.get("min_epochs", o.min_epochs);
+  o.max_steps = r.get("max_steps", o.max_steps);
+  o.limit_train_batches = read_limit(r, "limit_train_batches");
+  o.limit_val_batches = read_limit(r, "limit_val_batches");
+  o.limit_test_batches = read_limit(r, "limit_test_batches");
+  o.limit_predict_batches = read_limit(r, "limit_predict_batches");
+  if (r.has("val_check_interval")) {
+    const json& v = r.raw("val_check_interval");
+    if (v.is_number_integer()) o.val_check_interval = Limit(v.get<int>());
+    else if (v.is_number()) o.val_check_interval = Limit(v.get<double>());
+    else r.fail("val_check_interval", "expected a batch count or a fraction of an epoch, got " + v.dump());
+  }
+  if (r.contains("check_val_every_n_epoch") && !r.has("check_val_every_n_epoch")) {
+    r.raw("check_val_every_n_epoch");
+    o.check_val_every_n_epoch = std::nullopt;  // explicit null: validation by val_check_interval only
+  } else {
+    o.check_val_every_n_epoch = r.get("check_val_every_n_epoch", 1);
+  }
+  o.num_sanity_val_steps = r.get("num_sanity_val_steps", o.num_sanity_val_steps);
+  o.log_every_n_steps = r.get("log_every_n_steps", o.log_every_n_steps);
+  o.accumulate_grad_batches = r.get("accumulate_grad_batches", o.accumulate_grad_batches);
+  o.gradient_clip_val = r.optional<double>("gradient_clip_val");
+  o.gradient_clip_algorithm = r.get("gradient_clip_algorithm", o.gradient_clip_algorithm);
+  o.deterministic = r.get("deterministic", o.deterministic);
+  o.seed = r.get("seed", o.seed);
+  o.default_root_dir = r.get("default_root_dir", std::string());
+  const json& callbacks = r.raw("callbacks");
+  if (!callbacks.is_null() && !callbacks.is_array()) r.fail("callbacks", "expected a list, got " + callbacks.dump());
+  for (size_t i = 0; callbacks.is_array() && i < callbacks.size(); ++i) {
+    ConfigReader c(callbacks[i], r.path_of("callbacks") + "[" + std::to_string(i) + "]");
+    o.callbacks.push_back(read_callback(c));
+    c.finish();
+  }
+  o.logger = read_loggers(r, o.default_root_dir);
+  o.enable_checkpointing = r.get("enable_checkpointing", o.enable_checkpointing);
+  o.enable_progress_bar = r.get("enable_progress_bar", o.enable_progress_bar);
+  const json& fdr = r.raw("fast_dev_run");
+  if (fdr.is_boolean()) o.fast_dev_run = fdr.get<bool>() ? 1 : 0;
+  else if (fdr.is_number_integer() && fdr.get<int>() >= 0) o.fast_dev_run = fdr.get<int>();
+  else if (!fdr.is_null()) r.fail("fast_dev_run", "expected true, false or a batch count, got " + fdr.dump());
+  if (r.has("dist_timeout")) {
+    const double s = r.get("dist_timeout", 0.0);
+    if (s <= 0) r.fail("dist_timeout", "must be > 0 seconds");
+    o.dist_timeout = std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+  }
+  return o;
+}
+
+}  // namespace
+
+json read_config_file(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  if (!in) throw IoError(file.string() + ": cannot open the config file");
+  try {
+    return json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw InvalidArgument(file.string() + ": not valid JSON (" + e.what() + ")");
+  }
+}
+
+void apply_override(json& config, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw InvalidArgument("--set " + assignment + ": expected key.path=value");
+  const std::string path = assignment.substr(0, eq), text = assignment.substr(eq + 1);
+  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) value = text;
+  json* node = &config;
+  std::stringstream parts(path);
+  std::string part, walked;
+  std::vector<std::string> keys;
+  while (std::getline(parts, part, '.')) keys.push_back(part);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i].empty()) throw InvalidArgument("--set " + assignment + ": empty key in '" + path + "'");
+    walked += (i ? "." : "") + keys[i];
+    if (node->is_null()) *node = json::object();
+    if (!node->is_object()) throw InvalidArgument("--set " + assignment + ": '" + walked + "' is inside a non-object");
+    node = &(*node)[keys[i]];
+  }
+  *node = value;
+}
+
+TrainConfig parse_train_config(const json& config) {
+  ConfigReader top(config, "");
+  TrainConfig c;
+  ConfigReader m = top.child("model").value_or(ConfigReader(json::object(), "model"));
+  c.model.model = m.get("name", c.model.model);
+  c.model.model_config = m.get("config", json::object());
+  c.model.seed = m.get("seed", c.model.seed);
+  m.finish();
+
+  ConfigReader d = top.child("data").value_or(ConfigReader(json::object(), "data"));
+  c.data.dataset = d.get("dataset", c.data.dataset);
+  if (c.data.dataset != "digits") d.fail("dataset", "unknown dataset '" + c.data.dataset + "' (digits)");
+  c.data.path = d.get("path", std::string(HG_DEFAULT_DIGITS));
+  c.data.image_size = d.get("image_size", int64_t{c.model.model == "lenet5" ? 32 : 8});
+  if (c.data.image_size != 8 && c.data.image_size != 32) d.fail("image_size", "must be 8 or 32");
+  c.data.batch_size = d.get("batch_size", c.data.batch_size);
+  c.data.val_batch_size = d.get("val_batch_size", c.data.val_batch_size);
+  if (c.data.batch_size < 1) d.fail("batch_size", "must be >= 1");
+  if (c.data.val_batch_size < 1) d.fail("val_batch_size", "must be >= 1");
+  c.data.holdout_fraction = d.get("holdout_fraction", c.data.holdout_fraction);
+  if (!(c.data.holdout_fraction >= 0 && c.data.holdout_fraction < 1)) d.fail("holdout_fraction", "must be in [0, 1)");
+  c.data.seed = d.get("seed", c.data.seed);
+  c.data.num_workers = d.get("num_workers", c.data.num_workers);
+  if (c.data.num_workers < 0) d.fail("num_workers", "must be >= 0");
+  c.data.prefetch_factor = d.get("prefetch_factor", c.data.prefetch_factor);
+  if (c.data.prefetch_factor < 1) d.fail("prefetch_factor", "must be >= 1");
+  d.finish();
+
+  if (top.contains("optimizer")) c.model.optimizer = top.raw("optimizer");
+  ConfigReader t = top.child("trainer").value_or(ConfigReader(json::object(), "trainer"));
+  c.trainer = read_trainer(t);
+  t.finish();
+
+  if (auto e = top.child("export")) {
+    ExportOptions x;
+    x.dir = e->get("dir", std::string());
+    x.name = e->get("name", "digits_" + c.model.model);
+    x.version = e->get("version", x.version);
+    x.serving_config = e->raw("config");
+    e->finish();
+    if (!x.dir.empty()) c.export_options = x;
+    else if (e->contains("dir")) e->fail("dir", "must not be empty");
+  }
+  top.finish();
+  // Builds the module once: a bad model or optimizer config fails here, before any data loads.
+  ClassifierModule check(c.model);
+  return c;
+}
+
+TrainResult run_training(const TrainConfig& c, std::ostream& out) {
+  auto digits = load_digits(c.data.path, c.data.image_size);
+  auto [train, held] = random_split(digits, c.data.holdout_fraction, c.data.seed);
+  DataLoader train_loader(train, {.batch_size = c.data.batch_size, .shuffle = true, .seed = c.data.seed,
+                                  .num_workers = c.data.num_workers, .prefetch_factor = c.data.prefetch_factor});
+  DataLoader held_loader(held, {.batch_size = c.data.val_batch_size, .num_workers = c.data.num_workers,
+                                .prefetch_factor = c.data.prefetch_factor});
+  TrainResult r;
+  r.module = std::make_shared<ClassifierModule>(c.model);
+  Trainer trainer(c.trainer);
+  const bool has_held = held->size() > 0;
+  if (trainer.is_global_zero())
+    out << "hgraph-train: " << c.model.model << " on " << c.data.dataset << " (" << train->size() << " train / "
+        << held->size() << " held-out examples)\n";
+  trainer.fit(*r.module, train_loader, has_held ? &held_loader : nullptr);
+  r.metrics = trainer.callback_metrics();
+  r.epochs = trainer.current_epoch();
+  r.global_step = trainer.global_step();
+  if (has_held) {
+    const auto t = trainer.test(*r.module, held_loader);
+    if (!t.empty()) r.test = t[0];
+  }
+  if (trainer.is_global_zero()) {
+    for (const auto& [k, v] : r.test) out << "held-out " << k << " " << v << "\n";
+    if (c.export_options) {
+      ExportOptions x = *c.export_options;
+      json meta = {{"dataset", c.data.dataset + " (image_size " + std::to_string(c.data.image_size) + "), " +
+                                   std::to_string(held->size()) + " held out, seed " + std::to_string(c.data.seed)},
+                   {"epochs", r.epochs},
+                   {"global_step", r.global_step}};
+      for (const auto& [k, v] : r.test) meta[k] = v;
+      if (r.metrics.count("train_loss")) meta["train_loss"] = r.metrics.at("train_loss");
+      for (const auto& [k, v] : x.metadata.items()) meta[k] = v;
+      x.metadata = meta;
+      r.export_dir = export_classifier(*r.module, x);
+      out << "exported to " << r.export_dir.string() << "\n";
+    }
+  }
+  return r;
+}
+
+}  // namespace hg::training

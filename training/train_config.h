@@ -1,0 +1,67 @@
+// hgraph-train's configuration: a JSON file with the sections data, model, optimizer, trainer
+// and export (every key and default: train_config_help()), overridden by "--set key.path=value",
+// and the run it describes (fit on the training split, test on the held-out split, export).
+//
+//   nlohmann::json j = hg::training::read_config_file("training/configs/digits_mlp.json");
+//   hg::training::apply_override(j, "trainer.max_epochs=5");
+//   hg::training::TrainConfig c = hg::training::parse_train_config(j);   // errors name the key
+//   hg::training::TrainResult r = hg::training::run_training(c, std::cout);
+//   r.test.at("test_acc"); r.export_dir;
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <iosfwd>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "training/classifier_module.h"
+#include "training/export.h"
+#include "training/trainer.h"
+
+namespace hg::training {
+
+struct DataConfig {
+  std::string dataset = "digits";
+  std::filesystem::path path;  // empty: the bundled models/data/digits.safetensors
+  int64_t image_size = 8;      // 8 (32 for lenet5 when not given)
+  int64_t batch_size = 32;
+  int64_t val_batch_size = 256;
+  double holdout_fraction = 0.2;
+  uint64_t seed = 0;
+  int num_workers = 0;
+  int prefetch_factor = 2;
+};
+
+struct TrainConfig {
+  DataConfig data;
+  ClassifierSpec model;
+  TrainerOptions trainer;
+  std::optional<ExportOptions> export_options;  // set when export.dir is given
+};
+
+// The JSON of a config file; hg::IoError / hg::InvalidArgument naming the file and position.
+nlohmann::json read_config_file(const std::filesystem::path& file);
+// "a.b.c=value": value is JSON when it parses as JSON, else a string. Creates objects on the way.
+void apply_override(nlohmann::json& config, const std::string& assignment);
+// Validates every key (hg::InvalidArgument "trainer.max_epochs: expected an integer, got \"x\"").
+TrainConfig parse_train_config(const nlohmann::json& config);
+// The documentation of every section and key with its default, for --help.
+std::string train_config_help();
+
+struct TrainResult {
+  std::map<std::string, double> test;  // test_loss, test_acc on the held-out split (empty without one)
+  std::map<std::string, double> metrics;  // the Trainer's callback_metrics after fit
+  int epochs = 0;
+  int64_t global_step = 0;
+  std::filesystem::path export_dir;       // empty unless exported
+  std::shared_ptr<ClassifierModule> module;  // the trained module
+};
+
+// Loads the data, fits, tests on the held-out split and exports (on global rank 0). Under DDP
+// every process runs this (the Trainer re-executes the program for local ranks 1..n-1).
+TrainResult run_training(const TrainConfig& c, std::ostream& out);
+
+}  // namespace hg::training
