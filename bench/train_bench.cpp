@@ -8,7 +8,7 @@
 //       --batches batches of B samples; the MLP takes digits rows, LeNet-5 and the encoder
 //       seeded random inputs and labels).
 //   hg_train_bench run DIR --model M --batch B --mode lazy|eager [--seconds 3] [--warmup 5] [--sync-every 10]
-//                      [--steps N] [--tag T]
+//                      [--steps N] [--tag T] [--start-at UNIX_SECONDS]
 //       a raw training loop on hpu:0: forward, cross_entropy, backward, SGD (momentum 0.9)
 //       step, zero_grad, mark_step; the batches of data.safetensors in turn. Lazy: one traced
 //       step graph per step, compiled once and replayed from the cache; eager:
@@ -18,7 +18,8 @@
 //       host traces ahead of hpu:0's queue, and this bounds the queue at 2 * sync-every steps.
 //       One JSON line: samples_per_s, steps, seconds, cpu_s (process user + system time over
 //       the timed steps), first and last loss, lazy graph cache statistics, hpu:0 memory, the
-//       timed window's start and end (Unix seconds) and --tag.
+//       timed window's start and end (Unix seconds) and --tag. --start-at: after the warm-up,
+//       wait until that wall-clock time before timing (lines up independent processes).
 //   hg_train_bench ddp DIR --model M --batch B [--mode lazy] [--steps 100] [--warmup 5] [--devices 2]
 //       the same loop under training/ddp_strategy.h's DDPStrategy over `--devices` processes on
 //       127.0.0.1 (this one is rank 0 and launches the others, or LOCAL_RANK etc. are set):
@@ -43,6 +44,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/autograd.h"
@@ -52,20 +54,13 @@
 #include "models/safetensors.h"
 #include "models/state_dict.h"
 #include "models/zoo.h"
+#include "bench/train_bench.h"
 #include "training/ddp_strategy.h"
 #include "training/sgd.h"
 
-namespace {
+namespace train_bench {
 
-namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-using hg::Tensor;
-
-const hg::Device kHpu = hg::Device::hpu(0);
-constexpr int64_t kBertSeq = 128;
-constexpr double kMomentum = 0.9;
-
-std::map<std::string, std::string> options(int argc, char** argv, int first) {
+Options options(int argc, char** argv, int first) {
   std::map<std::string, std::string> o;
   for (int i = first; i < argc; i += 2) {
     const std::string k = argv[i];
@@ -75,7 +70,7 @@ std::map<std::string, std::string> options(int argc, char** argv, int first) {
   return o;
 }
 
-std::string opt(const std::map<std::string, std::string>& o, const std::string& k, const std::string& dflt) {
+std::string opt(const Options& o, const std::string& k, const std::string& dflt) {
   auto it = o.find(k);
   return it == o.end() ? dflt : it->second;
 }
@@ -104,12 +99,6 @@ std::unique_ptr<hg::models::Module> make_model(const std::string& model) {
 }
 
 double learning_rate(const std::string& model) { return model == "mlp" || model == "digits" ? 0.1 : 0.01; }
-
-// The digits: U8 images [N, 64] scaled to [0, 1], U8 labels [N].
-struct Digits {
-  std::vector<float> x;
-  std::vector<int64_t> y;
-};
 
 Digits load_digits() {
   const std::string file = std::string(HG_SOURCE_DIR) + "/models/data/digits.safetensors";
@@ -202,6 +191,14 @@ std::unique_ptr<hg::models::Module> load_model(const std::string& model, const f
   return net;
 }
 
+}  // namespace train_bench
+
+namespace {
+
+using namespace train_bench;
+using hg::Tensor;
+using Clock = std::chrono::steady_clock;
+
 // The batches of data.safetensors as hpu tensors (made before lazy tracing starts).
 std::vector<std::pair<Tensor, Tensor>> load_batches(const fs::path& dir, int64_t batch) {
   const fs::path f = dir / "data.safetensors";
@@ -259,6 +256,10 @@ int run(const fs::path& root, const std::map<std::string, std::string>& o) {
       step().item();
       std::cerr << "step " << i << ": hpu in use " << hg::memory_stats(kHpu).in_use << " bytes\n";
     }
+  if (const double start_at = std::stod(opt(o, "start-at", "0")); start_at > 0) {
+    hg::synchronize(kHpu);
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::max(0.0, start_at - unix_seconds())));
+  }
   const auto stats0 = hg::graphs::lazy_stats();
   const double cpu0 = cpu_seconds();
   const double unix0 = unix_seconds();
@@ -433,8 +434,10 @@ int main(int argc, char** argv) {
     if (cmd == "prepare" && argc > 2) return prepare(argv[2], options(argc, argv, 3));
     if (cmd == "run" && argc > 2) return run(argv[2], options(argc, argv, 3));
     if (cmd == "ddp" && argc > 2) return ddp(argv[2], options(argc, argv, 3));
+    if (cmd == "trainer" && argc > 2) return trainer_run(argv[2], options(argc, argv, 3));
+    if (cmd == "trainer-digits" && argc > 3) return trainer_digits(argv[2], argv[3], options(argc, argv, 4));
     if (cmd == "digits" && argc > 3) return digits(argv[2], argv[3], options(argc, argv, 4));
-    std::cerr << "usage: hg_train_bench prepare|run DIR [--model M --batch B ...] | digits DIR OUT.csv\n";
+    std::cerr << "usage: hg_train_bench prepare|run|ddp|trainer DIR [--model M --batch B ...] | digits|trainer-digits DIR OUT\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "hg_train_bench: " << e.what() << "\n";

@@ -4,7 +4,8 @@
 # (batch 32 and 256), LeNet-5 (batch 32) and the BERT-style encoder (batch 8, 128 tokens), with
 # the same initial weights, batches, optimizer (SGD, momentum 0.9) and threads (OMP_NUM_THREADS +
 # HG_HPU_THREADS / torch.set_num_threads); then DDP scaling (2 ranks x 1 thread against 2
-# independent 1-thread processes at the same time), then the digits loss curves.
+# independent 1-thread processes at the same time), then the digits loss curves (the raw loop,
+# PyTorch, and the Trainer with its CSVLogger).
 #   bash bench/train/run_train.sh [SECONDS] [BUILD_DIR] [THREADS...]
 # SECONDS per (runtime, model, batch) cell (default 3); BUILD_DIR default build, with
 # hg_train_bench built (`cmake --build BUILD_DIR --target hg_train_bench`); THREADS default "1 2".
@@ -65,9 +66,10 @@ if has ddp; then
       echo "DDP round $round: $1 batch $2 per process, $steps steps" >&2
       # one process alone, then two at once
       "$bench" run "$data" --model "$1" --batch "$2" --mode lazy --steps "$steps" --tag single >> "$out.tmp"
-      "$bench" run "$data" --model "$1" --batch "$2" --mode lazy --steps "$steps" --tag independent_0 > "$data/ind0.json" &
+      start=$(($(date +%s) + 8))  # both time from the same instant, after their warm-ups
+      "$bench" run "$data" --model "$1" --batch "$2" --mode lazy --steps "$steps" --start-at "$start" --tag independent_0 > "$data/ind0.json" &
       p0=$!
-      "$bench" run "$data" --model "$1" --batch "$2" --mode lazy --steps "$steps" --tag independent_1 > "$data/ind1.json" &
+      "$bench" run "$data" --model "$1" --batch "$2" --mode lazy --steps "$steps" --start-at "$start" --tag independent_1 > "$data/ind1.json" &
       p1=$!
       wait "$p0" "$p1"
       cat "$data/ind0.json" "$data/ind1.json" >> "$out.tmp"
@@ -79,10 +81,15 @@ fi
 
 if has digits; then
   export OMP_NUM_THREADS=1 HG_HPU_THREADS=1
+  # the raw loop and PyTorch over the same split and per-epoch orders; the Trainer (lazy, its
+  # default CSVLogger) over training::random_split and its DataLoader's shuffle
   "$bench" digits "$data" "$data/digits_hgraph.csv" --epochs 30
   torch_py digits "$data" "$data/digits_torch.csv" --epochs 30
+  rm -rf "$data/digits_trainer"
+  "$bench" trainer-digits "$data" "$data/digits_trainer" --epochs 30
   /usr/bin/python3 bench/train/loss_curve.py bench/train/digits_loss.png \
-    "hgraph lazy=$data/digits_hgraph.csv" "PyTorch=$data/digits_torch.csv"
+    "hgraph raw loop=$data/digits_hgraph.csv" "PyTorch=$data/digits_torch.csv" \
+    "hgraph Trainer=$data/digits_trainer/lightning_logs/version_0/metrics.csv"
 fi
 
 mv "$out.tmp" "$out"
