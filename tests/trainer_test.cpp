@@ -135,7 +135,32 @@ TEST_F(TrainerTest, FitHookOrderIsLightnings) {
   EXPECT_EQ(t.current_epoch(), 1);
   EXPECT_EQ(t.global_step(), 2);
   EXPECT_EQ(t.num_training_batches(), 2);
+  EXPECT_EQ(t.num_val_batches(), 1);
   EXPECT_EQ(m.trainer(), nullptr);
+}
+
+class Failing : public TinyClassifier {
+ public:
+  using TinyClassifier::TinyClassifier;
+  Tensor training_step(const Batch& b, int64_t idx) override {
+    if (idx == 1) throw InvalidArgument("boom at batch 1");
+    return TinyClassifier::training_step(b, idx);
+  }
+};
+
+TEST_F(TrainerTest, AnExceptionReachesCallbacksAndLoggersAndPropagates) {
+  std::vector<std::string> ev;
+  Failing m(&ev);
+  auto logger = std::make_shared<MemoryLogger>();
+  Trainer t(quiet_options(dir, {.max_epochs = 1, .callbacks = {std::make_shared<RecordingCallback>(&ev)},
+                                .logger = std::vector<std::shared_ptr<Logger>>{logger}, .enable_checkpointing = false}));
+  EXPECT_THAT(error_of<InvalidArgument>([&] { t.fit(m, DataLoader(blobs(24, 1), {.batch_size = 8})); }),
+              HasSubstr("boom at batch 1"));
+  EXPECT_EQ(std::count(ev.begin(), ev.end(), "cb.on_exception"), 1);
+  EXPECT_EQ(ev.back(), "teardown:fit");
+  EXPECT_EQ(logger->status, "failed");
+  EXPECT_EQ(m.trainer(), nullptr);
+  EXPECT_EQ(t.stage(), "");
 }
 
 // Logs the loss per step (the default in training_step) and as an epoch mean.

@@ -62,15 +62,15 @@ void Trainer::Loop::fit(LightningModule& m, const DataLoader& train, const DataL
   const int64_t n = limit_batches(o.limit_train_batches, train_d.num_batches(), "limit_train_batches");
   t.num_training_batches_ = n;
   std::optional<DataLoader> val_d;
-  num_val_batches = 0;
+  t.num_val_batches_ = 0;
   if (val) {
     val_d = strategy->distribute(*val, false, 0);
-    num_val_batches = limit_batches(o.limit_val_batches, val_d->num_batches(), "limit_val_batches");
+    t.num_val_batches_ = limit_batches(o.limit_val_batches, val_d->num_batches(), "limit_val_batches");
   }
   val_loader = val_d ? &*val_d : nullptr;
   if (o.val_check_interval.batches >= 0) {
     val_check_batch = o.val_check_interval.batches;
-    if (o.check_val_every_n_epoch && val_check_batch > n && num_val_batches > 0)
+    if (o.check_val_every_n_epoch && val_check_batch > n && t.num_val_batches_ > 0)
       throw InvalidArgument("Trainer: val_check_interval (" + std::to_string(val_check_batch) +
                             ") must be <= the number of training batches (" + std::to_string(n) +
                             "); or set check_val_every_n_epoch unset to count batches across epochs");
@@ -83,8 +83,9 @@ void Trainer::Loop::fit(LightningModule& m, const DataLoader& train, const DataL
   for (auto& cb : t.callbacks_) cb->on_fit_start(t, m);
   m.on_fit_start();
 
-  if (val_loader && num_val_batches > 0 && o.num_sanity_val_steps != 0) {
-    const int64_t k = o.num_sanity_val_steps == -1 ? num_val_batches : std::min<int64_t>(num_val_batches, o.num_sanity_val_steps);
+  if (val_loader && t.num_val_batches_ > 0 && o.num_sanity_val_steps != 0) {
+    const int64_t k = o.num_sanity_val_steps == -1 ? t.num_val_batches_
+                                                   : std::min<int64_t>(t.num_val_batches_, o.num_sanity_val_steps);
     t.sanity_checking_ = true;
     evaluate(m, *val_loader, k, false);
     t.sanity_checking_ = false;
@@ -151,7 +152,7 @@ void Trainer::Loop::epoch_end_hooks(LightningModule& m) {
 
 bool Trainer::Loop::should_validate(int64_t idx) const {
   const auto& every = t.opt_.check_val_every_n_epoch;
-  if (!val_loader || num_val_batches == 0) return false;
+  if (!val_loader || t.num_val_batches_ == 0) return false;
   if (every && (t.epoch_ + 1) % *every != 0) return false;
   const int64_t i = every ? idx : total_batch_idx - 1;
   return (i + 1) % val_check_batch == 0;
@@ -209,7 +210,7 @@ void Trainer::Loop::train_batch(LightningModule& m, const Batch& host_batch, int
   if (stepped && t.global_step_ % o.log_every_n_steps == 0) log_to_loggers(s.log, t.global_step_ - 1);
   train_metrics.clear_step();
   if (should_validate(idx)) {
-    evaluate(m, *val_loader, num_val_batches, false);
+    evaluate(m, *val_loader, t.num_val_batches_, false);
     m.module().train();
   }
   if (stepped && m.automatic_optimization) step_schedulers("step", true);

@@ -122,6 +122,8 @@ class Trainer {
   std::filesystem::path default_root_dir() const;
   std::filesystem::path log_dir() const;  // the first logger's, else default_root_dir
   int64_t num_training_batches() const { return num_training_batches_; }
+  // Batches each validation of the current fit runs (0: no val loader, or limit_val_batches 0).
+  int64_t num_val_batches() const { return num_val_batches_; }
   std::ostream& out() const;
 
  private:
@@ -135,7 +137,7 @@ class Trainer {
   std::vector<std::shared_ptr<Logger>> loggers_;
   std::map<std::string, double> callback_metrics_, progress_bar_metrics_, logged_metrics_;
   int epoch_ = 0;
-  int64_t global_step_ = 0, num_training_batches_ = 0;
+  int64_t global_step_ = 0, num_training_batches_ = 0, num_val_batches_ = 0;
   bool sanity_checking_ = false;
   std::string stage_;
 };

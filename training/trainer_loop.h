@@ -33,7 +33,6 @@ struct Trainer::Loop {
   int64_t total_batch_idx = 0; // training batches since the start (val_check_interval without epochs)
   int64_t val_check_batch = 1;
   const DataLoader* val_loader = nullptr;  // fit's, already distributed
-  int64_t num_val_batches = 0;
 
   // Sets the hook context for log() while alive.
   struct HookScope {
