@@ -14,6 +14,7 @@
 #include "tests/trainer_test_util.h"
 #include "training/callbacks.h"
 #include "training/checkpoint.h"
+#include "training/schedulers.h"
 
 namespace hg::training {
 namespace {
@@ -123,12 +124,19 @@ struct RunState {
   std::vector<std::vector<float>> momentum;
   int epoch;
   int64_t step;
+  double lr;
 };
 
-// Fits a fresh module (init seed `init`) with a shuffled loader and returns its final state.
+// Fits a fresh module (init seed `init`; SGD with momentum and a per-step StepLR) with a
+// shuffled loader and returns its final state.
 RunState fit_run(const std::filesystem::path& dir, const std::string& accelerator, TrainerOptions o, uint64_t init,
             const std::string& ckpt_in, const std::filesystem::path& ckpt_out) {
   TinyClassifier m(nullptr, init);
+  m.make_optimizers = [](TinyClassifier& x) {
+    auto opt = std::make_shared<SGD>(x.net->named_parameters(), SGDOptions{.lr = 0.1, .momentum = 0.9});
+    return std::vector<OptimizerConfig>{
+        {.optimizer = opt, .scheduler = std::make_shared<StepLR>(*opt, 3, 0.7), .interval = "step"}};
+  };
   const DataLoader train(blobs(40, 7), {.batch_size = 8, .shuffle = true, .seed = 3});
   o.accelerator = accelerator;
   o.deterministic = true;
@@ -137,7 +145,8 @@ RunState fit_run(const std::filesystem::path& dir, const std::string& accelerato
   Trainer t(quiet_options(dir, o));
   t.fit(m, train, nullptr, ckpt_in);
   if (!ckpt_out.empty()) t.save_checkpoint(ckpt_out);
-  RunState r{test::weights_of(*m.net), {}, t.current_epoch(), t.global_step()};
+  RunState r{test::weights_of(*m.net), {}, t.current_epoch(), t.global_step(),
+             t.optimizer_configs()[0].optimizer->param_groups()[0].lr()};
   for (auto& [name, tensor] : t.optimizer_configs()[0].optimizer->state_dict().tensors) r.momentum.push_back(tensor.to_vector());
   return r;
 }
@@ -145,6 +154,7 @@ RunState fit_run(const std::filesystem::path& dir, const std::string& accelerato
 void expect_same(const RunState& a, const RunState& b) {
   EXPECT_EQ(a.epoch, b.epoch);
   EXPECT_EQ(a.step, b.step);
+  EXPECT_EQ(a.lr, b.lr);
   ASSERT_EQ(a.weights.size(), b.weights.size());
   for (size_t i = 0; i < a.weights.size(); ++i)
     EXPECT_EQ(0, std::memcmp(a.weights[i].data(), b.weights[i].data(), a.weights[i].size() * 4)) << "parameter " << i;

@@ -12,6 +12,7 @@
 #include "tests/golden.h"
 #include "tests/test_env.h"
 #include "tests/trainer_test_util.h"
+#include "training/schedulers.h"
 
 namespace hg::training {
 namespace {
@@ -271,6 +272,72 @@ TEST_F(TrainerLoopTest, ManualOptimization) {
   EXPECT_THAT(error_of<InvalidArgument>([&] { automatic.manual_backward(Tensor::full({}, 1.0f)); }), HasSubstr("Trainer"));
 }
 
+// SGD lr 1 with one scheduler config, made by `sched` from the optimizer.
+std::function<std::vector<OptimizerConfig>(TinyClassifier&)> with_scheduler(
+    std::function<std::shared_ptr<LRScheduler>(Optimizer&)> sched, OptimizerConfig cfg) {
+  return [sched, cfg](TinyClassifier& m) {
+    OptimizerConfig c = cfg;
+    c.optimizer = std::make_shared<SGD>(m.net->named_parameters(), SGDOptions{.lr = 1.0});
+    c.scheduler = sched(*c.optimizer);
+    return std::vector<OptimizerConfig>{c};
+  };
+}
+
+double final_lr(TinyClassifier& m, TrainerOptions o, const std::filesystem::path& dir, bool with_val = false) {
+  o.enable_checkpointing = false;
+  Trainer t(quiet_options(dir, o));
+  const DataLoader train(blobs(32, 1), {.batch_size = 8}), val(blobs(8, 2), {.batch_size = 8});
+  t.fit(m, train, with_val ? &val : nullptr);
+  return t.optimizer_configs()[0].optimizer->param_groups()[0].lr();
+}
+
+TEST_F(TrainerLoopTest, SchedulersStepPerIntervalAndFrequency) {
+  auto step_lr = [](Optimizer& o) { return std::make_shared<StepLR>(o, 1, 0.5); };
+  TinyClassifier per_step, per_epoch, every_2_epochs;
+  per_step.make_optimizers = with_scheduler(step_lr, {.interval = "step"});
+  EXPECT_DOUBLE_EQ(final_lr(per_step, {.max_epochs = 2}, dir), std::pow(0.5, 8));  // 4 steps per epoch
+  per_epoch.make_optimizers = with_scheduler(step_lr, {.interval = "epoch"});
+  EXPECT_DOUBLE_EQ(final_lr(per_epoch, {.max_epochs = 3}, dir), std::pow(0.5, 3));
+  every_2_epochs.make_optimizers = with_scheduler(step_lr, {.interval = "epoch", .frequency = 2});
+  EXPECT_DOUBLE_EQ(final_lr(every_2_epochs, {.max_epochs = 5}, dir), std::pow(0.5, 2));
+
+  class Manual : public TinyClassifier {
+   public:
+    Manual() { automatic_optimization = false; }
+    Tensor training_step(const Batch& b, int64_t) override {
+      manual_backward(ops::cross_entropy(net->forward(b[0]), b[1]));
+      optimizers()[0]->step();
+      optimizers()[0]->zero_grad();
+      return {};
+    }
+  } manual;
+  manual.make_optimizers = with_scheduler(step_lr, {.interval = "step"});
+  EXPECT_DOUBLE_EQ(final_lr(manual, {.max_epochs = 1}, dir), 1.0);  // manual optimization steps its own schedulers
+}
+
+TEST_F(TrainerLoopTest, PlateauSchedulerStepsWithItsMonitor) {
+  // An improvement must beat the best by 1e9: the first epoch sets the best, every later one reduces.
+  auto plateau = [](Optimizer& o) {
+    return std::make_shared<ReduceLROnPlateau>(
+        o, ReduceLROnPlateauOptions{.factor = 0.5, .patience = 0, .threshold = 1e9, .threshold_mode = "abs"});
+  };
+  TinyClassifier m;
+  m.make_optimizers = with_scheduler(plateau, {.monitor = "val_loss"});
+  EXPECT_DOUBLE_EQ(final_lr(m, {.max_epochs = 3}, dir, true), 0.25);
+
+  TinyClassifier missing;
+  missing.make_optimizers = with_scheduler(plateau, {.monitor = "val_acc"});
+  EXPECT_THAT(error_of<InvalidArgument>([&] { final_lr(missing, {.max_epochs = 1}, dir, true); }),
+              HasSubstr("monitors 'val_acc', which was not logged (available: train_loss, val_loss)"));
+  TinyClassifier lenient;
+  lenient.make_optimizers = with_scheduler(plateau, {.monitor = "val_acc", .strict = false});
+  EXPECT_DOUBLE_EQ(final_lr(lenient, {.max_epochs = 2}, dir, true), 1.0);
+  TinyClassifier unmonitored;
+  unmonitored.make_optimizers = with_scheduler(plateau, {});
+  EXPECT_THAT(error_of<InvalidArgument>([&] { final_lr(unmonitored, {.max_epochs = 1}, dir); }),
+              HasSubstr("needs `monitor`"));
+}
+
 TEST_F(TrainerLoopTest, TestAndPredict) {
   std::vector<std::string> ev;
   TinyClassifier m(&ev);
@@ -313,7 +380,9 @@ TEST_F(TrainerLoopTest, LazyStepGraphIsCompiledOnceAndReplayed) {
     }
     std::vector<uint64_t>* m_;
   };
-  TinyClassifier m;
+  TinyClassifier m;  // a per-step scheduler changes the lr every step: an input of the graph, not a recompile
+  m.make_optimizers = with_scheduler([](Optimizer& o) { return std::make_shared<CosineAnnealingLR>(o, 16); },
+                                     {.interval = "step"});
   Trainer t(quiet_options(dir, {.accelerator = "hpu", .max_epochs = 2, .gradient_clip_val = 1.0, .callbacks = {std::make_shared<Misses>(&misses)}, .enable_checkpointing = false}));
   t.fit(m, DataLoader(blobs(64, 1), {.batch_size = 8, .shuffle = true}));
   ASSERT_TRUE(graphs::lazy_mode_enabled());
