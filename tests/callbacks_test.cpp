@@ -11,6 +11,7 @@
 
 #include "engine/ops.h"
 #include "models/zoo.h"
+#include "tests/ddp_test_util.h"
 #include "tests/errors.h"
 #include "tests/golden.h"
 #include "tests/tb_event_check.h"
@@ -427,6 +428,52 @@ TEST(CallbacksTest, OffRankZeroNoBarAndNoFiles) {
   EXPECT_THAT(out.str(), ::testing::Not(HasSubstr("Epoch")));
   EXPECT_TRUE(files_in(run.dir / "checkpoints").empty()) << "rank 0 writes";
   EXPECT_EQ(ckpt->best_model_path(), (run.dir / "checkpoints" / "epoch=1-step=6.ckpt").string()) << "same bookkeeping";
+}
+
+// Two real ranks (the launcher re-executes this binary for rank 1 with LOCAL_RANK=1 and this
+// test as its filter): ModelCheckpoint's decisions and EarlyStopping's stop are collectives, so
+// both ranks must agree or the run hangs (bounded by dist_timeout).
+TEST(CallbacksDDP, TwoRanksCheckpointAndStopTogether) {
+  const char* test_name = "CallbacksDDP.TwoRanksCheckpointAndStopTogether";
+  const bool launched = std::getenv("LOCAL_RANK") != nullptr;
+  const char* for_test = std::getenv("HG_DDP_TEST");
+  if (launched && !(for_test && std::string(for_test) == test_name)) GTEST_SKIP() << "a launched child of another test";
+  std::optional<ddp_test::ScopedEnv> env;
+  if (!launched) {
+    auto vars = ddp_test::clean_dist_env();
+    vars["HG_DDP_TEST"] = test_name;
+    vars["GTEST_FILTER"] = test_name;
+    env.emplace(vars);
+  }
+  FitRun run{test::temp_dir("CallbacksDDP")};
+  // Rank 0's directory: rank 1 is its child, and learns the checkpoint directory by broadcast.
+  fs::path rank0 = launched ? fs::temp_directory_path() / ("hgraph_test_CallbacksDDP_" + std::to_string(::getppid())) : run.dir;
+  auto ckpt = std::make_shared<ModelCheckpoint>(ModelCheckpointOptions{
+      .filename = "{epoch}-{val_loss:.2f}", .monitor = "val_loss", .save_top_k = 2, .save_last = true});
+  auto stop = std::make_shared<EarlyStopping>(EarlyStoppingOptions{.monitor = "val_loss", .patience = 2});
+  Scripted m({0.5, 0.3, 0.4, 0.35, 0.45, 0.1});
+  TrainerOptions o = run.options({ckpt, stop}, 6);
+  o.accelerator = "hpu";
+  o.devices = 2;
+  o.strategy = "hpu_ddp";
+  o.dist_timeout = std::chrono::seconds(120);
+  o.logger.reset();  // the default CSVLogger, on rank 0
+  {
+    Trainer t(o);
+    t.fit(m, *run.loader, run.loader.get());
+    EXPECT_EQ(m.epochs, 4) << "stopped after epoch 3 on both ranks";
+    EXPECT_EQ(stop->stopped_epoch(), 3);
+  }  // rank 0: the Trainer's teardown waits for rank 1
+  fs::path d = rank0 / "lightning_logs" / "version_0" / "checkpoints";
+  EXPECT_EQ(ckpt->dirpath(), d);
+  EXPECT_EQ(ckpt->best_model_path(), (d / "epoch=1-val_loss=0.30.ckpt").string());
+  if (!launched) {
+    EXPECT_THAT(files_in(d), UnorderedElementsAre("epoch=1-val_loss=0.30.ckpt", "epoch=3-val_loss=0.35.ckpt", "last.ckpt"));
+    EXPECT_TRUE(fs::exists(d.parent_path() / "metrics.csv"));
+    fs::remove_all(run.dir);
+  } else {
+    EXPECT_FALSE(fs::exists(run.dir / "lightning_logs" / "version_0" / "checkpoints")) << "rank 1 writes nothing";
+  }
 }
 
 }  // namespace
