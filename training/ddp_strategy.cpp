@@ -24,6 +24,7 @@ struct DDPStrategy::Watchdog {
   std::mutex mu;
   std::condition_variable cv;
   bool stop = false;
+  std::mutex launcher_mu;  // the launcher is polled here and may be killed from another thread
   std::thread thread;
 };
 
@@ -89,7 +90,11 @@ void DDPStrategy::fail(const std::string& what) {
   if (!g_failing.exchange(true)) {
     std::fprintf(stderr, "hgraph DDP rank %d: %s\n", rank_, what.c_str());
     std::fflush(stderr);
-    if (launcher_) launcher_->kill_all();
+    if (launcher_) {
+      std::unique_lock<std::mutex> lk;
+      if (watchdog_) lk = std::unique_lock(watchdog_->launcher_mu);
+      launcher_->kill_all();
+    }
   }
   std::_Exit(1);
 }
@@ -123,9 +128,18 @@ void DDPStrategy::setup_environment(const StrategyContext& ctx) {
   if (launcher_) {
     watchdog_ = std::make_unique<Watchdog>();
     watchdog_->thread = std::thread([this] {
-      std::unique_lock lk(watchdog_->mu);
-      while (!watchdog_->cv.wait_for(lk, std::chrono::milliseconds(100), [this] { return watchdog_->stop; }))
-        if (std::string f = launcher_->failure(); !f.empty()) fail(f + "; stopping this run");
+      for (;;) {
+        {
+          std::unique_lock lk(watchdog_->mu);
+          if (watchdog_->cv.wait_for(lk, std::chrono::milliseconds(100), [this] { return watchdog_->stop; })) return;
+        }
+        std::string f;
+        {
+          std::lock_guard lk(watchdog_->launcher_mu);
+          f = launcher_->failure();
+        }
+        if (!f.empty()) fail(f + "; stopping this run");
+      }
     });
   }
   try {
