@@ -150,12 +150,17 @@ void DDPStrategy::setup_environment(const StrategyContext& ctx) {
     o.world_size = world_;
     o.timeout = ctx.timeout;
     pg_ = std::make_shared<ProcessGroup>(o);
-  } catch (const DistError& e) {
+  } catch (...) {  // the ranks this one started would wait for the group until the timeout
     stop_watchdog();
     if (launcher_) launcher_->kill_all();
-    throw DistError("hgraph DDP rank " + std::to_string(rank_) + ": joining the process group of " +
-                    std::to_string(world_) + " at " + env_.master_addr + ":" + std::to_string(env_.master_port) +
-                    " failed: " + e.what());
+    launcher_.reset();
+    try {
+      throw;
+    } catch (const DistError& e) {
+      throw DistError("hgraph DDP rank " + std::to_string(rank_) + ": joining the process group of " +
+                      std::to_string(world_) + " at " + env_.master_addr + ":" + std::to_string(env_.master_port) +
+                      " failed: " + e.what());
+    }
   }
 }
 
