@@ -65,6 +65,7 @@ void Adam::step() {
         throw ShapeError(this->name() + ": gradient of '" + name + "' has shape " + shape_str(g.shape()) +
                          ", the parameter " + shape_str(p->shape()));
       const Device d = p->device();
+      const std::string dev = d.str();
       ParamState& s = state_[name];
       Tensor &m = s.buffers["exp_avg"], &v = s.buffers["exp_avg_sq"];
       if (!m.defined()) {
@@ -76,18 +77,18 @@ void Adam::step() {
       if (!amsgrad) s.buffers.erase("max_exp_avg_sq");
       for (auto& [key, t] : s.buffers) follow_device(t, d);
       const int64_t t = ++s.step;
-      auto sc = scalars.find({d.str(), t});
+      auto sc = scalars.find({dev, t});
       if (sc == scalars.end()) {
         const double bias1 = 1 - std::pow(beta1, static_cast<double>(t));
         const double bias2 = 1 - std::pow(beta2, static_cast<double>(t));
-        sc = scalars.emplace(std::pair{d.str(), t}, StepScalars{device_scalar(lr / bias1, d), device_scalar(std::sqrt(bias2), d)})
+        sc = scalars.emplace(std::pair{dev, t}, StepScalars{device_scalar(lr / bias1, d), device_scalar(std::sqrt(bias2), d)})
                  .first;
       }
-      if (!eps_t.count(d.str())) eps_t[d.str()] = device_scalar(eps, d);
+      if (!eps_t.count(dev)) eps_t[dev] = device_scalar(eps, d);
       Tensor param = *p;
       if (wd != 0 && decoupled_) {
-        if (!decay.count(d.str())) decay[d.str()] = device_scalar(1 - lr * wd, d);
-        param = ops::mul(param, decay[d.str()]);
+        if (!decay.count(dev)) decay[dev] = device_scalar(1 - lr * wd, d);
+        param = ops::mul(param, decay[dev]);
       } else if (wd != 0) {
         g = ops::add(g, ops::scale(param, wd));
       }
@@ -95,7 +96,7 @@ void Adam::step() {
       v = ops::add(ops::scale(v, beta2), ops::scale(ops::mul(g, g), 1 - beta2));
       Tensor v_hat = v;
       if (amsgrad) v_hat = s.buffers["max_exp_avg_sq"] = maximum(s.buffers["max_exp_avg_sq"], v);
-      const Tensor denom = ops::add(ops::div(ops::sqrt(v_hat), sc->second.bias2_sqrt), eps_t[d.str()]);
+      const Tensor denom = ops::add(ops::div(ops::sqrt(v_hat), sc->second.bias2_sqrt), eps_t[dev]);
       commit_param(*p, ops::sub(param, ops::mul(sc->second.step_size, ops::div(m, denom))));
     }
   }
