@@ -97,11 +97,14 @@ std::vector<std::vector<float>> plain_grads(Device d, int backwards) {
   return grads_of(t);
 }
 
-class DDPReducerTest : public ::testing::TestWithParam<bool> {  // lazy on hpu:0, or eager on cpu
+enum class Where { LazyHpu, EagerHpu, EagerCpu };
+
+class DDPReducerTest : public ::testing::TestWithParam<Where> {
  protected:
-  void SetUp() override { graphs::enable_lazy_mode(GetParam()); }
+  void SetUp() override { graphs::enable_lazy_mode(lazy()); }
   void TearDown() override { graphs::enable_lazy_mode(false); }
-  Device dev() const { return GetParam() ? Device::hpu(0) : Device::cpu(); }
+  bool lazy() const { return GetParam() == Where::LazyHpu; }
+  Device dev() const { return GetParam() == Where::EagerCpu ? Device::cpu() : Device::hpu(0); }
 };
 
 TEST_P(DDPReducerTest, MeanOverRanksWrittenToEachGradInBucketOrder) {
@@ -121,7 +124,7 @@ TEST_P(DDPReducerTest, MeanOverRanksWrittenToEachGradInBucketOrder) {
   r.prepare_for_backward(loss, true);
   loss.backward();
   r.finish();
-  if (GetParam()) {
+  if (lazy()) {
     // Forward + backward up to w2's gradient, then the rest of backward: one segment per bucket.
     EXPECT_EQ(graphs::lazy_stats().steps - steps, 2u);
   }
@@ -218,8 +221,10 @@ TEST_P(DDPReducerTest, CommunicationErrorIsRethrownByFinish) {
   EXPECT_THAT(error_of<DistError>([&] { r.finish(); }), HasSubstr("peer rank 1"));
 }
 
-INSTANTIATE_TEST_SUITE_P(LazyAndEager, DDPReducerTest, ::testing::Values(true, false),
-                         [](const auto& i) { return i.param ? "LazyHpu" : "EagerCpu"; });
+INSTANTIATE_TEST_SUITE_P(LazyAndEager, DDPReducerTest,
+                         ::testing::Values(Where::LazyHpu, Where::EagerHpu, Where::EagerCpu), [](const auto& i) {
+                           return i.param == Where::LazyHpu ? "LazyHpu" : i.param == Where::EagerHpu ? "EagerHpu" : "EagerCpu";
+                         });
 
 TEST(DDPStrategyTest, BadEnvironmentIsAClearError) {
   const StrategyContext two{.device = Device::hpu(0), .devices = 2, .timeout = 5s};
