@@ -7,7 +7,7 @@
 //       scripts/torch_zoo.py definitions have the same keys) and data.safetensors ("x" and "y":
 //       --batches batches of B samples; the MLP takes digits rows, LeNet-5 and the encoder
 //       seeded random inputs and labels).
-//   hg_train_bench run DIR --model M --batch B --mode lazy|eager [--seconds 3] [--warmup 5] [--sync-every 10]
+//   hg_train_bench run DIR --model M --batch B --mode lazy|eager [--seconds 3] [--warmup 5] [--sync-every 1]
 //                      [--steps N] [--tag T] [--start-at UNIX_SECONDS]
 //       a raw training loop on hpu:0: forward, cross_entropy, backward, SGD (momentum 0.9)
 //       step, zero_grad, mark_step; the batches of data.safetensors in turn. Lazy: one traced
@@ -229,7 +229,7 @@ int run(const fs::path& root, const std::map<std::string, std::string>& o) {
   const std::string model = opt(o, "model", "mlp"), mode = opt(o, "mode", "lazy");
   const int64_t batch = std::stoll(opt(o, "batch", "32"));
   const int warmup = std::stoi(opt(o, "warmup", "5"));
-  const int64_t sync_every = std::max<int64_t>(1, std::stoll(opt(o, "sync-every", "10")));
+  const int64_t sync_every = std::max<int64_t>(1, std::stoll(opt(o, "sync-every", "1")));
   const double seconds = std::stod(opt(o, "seconds", "3"));
   const int64_t fixed_steps = std::stoll(opt(o, "steps", "0"));
   if (mode != "lazy" && mode != "eager") throw hg::InvalidArgument("hg_train_bench: --mode must be lazy or eager");

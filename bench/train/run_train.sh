@@ -29,6 +29,11 @@ export LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp${LD_LIBRARY_PAT
 torch_py() { env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 bench/train/torch_train.py "$@" 2> >(grep -v -i warn >&2); }
 configs=("mlp 32" "mlp 256" "lenet5 32" "bert 8")
 has() { [[ " $parts " == *" $1 "* ]]; }
+trainer_steps() {  # steps per second at 1 thread (rough) x SECONDS
+  local rate
+  case "$1 $2" in "mlp 32") rate=3000 ;; "mlp 256") rate=1000 ;; "lenet5 32") rate=200 ;; *) rate=8 ;; esac
+  /usr/bin/python3 -c "print(max(20, int($rate * $seconds)))"
+}
 
 for c in "${configs[@]}" "lenet5 64" "digits 32"; do
   set -- $c
@@ -42,13 +47,15 @@ if has speed; then
   for round in $(seq "$rounds"); do
     for t in $thread_counts; do
       export OMP_NUM_THREADS=$t HG_HPU_THREADS=$t
-      echo "round $round, threads $t: hgraph lazy, hgraph eager, PyTorch eager" >&2
+      echo "round $round, threads $t: hgraph lazy, hgraph eager, PyTorch eager, hgraph Trainer" >&2
       for c in "${configs[@]}"; do
         set -- $c
         for mode in lazy eager; do
           "$bench" run "$data" --model "$1" --batch "$2" --mode "$mode" --seconds "$seconds" >> "$out.tmp"
         done
         torch_py run "$data" --model "$1" --batch "$2" --threads "$t" --seconds "$seconds" >> "$out.tmp"
+        # the same through the Trainer (fixed steps: about SECONDS at the raw loop's speed)
+        "$bench" trainer "$data" --model "$1" --batch "$2" --steps "$(trainer_steps "$1" "$2")" >> "$out.tmp"
       done
     done
   done
