@@ -3,8 +3,9 @@
 // bucket capped at first_bucket_mb and the others at bucket_cap_mb. A post-accumulate-grad hook
 // on every parameter marks it ready; when every gradient of a bucket is ready the bucket goes
 // to a communication thread — always in bucket-index order, the same on every rank — that
-// flattens it, all-reduces it, divides by the world size and keeps the mean, which
-// finish() writes to each .grad. In lazy mode a completed bucket first runs the traced part of
+// flattens it, all-reduces it, divides by the world size and writes the mean into fresh
+// device tensors, which finish() installs as each .grad (a gradient another op may still hold
+// is never overwritten in place). In lazy mode a completed bucket first runs the traced part of
 // backward that produced it (graphs::mark_step), so communication overlaps with the rest of
 // backward and each backward segment is a graph served from the cache after the first step.
 //
