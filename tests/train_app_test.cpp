@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 
 #include "engine/ops.h"
@@ -157,6 +158,27 @@ TEST(TrainAppTest, BinaryTrainsAndExportsASmallConfig) {
   std::filesystem::remove_all(dir);
 }
 
+// devices 2: the Trainer re-executes hgraph-train for rank 1; only rank 0 reports and exports.
+TEST(TrainAppTest, BinaryTrainsWithDdpOnTwoProcesses) {
+  const auto dir = test::temp_dir("TrainAppDdp");
+  json c = quiet_config(dir, "mlp", 3);
+  c["trainer"]["devices"] = 2;
+  c["export"] = {{"dir", (dir / "repo").string()}};
+  std::ofstream(dir / "ddp.json") << c.dump(2);
+  const ProcessRun r = run_binary(dir, "--config " + (dir / "ddp.json").string());
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t p = r.out.find(what); p != std::string::npos; p = r.out.find(what, p + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("exported to"), 1u) << r.out;
+  EXPECT_EQ(count("held-out test_acc"), 1u) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("3 epochs, 69 steps"));  // 1438 examples / 2 ranks / 32 per batch = 23 a epoch
+  EXPECT_GT(models::load_package(dir / "repo" / "digits_mlp" / "1").spec.metadata["test_acc"].get<double>(), 0.8);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(TrainAppTest, BinaryRejectsBadConfigsNamingTheKey) {
   const auto dir = test::temp_dir("TrainAppBad");
   std::ofstream(dir / "bad.json") << R"({"trainer": {"max_epoch": 3}})";
@@ -187,6 +209,72 @@ TEST(TrainAppTest, BinaryRejectsBadConfigsNamingTheKey) {
                           "default_root_dir", "callbacks", "logger", "enable_checkpointing", "enable_progress_bar",
                           "fast_dev_run", "dist_timeout", "\"export\"", "t_max", "milestones", "plateau"})
     EXPECT_THAT(r.out, HasSubstr(key));
+  std::filesystem::remove_all(dir);
+}
+
+TrainerOptions quiet_trainer(const std::filesystem::path& dir) {
+  TrainerOptions o;
+  o.logger = std::vector<std::shared_ptr<Logger>>{};
+  o.enable_checkpointing = false;
+  o.enable_progress_bar = false;
+  o.default_root_dir = dir;
+  return o;
+}
+
+// val_acc is the share of argmax hits over every example (batch-size weighted across batches).
+TEST(ClassifierModuleTest, ValidationAccuracyIsTheShareOfArgmaxHits) {
+  const auto dir = test::temp_dir("ClassifierAcc");
+  ClassifierModule m({.model = "mlp", .model_config = {{"sizes", {64, 16, 10}}}, .seed = 3});
+  auto [train, held] = random_split(load_digits(HG_SOURCE_DIR "/models/data/digits.safetensors"), 0.2, 0);
+  DataLoader loader(held, {.batch_size = 50});  // 359 examples: the last batch has 9
+  Trainer trainer(quiet_trainer(dir));
+  const auto r = trainer.validate(m, loader);
+  const Batch all = held->get_batch([&] {
+    std::vector<int64_t> i(static_cast<size_t>(held->size()));
+    std::iota(i.begin(), i.end(), 0);
+    return i;
+  }());
+  const auto logits = m.module().forward(all[0].to(m.module().named_parameters()[0].second->device())).to_vector();
+  const auto labels = all[1].to_indices();
+  const auto pred = argmax_rows(logits, 10);
+  double hits = 0;
+  for (size_t i = 0; i < labels.size(); ++i) hits += pred[i] == labels[i];
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_NEAR(r[0].at("val_acc"), hits / static_cast<double>(labels.size()), 1e-6);
+  EXPECT_GT(r[0].at("val_loss"), 1.0);  // untrained
+  std::filesystem::remove_all(dir);
+}
+
+// bert_classifier trains on token ids and exports with an INT64 [-1, max_len] input; the package
+// rebuilds a module with the same logits.
+TEST(ClassifierModuleTest, BertClassifierTrainsAndExports) {
+  const auto dir = test::temp_dir("ClassifierBert");
+  ClassifierModule m({.model = "bert_classifier",
+                      .model_config = {{"vocab", 50}, {"d_model", 16}, {"nhead", 2}, {"layers", 1}, {"ff", 32},
+                                       {"max_len", 8}, {"classes", 3}},
+                      .optimizer = {{"name", "adamw"}, {"lr", 1e-3}}});
+  std::vector<int64_t> ids, labels;
+  for (int64_t i = 0; i < 16 * 8; ++i) ids.push_back((i * 7 + 3) % 50);
+  for (int64_t i = 0; i < 16; ++i) labels.push_back(i % 3);
+  auto data = std::make_shared<TensorDataset>(
+      std::vector<Tensor>{Tensor::from_indices(ids, {16, 8}), Tensor::from_indices(labels, {16})});
+  TrainerOptions o = quiet_trainer(dir);
+  o.max_epochs = 2;
+  Trainer trainer(o);
+  DataLoader loader(data, {.batch_size = 4});
+  trainer.fit(m, loader, &loader);
+  EXPECT_EQ(trainer.global_step(), 8);
+  const auto out = export_classifier(m, {.dir = dir / "repo", .name = "bert"});
+  std::unique_ptr<models::Module> loaded;
+  const auto pkg = models::load_package(out, &loaded);
+  EXPECT_EQ(pkg.spec.inputs[0].datatype, "INT64");
+  EXPECT_EQ(pkg.spec.inputs[0].shape, Shape({-1, 8}));
+  EXPECT_EQ(pkg.spec.outputs[0].shape, Shape({-1, 3}));
+  m.module().eval();
+  m.module().to(Device::cpu());
+  loaded->eval();
+  const Tensor x = Tensor::from_indices(std::vector<int64_t>(ids.begin(), ids.begin() + 16), {2, 8});
+  EXPECT_EQ(loaded->forward(x).to_vector(), m.module().forward(x).to_vector());
   std::filesystem::remove_all(dir);
 }
 

@@ -249,10 +249,11 @@ TrainResult run_training(const TrainConfig& c, std::ostream& out) {
   r.module = std::make_shared<ClassifierModule>(c.model);
   Trainer trainer(c.trainer);
   const bool has_held = held->size() > 0;
+  trainer.fit(*r.module, train_loader, has_held ? &held_loader : nullptr);  // ranks are known from here on
   if (trainer.is_global_zero())
     out << "hgraph-train: " << c.model.model << " on " << c.data.dataset << " (" << train->size() << " train / "
-        << held->size() << " held-out examples)\n";
-  trainer.fit(*r.module, train_loader, has_held ? &held_loader : nullptr);
+        << held->size() << " held-out examples), " << trainer.current_epoch() << " epochs, " << trainer.global_step()
+        << " steps\n";
   r.metrics = trainer.callback_metrics();
   r.epochs = trainer.current_epoch();
   r.global_step = trainer.global_step();
