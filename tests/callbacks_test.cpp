@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -18,6 +19,7 @@
 #include "tests/test_env.h"
 #include "training/callbacks.h"
 #include "training/loggers.h"
+#include "training/schedulers.h"
 #include "training/sgd.h"
 #include "training/trainer.h"
 
@@ -57,6 +59,7 @@ class Scripted : public LightningModule {
     log("val_loss", script.at(size_t(current_epoch())), {.prog_bar = true});
   }
   std::vector<OptimizerConfig> configure_optimizers() override {
+    if (optimizers) return optimizers(*this);
     auto opt = std::make_shared<SGD>(net->named_parameters(), SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4});
     return {{.optimizer = opt}};
   }
@@ -64,6 +67,7 @@ class Scripted : public LightningModule {
 
   std::unique_ptr<models::Sequential> net = models::zoo::mlp({4, 3}, 0);
   std::vector<double> script;
+  std::function<std::vector<OptimizerConfig>(Scripted&)> optimizers;
   int epochs = 0, validation_steps = 0;
 };
 
@@ -291,6 +295,59 @@ TEST(CallbacksTest, LearningRateMonitorLogsEveryLoggedStep) {
   EXPECT_THAT(test::error_of<InvalidArgument>([&] { t2.fit(m2, *run.loader); }), HasSubstr("needs a logger"));
   EXPECT_THAT(test::error_of<InvalidArgument>([] { LearningRateMonitor({.logging_interval = "batch"}); }),
               HasSubstr("'batch'"));
+}
+
+TEST(CallbacksTest, LearningRateMonitorFollowsSchedulers) {
+  FitRun run{test::temp_dir("CallbacksLrSchedulers")};
+  auto logger = std::make_shared<MemoryLogger>();
+  logger->dir = run.dir;
+  auto lr = std::make_shared<LearningRateMonitor>();
+  Scripted m({1, 1});
+  m.optimizers = [](Scripted& self) {  // two optimizers (weight, bias): one steps per batch, one per epoch
+    auto params = self.net->named_parameters();
+    auto a = std::make_shared<SGD>(NamedParams{params[0]}, SGDOptions{.lr = 0.1});
+    auto b = std::make_shared<SGD>(NamedParams{params[1]}, SGDOptions{.lr = 0.1});
+    return std::vector<OptimizerConfig>{
+        {.optimizer = a, .scheduler = std::make_shared<StepLR>(*a, 2, 0.5), .interval = "step"},
+        {.optimizer = b, .scheduler = std::make_shared<StepLR>(*b, 1, 0.5), .interval = "epoch"}};
+  };
+  TrainerOptions o = run.options({lr}, 2);
+  o.logger = std::vector<std::shared_ptr<Logger>>{logger};
+  o.log_every_n_steps = 1;
+  Trainer t(o);
+  t.fit(m, *run.loader);
+  std::map<std::string, std::vector<std::pair<int64_t, double>>> logged;
+  for (const auto& [step, row] : logger->rows)
+    for (const auto& [k, v] : row)
+      if (k.rfind("lr-", 0) == 0) logged[k].emplace_back(step, v);
+  using P = std::pair<int64_t, double>;
+  // The lr each optimizer step used: StepLR(2, 0.5) advanced after every batch.
+  EXPECT_THAT(logged["lr-SGD"], ElementsAre(P{0, 0.1}, P{1, 0.1}, P{2, 0.05}, P{3, 0.05}, P{4, 0.025}, P{5, 0.025}));
+  // StepLR(1, 0.5) per epoch, logged at each epoch start.
+  EXPECT_THAT(logged["lr-SGD-1"], ElementsAre(P{0, 0.1}, P{3, 0.05}));
+  EXPECT_EQ(logged.size(), 2u);
+}
+
+TEST(CallbacksTest, CheckpointAfterValidationWhenItSkipsEpochs) {
+  FitRun run{test::temp_dir("CallbacksValEvery2")};
+  auto ckpt = std::make_shared<ModelCheckpoint>(
+      ModelCheckpointOptions{.filename = "{epoch}", .monitor = "val_loss", .save_top_k = -1});
+  Scripted m({9, 0.5, 9, 0.25});
+  TrainerOptions o = run.options({ckpt}, 4);
+  o.check_val_every_n_epoch = 2;
+  Trainer t(o);
+  t.fit(m, *run.loader, run.loader.get());
+  EXPECT_THAT(files_in(run.dir / "checkpoints"), UnorderedElementsAre("epoch=1.ckpt", "epoch=3.ckpt"));
+
+  // Without validation, at every epoch end whatever check_val_every_n_epoch says.
+  FitRun run2{test::temp_dir("CallbacksNoVal")};
+  auto latest = std::make_shared<ModelCheckpoint>(ModelCheckpointOptions{.filename = "{epoch}", .save_top_k = -1});
+  Scripted m2({1, 1});
+  TrainerOptions o2 = run2.options({latest}, 2);
+  o2.check_val_every_n_epoch = 2;
+  Trainer t2(o2);
+  t2.fit(m2, *run2.loader);
+  EXPECT_THAT(files_in(run2.dir / "checkpoints"), UnorderedElementsAre("epoch=0.ckpt", "epoch=1.ckpt"));
 }
 
 TEST(CallbacksTest, DeviceStatsMonitorKeys) {

@@ -129,10 +129,11 @@ bool ModelCheckpoint::skip_saving(Trainer& t) const {
 
 bool ModelCheckpoint::save_at_train_epoch_end(Trainer& t) const {
   if (opt_.save_on_train_epoch_end) return *opt_.save_on_train_epoch_end;
+  // Lightning's rule, except that a fit without validation saves at epoch end whatever
+  // check_val_every_n_epoch says (Lightning would then never save).
+  if (t.num_val_batches() == 0) return true;
   const TrainerOptions& o = t.options();
-  if (o.check_val_every_n_epoch == 1 && whole_epoch(o.val_check_interval)) return true;
-  // Validation runs on another schedule: save after it, unless this fit has none.
-  return !validation_in_fit_;
+  return o.check_val_every_n_epoch == 1 && whole_epoch(o.val_check_interval);
 }
 
 void ModelCheckpoint::on_train_batch_end(Trainer& t, LightningModule&, const Batch&, int64_t) {
