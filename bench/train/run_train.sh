@@ -11,7 +11,8 @@
 # hg_train_bench built (`cmake --build BUILD_DIR --target hg_train_bench`); THREADS default "1 2".
 # TRAIN_ROUNDS (default 2) repeats the throughput cells (report.py keeps each cell's best round:
 # a disturbance on the shared VM hits one round, and every runtime gets the same treatment).
-# TRAIN_PARTS (default "speed ddp digits") picks the parts. Writes BUILD_DIR/train/results.jsonl,
+# TRAIN_PARTS (default "check speed ddp digits") picks the parts (check: the loss after the same
+# 25 steps in every framework). Writes BUILD_DIR/train/results.jsonl,
 # the digits CSVs and bench/train/digits_loss.png, and prints report.py's tables.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,7 +21,7 @@ build=${2:-build}
 shift $(($# < 2 ? $# : 2))
 thread_counts=${*:-1 2}
 rounds=${TRAIN_ROUNDS:-2}
-parts=${TRAIN_PARTS:-speed ddp digits}
+parts=${TRAIN_PARTS:-check speed ddp digits}
 data=$build/train
 bench=$build/bench/hg_train_bench
 # PyTorch with the OpenMP OpenBLAS (it obeys the thread count) and without this machine's
@@ -43,6 +44,18 @@ out=$data/results.jsonl
 : > "$out.tmp"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load $(cut -d' ' -f1-3 /proc/loadavg); commit $(git rev-parse --short HEAD)" >&2
 
+if has check; then
+  # the same 25 steps (5 warm-up + 20) in every framework from the same init and batches
+  export OMP_NUM_THREADS=1 HG_HPU_THREADS=1
+  for c in "mlp 32" "lenet5 32" "bert 8"; do
+    set -- $c
+    for mode in lazy eager; do
+      "$bench" run "$data" --model "$1" --batch "$2" --mode "$mode" --steps 20 --tag check >> "$out.tmp"
+    done
+    torch_py run "$data" --model "$1" --batch "$2" --threads 1 --steps 20 --tag check >> "$out.tmp"
+  done
+fi
+
 if has speed; then
   for round in $(seq "$rounds"); do
     for t in $thread_counts; do
@@ -50,8 +63,11 @@ if has speed; then
       echo "round $round, threads $t: hgraph lazy, hgraph eager, PyTorch eager, hgraph Trainer" >&2
       for c in "${configs[@]}"; do
         set -- $c
+        # the loss read on the host every step (the previous step's) and every 10 steps
         for mode in lazy eager; do
-          "$bench" run "$data" --model "$1" --batch "$2" --mode "$mode" --seconds "$seconds" >> "$out.tmp"
+          for every in 1 10; do
+            "$bench" run "$data" --model "$1" --batch "$2" --mode "$mode" --seconds "$seconds" --sync-every "$every" >> "$out.tmp"
+          done
         done
         torch_py run "$data" --model "$1" --batch "$2" --threads "$t" --seconds "$seconds" >> "$out.tmp"
         # the same through the Trainer (fixed steps: about SECONDS at the raw loop's speed)

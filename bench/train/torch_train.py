@@ -102,7 +102,8 @@ def run(a):
     wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
     print(json.dumps({"runtime": "torch_eager", "model": a.model, "batch": a.batch, "threads": a.threads,
                       "steps": steps, "seconds": wall, "samples_per_s": steps * a.batch / wall, "cpu_s": cpu,
-                      "first_loss": first, "last_loss": last, "torch": torch.__version__}), flush=True)
+                      "first_loss": first, "last_loss": last, "torch": torch.__version__, "tag": a.tag}),
+          flush=True)
 
 
 def digits(a):
@@ -151,6 +152,7 @@ def main():
     p.add_argument("--seconds", type=float, default=3)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--steps", type=int, default=0, help="exactly this many timed steps (0: --seconds)")
+    p.add_argument("--tag", default="", help="copied into the JSON line")
     p.add_argument("--epochs", type=int, default=30)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
