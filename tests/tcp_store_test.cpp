@@ -78,6 +78,28 @@ TEST(TcpStoreTest, GetTimesOutNamingTheKeyAndTheConnectionStaysUsable) {
   EXPECT_EQ(client.get("never"), "now");  // reconnected: no stale reply from the timed-out get
 }
 
+TEST(TcpStoreTest, ClientRetriesUntilTheServerStarts) {
+  int port;
+  {
+    TcpStore probe("127.0.0.1", 0, true, 1s);
+    port = probe.port();
+  }
+  std::string got;
+  std::thread early([&] {
+    try {
+      TcpStore client("127.0.0.1", port, false, 20s);  // nobody listens yet: retried
+      got = client.get("hello");
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what();
+    }
+  });
+  std::this_thread::sleep_for(300ms);
+  TcpStore server("127.0.0.1", port, true, 20s);
+  server.set("hello", "world");
+  early.join();
+  EXPECT_EQ(got, "world");
+}
+
 TEST(TcpStoreTest, PortInUseIsNamed) {
   TcpStore first("127.0.0.1", 0, true, 5s);
   std::string e = hg::test::error_of<DistError>([&] { TcpStore second("127.0.0.1", first.port(), true, 5s); });
