@@ -358,16 +358,21 @@ TEST_F(TrainerLoopTest, TestAndPredict) {
   EXPECT_EQ(count(ev, "cb.on_predict_batch_end:1"), 1);
 }
 
-TEST_F(TrainerLoopTest, Bf16MixedKeepsF32Weights) {
+class TrainerPrecisionTest : public TrainerLoopTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(TrainerPrecisionTest, Bf16MixedTrainsAndKeepsF32Weights) {
   TinyClassifier m;
   const DataLoader data(blobs(24, 1), {.batch_size = 8});
-  Trainer t(quiet_options(dir, {.precision = "bf16-mixed", .max_epochs = 3, .enable_checkpointing = false}));
+  Trainer t(quiet_options(dir, {.accelerator = GetParam(), .precision = "bf16-mixed", .max_epochs = 3,
+                                .enable_checkpointing = false}));
   const double before = t.validate(m, data)[0].at("val_loss");
   t.fit(m, data);
   const double after = t.validate(m, data)[0].at("val_loss");
   EXPECT_LT(after, before);
   for (auto& [name, p] : m.net->named_parameters()) EXPECT_EQ(p->dtype(), DType::F32) << name;
 }
+
+INSTANTIATE_TEST_SUITE_P(Trainer, TrainerPrecisionTest, ::testing::Values("cpu", "hpu"));
 
 TEST_F(TrainerLoopTest, LazyStepGraphIsCompiledOnceAndReplayed) {
   std::vector<uint64_t> misses;

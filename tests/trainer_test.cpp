@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/error.h"
+#include "engine/generator.h"
 #include "graphs/lazy.h"
 #include "tests/errors.h"
 #include "tests/golden.h"
@@ -102,12 +103,60 @@ TEST_F(TrainerTest, DefaultsFollowLightning) {
   for (const auto& cb : dev.callbacks()) EXPECT_EQ(dynamic_cast<ModelCheckpoint*>(cb.get()), nullptr);
 }
 
+// Records what the Trainer resolved for it.
+class ContextStrategy : public SingleHPUStrategy {
+ public:
+  void setup_environment(const StrategyContext& ctx) override {
+    SingleHPUStrategy::setup_environment(ctx);
+    seen = ctx;
+    ++setups;
+  }
+  StrategyContext seen;
+  int setups = 0;
+};
+
+TEST_F(TrainerTest, SeedDeviceAndStrategyContext) {
+  Trainer seeded({.deterministic = true, .seed = 1234, .default_root_dir = dir});
+  EXPECT_EQ(default_generator(Device::cpu()).seed(), 1234u);
+  EXPECT_EQ(default_generator(Device::hpu(0)).seed(), 1234u);
+  EXPECT_EQ(default_generator(Device::hpu(0)).offset(), 0u);
+  EXPECT_EQ(seeded.device(), Device::hpu(0));  // accelerator "auto"
+
+  auto s = std::make_shared<ContextStrategy>();
+  TinyClassifier m;
+  Trainer t(quiet_options(dir, {.accelerator = "cpu", .strategy_object = s, .max_epochs = 1, .deterministic = true,
+                                .enable_checkpointing = false, .dist_timeout = std::chrono::seconds(42)}));
+  const DataLoader data(blobs(8, 1), {.batch_size = 8});
+  t.fit(m, data);
+  t.validate(m, data);
+  EXPECT_EQ(s->setups, 1);  // once per Trainer
+  EXPECT_EQ(s->seen.device, Device::cpu());
+  EXPECT_EQ(s->seen.devices, 1);
+  EXPECT_EQ(s->seen.num_nodes, 1);
+  EXPECT_EQ(s->seen.timeout, std::chrono::seconds(42));
+  EXPECT_TRUE(s->seen.deterministic);
+  EXPECT_EQ(m.net->named_parameters()[0].second->device(), Device::cpu());
+}
+
 TEST_F(TrainerTest, LimitResolvesFractionsAndCounts) {
   EXPECT_EQ(Limit(1.0).resolve(10), 10);
   EXPECT_EQ(Limit(0.25).resolve(10), 2);
   EXPECT_EQ(Limit(3).resolve(10), 3);
   EXPECT_EQ(Limit(30).resolve(10), 10);
   EXPECT_EQ(Limit(0).resolve(10), 0);
+
+  std::vector<std::string> ev;
+  TinyClassifier m(&ev);
+  const DataLoader data(blobs(40, 1), {.batch_size = 8});
+  Trainer t(quiet_options(dir, {.limit_test_batches = 2, .limit_predict_batches = 0.4, .enable_checkpointing = false}));
+  t.test(m, data);
+  EXPECT_EQ(std::count(ev.begin(), ev.end(), "test_step"), 2);
+  EXPECT_EQ(t.predict(m, data).size(), 2u);
+  EXPECT_THAT(error_of<InvalidArgument>([&] {
+                Trainer tiny(quiet_options(dir, {.limit_val_batches = 0.1, .enable_checkpointing = false}));
+                tiny.validate(m, data);
+              }),
+              HasSubstr("limit_val_batches=0.1 of 5 batches is less than one batch"));
 }
 
 TEST_F(TrainerTest, FitHookOrderIsLightnings) {

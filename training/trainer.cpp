@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <sstream>
 
 #include <spdlog/spdlog.h>
 
@@ -18,6 +19,12 @@ namespace hg::training {
 
 namespace {
 
+std::string num(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
 [[noreturn]] void bad(const std::string& option, const std::string& what) {
   throw InvalidArgument("Trainer: " + option + " " + what);
 }
@@ -29,7 +36,7 @@ void check_limit(const Limit& l, const char* option, bool allow_zero) {
   }
   if (l.batches < -1) bad(option, "must be >= 0 batches, got " + std::to_string(l.batches));
   if (!(l.fraction >= 0.0 && l.fraction <= 1.0))
-    bad(option, "as a fraction must be in [0, 1], got " + std::to_string(l.fraction) + " (use an int for a batch count)");
+    bad(option, "as a fraction must be in [0, 1], got " + num(l.fraction) + " (use an int for a batch count)");
   if (!allow_zero && l.fraction == 0.0) bad(option, "must be > 0");
 }
 
@@ -53,7 +60,7 @@ int64_t Limit::resolve(int64_t available) const {
 int64_t limit_batches(const Limit& limit, int64_t available, const char* option) {
   const int64_t n = limit.resolve(available);
   if (n == 0 && available > 0 && limit.batches < 0 && limit.fraction > 0)
-    throw InvalidArgument("Trainer: " + std::string(option) + "=" + std::to_string(limit.fraction) + " of " +
+    throw InvalidArgument("Trainer: " + std::string(option) + "=" + num(limit.fraction) + " of " +
                           std::to_string(available) + " batches is less than one batch; raise it");
   return n;
 }
@@ -136,7 +143,7 @@ Trainer::Trainer(TrainerOptions opt) : opt_(std::move(opt)), loop_(std::make_uni
   if (o.accumulate_grad_batches < 1)
     bad("accumulate_grad_batches", "must be >= 1, got " + std::to_string(o.accumulate_grad_batches));
   if (o.gradient_clip_val && !(*o.gradient_clip_val >= 0.0))
-    bad("gradient_clip_val", "must be >= 0, got " + std::to_string(*o.gradient_clip_val));
+    bad("gradient_clip_val", "must be >= 0, got " + num(*o.gradient_clip_val));
   if (o.gradient_clip_algorithm != "norm" && o.gradient_clip_algorithm != "value")
     bad("gradient_clip_algorithm", "'" + o.gradient_clip_algorithm + "' is not one of norm, value");
   if (o.fast_dev_run < 0) bad("fast_dev_run", "must be >= 0, got " + std::to_string(o.fast_dev_run));
