@@ -91,20 +91,22 @@ Kernel max_pool_backward_disjoint(const Shape& x, const Shape& y, const Attrs& a
     float* dx = static_cast<float*>(o);
     std::memset(dx, 0, static_cast<size_t>(nc * h * w) * sizeof(float));
     for (int64_t p = 0; p < nc; ++p, xs += h * w, dx += h * w, g += oh * ow)
-      for (int64_t i = 0; i < oh; ++i)
+      for (int64_t i = 0; i < oh; ++i) {
+        const int64_t h0 = i * sh - ph, r0 = std::max<int64_t>(h0, 0), r1 = std::min(h0 + kh, h);
         for (int64_t j = 0; j < ow; ++j) {
-          const int64_t h0 = i * sh - ph, w0 = j * sw - pw;
+          const int64_t w0 = j * sw - pw, c0 = std::max<int64_t>(w0, 0), c1 = std::min(w0 + kw, w);
           float best = std::numeric_limits<float>::lowest();
-          int64_t at_h = h0, at_w = w0;
-          for (int64_t r = std::max<int64_t>(h0, 0); r < std::min(h0 + kh, h); ++r)
-            for (int64_t c = std::max<int64_t>(w0, 0); c < std::min(w0 + kw, w); ++c)
-              if (xs[r * w + c] > best) {
-                best = xs[r * w + c];
-                at_h = r;
-                at_w = c;
-              }
-          if (at_h >= 0 && at_h < h && at_w >= 0 && at_w < w) dx[at_h * w + at_w] = g[i * ow + j];
+          int64_t at = h0 >= 0 && w0 >= 0 && h0 < h && w0 < w ? h0 * w + w0 : -1;  // first position (-1: padding)
+          for (int64_t r = r0; r < r1; ++r)
+            for (int64_t c = c0; c < c1; ++c) {  // selects, not branches: random data mispredicts
+              const float v = xs[r * w + c];
+              const bool greater = v > best;
+              best = greater ? v : best;
+              at = greater ? r * w + c : at;
+            }
+          if (at >= 0) dx[at] = g[i * ow + j];
         }
+      }
   };
 }
 
