@@ -84,11 +84,14 @@ def speed_tables(speed):
                 targets.append(f"- {'met' if ok else 'MISSED'}: {t}T {NAMES[m]} batch {b}: lazy {lazy / torch:.2f}x "
                                f"PyTorch eager (>= 1.5x): {fmt(lazy)} vs {fmt(torch)} samples/s{extra}")
         print(f"\nCPU time per step ({t} thread{'s' if t > 1 else ''}; process user + system time of all "
-              "threads over the timed steps)\n")
+              "threads over the timed steps; in parentheses hgraph's host thread alone, which traces or "
+              "dispatches while hpu:0's worker runs the kernels)\n")
         print("| model | batch | " + " | ".join(title for _, title in RUNTIMES) + " |")
         print("|---|---:|" + "---:|" * len(RUNTIMES))
         for (m, b), r in rows.items():
-            cpu = [fmt(j["cpu_s"] / j["steps"] * 1e6) + " us" if j else "-" for j in r.values()]
+            cpu = [(fmt(j["cpu_s"] / j["steps"] * 1e6) + " us" +
+                    (f" ({fmt(j['host_cpu_s'] / j['steps'] * 1e6)})" if "host_cpu_s" in j else "")) if j else "-"
+                   for j in r.values()]
             print(f"| {NAMES.get(m, m)} | {b} | " + " | ".join(cpu) + " |")
     return targets
 

@@ -30,6 +30,8 @@ export LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp${LD_LIBRARY_PAT
 torch_py() { env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 bench/train/torch_train.py "$@" 2> >(grep -v -i warn >&2); }
 configs=("mlp 32" "mlp 256" "lenet5 32" "bert 8")
 has() { [[ " $parts " == *" $1 "* ]]; }
+# a cell that fails is reported and skipped, the run goes on
+cell() { "$@" >> "$out.tmp" || echo "FAILED (exit $?): $*" >&2; }
 trainer_steps() {  # steps per second at 1 thread (rough) x SECONDS
   local rate
   case "$1 $2" in "mlp 32") rate=3000 ;; "mlp 256") rate=1000 ;; "lenet5 32") rate=200 ;; *) rate=8 ;; esac
@@ -50,9 +52,9 @@ if has check; then
   for c in "mlp 32" "lenet5 32" "bert 8"; do
     set -- $c
     for mode in lazy eager; do
-      "$bench" run "$data" --model "$1" --batch "$2" --mode "$mode" --steps 20 --tag check >> "$out.tmp"
+      cell "$bench" run "$data" --model "$1" --batch "$2" --mode "$mode" --steps 20 --tag check
     done
-    torch_py run "$data" --model "$1" --batch "$2" --threads 1 --steps 20 --tag check >> "$out.tmp"
+    cell torch_py run "$data" --model "$1" --batch "$2" --threads 1 --steps 20 --tag check
   done
 fi
 
@@ -66,12 +68,12 @@ if has speed; then
         # the loss read on the host every step (the previous step's) and every 10 steps
         for mode in lazy eager; do
           for every in 1 10; do
-            "$bench" run "$data" --model "$1" --batch "$2" --mode "$mode" --seconds "$seconds" --sync-every "$every" >> "$out.tmp"
+            cell "$bench" run "$data" --model "$1" --batch "$2" --mode "$mode" --seconds "$seconds" --sync-every "$every"
           done
         done
-        torch_py run "$data" --model "$1" --batch "$2" --threads "$t" --seconds "$seconds" >> "$out.tmp"
+        cell torch_py run "$data" --model "$1" --batch "$2" --threads "$t" --seconds "$seconds"
         # the same through the Trainer (fixed steps: about SECONDS at the raw loop's speed)
-        "$bench" trainer "$data" --model "$1" --batch "$2" --steps "$(trainer_steps "$1" "$2")" >> "$out.tmp"
+        cell "$bench" trainer "$data" --model "$1" --batch "$2" --steps "$(trainer_steps "$1" "$2")"
       done
     done
   done
@@ -84,20 +86,20 @@ if has ddp; then
   ddp_steps=${TRAIN_DDP_STEPS:-}
   for c in "mlp 32" "lenet5 64" "bert 8"; do
     set -- $c
-    case $1 in mlp) steps=${ddp_steps:-4000} ;; lenet5) steps=${ddp_steps:-400} ;; *) steps=${ddp_steps:-40} ;; esac
+    case $1 in mlp) steps=${ddp_steps:-10000} ;; lenet5) steps=${ddp_steps:-400} ;; *) steps=${ddp_steps:-40} ;; esac
     for round in $(seq "$rounds"); do
       echo "DDP round $round: $1 batch $2 per process, $steps steps" >&2
       # one process alone, then two at once
-      "$bench" run "$data" --model "$1" --batch "$2" --mode lazy --steps "$steps" --tag single >> "$out.tmp"
+      cell "$bench" run "$data" --model "$1" --batch "$2" --mode lazy --steps "$steps" --tag single
       start=$(($(date +%s) + 8))  # both time from the same instant, after their warm-ups
       "$bench" run "$data" --model "$1" --batch "$2" --mode lazy --steps "$steps" --start-at "$start" --tag independent_0 > "$data/ind0.json" &
       p0=$!
       "$bench" run "$data" --model "$1" --batch "$2" --mode lazy --steps "$steps" --start-at "$start" --tag independent_1 > "$data/ind1.json" &
       p1=$!
-      wait "$p0" "$p1"
+      wait "$p0" && wait "$p1" || echo "FAILED: an independent $1 process" >&2
       cat "$data/ind0.json" "$data/ind1.json" >> "$out.tmp"
       # DDP: rank 0 launches rank 1 (training/cluster_env.h's launcher) on a free port.
-      timeout 600 "$bench" ddp "$data" --model "$1" --batch "$2" --mode lazy --steps "$steps" --devices 2 >> "$out.tmp"
+      cell timeout 600 "$bench" ddp "$data" --model "$1" --batch "$2" --mode lazy --steps "$steps" --devices 2
     done
   done
 fi
@@ -106,13 +108,13 @@ if has digits; then
   export OMP_NUM_THREADS=1 HG_HPU_THREADS=1
   # the raw loop and PyTorch over the same split and per-epoch orders; the Trainer (lazy, its
   # default CSVLogger) over training::random_split and its DataLoader's shuffle
-  "$bench" digits "$data" "$data/digits_hgraph.csv" --epochs 30
-  torch_py digits "$data" "$data/digits_torch.csv" --epochs 30
   rm -rf "$data/digits_trainer"
-  "$bench" trainer-digits "$data" "$data/digits_trainer" --epochs 30
+  "$bench" digits "$data" "$data/digits_hgraph.csv" --epochs 30 &&
+  torch_py digits "$data" "$data/digits_torch.csv" --epochs 30 &&
+  "$bench" trainer-digits "$data" "$data/digits_trainer" --epochs 30 &&
   /usr/bin/python3 bench/train/loss_curve.py bench/train/digits_loss.png \
     "hgraph raw loop=$data/digits_hgraph.csv" "PyTorch=$data/digits_torch.csv" \
-    "hgraph Trainer=$data/digits_trainer/lightning_logs/version_0/metrics.csv"
+    "hgraph Trainer=$data/digits_trainer/lightning_logs/version_0/metrics.csv" || echo "FAILED: the digits curves" >&2
 fi
 
 mv "$out.tmp" "$out"
