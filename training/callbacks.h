@@ -26,12 +26,12 @@
 namespace hg::training {
 
 struct ModelCheckpointOptions {
-  std::filesystem::path dirpath{};   // empty: <trainer.log_dir()>/checkpoints (rank 0's, broadcast)
+  std::filesystem::path dirpath{};  // empty: <trainer.log_dir()>/checkpoints (rank 0's, broadcast)
   // Lightning's format: "{name}" or "{name:<python format spec>}" placeholders over
   // callback_metrics plus "epoch" and "step"; each becomes "name=<value>" when
   // auto_insert_metric_name. Empty: "{epoch}-{step}" -> "epoch=3-step=120.ckpt".
   std::string filename{};
-  std::string monitor{};             // empty: keep the latest checkpoint(s) only
+  std::string monitor{};           // empty: keep the latest checkpoint(s) only
   std::string mode = "min";        // "min" or "max"
   int save_top_k = 1;              // -1: all; 0: none; without monitor only -1, 0 or 1
   bool save_last = false;          // also "last.ckpt", replaced at every save
@@ -95,7 +95,7 @@ class ModelCheckpoint : public Callback {
 };
 
 struct EarlyStoppingOptions {
-  std::string monitor{};                       // required
+  std::string monitor{};                     // required
   double min_delta = 0.0;                    // an improvement must beat the best by more
   int patience = 3;                          // checks without improvement before stopping
   std::string mode = "min";                  // "min" or "max"

@@ -81,6 +81,8 @@ class TensorBoardLogger : public Logger {
   explicit TensorBoardLogger(std::filesystem::path save_dir, std::string name = "lightning_logs",
                              LoggerVersion version = {}, std::string prefix = "");
   ~TensorBoardLogger() override;
+  TensorBoardLogger(const TensorBoardLogger&) = delete;  // owns the open event file
+  TensorBoardLogger& operator=(const TensorBoardLogger&) = delete;
   std::string name() const override { return name_; }
   std::string version() const override;
   std::filesystem::path log_dir() const override;
