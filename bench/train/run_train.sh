@@ -12,7 +12,7 @@
 # TRAIN_ROUNDS (default 2) repeats the throughput cells (report.py keeps each cell's best round:
 # a disturbance on the shared VM hits one round, and every runtime gets the same treatment).
 # TRAIN_PARTS (default "check speed ddp digits") picks the parts (check: the loss after the same
-# 25 steps in every framework). Writes BUILD_DIR/train/results.jsonl,
+# 25 steps in every framework). Writes BUILD_DIR/train/results.jsonl (TRAIN_OUT: another name),
 # the digits CSVs and bench/train/digits_loss.png, and prints report.py's tables.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -42,7 +42,7 @@ for c in "${configs[@]}" "lenet5 64" "digits 32"; do
   set -- $c
   "$bench" prepare "$data" --model "$1" --batch "$2"
 done
-out=$data/results.jsonl
+out=$data/${TRAIN_OUT:-results}.jsonl
 : > "$out.tmp"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load $(cut -d' ' -f1-3 /proc/loadavg); commit $(git rev-parse --short HEAD)" >&2
 
