@@ -4,7 +4,6 @@
 
 #include "engine/autograd.h"
 #include "engine/error.h"
-#include "engine/ops.h"
 #include "training/update_ops.h"
 
 namespace hg::training {
@@ -56,7 +55,7 @@ void Adam::step() {
     const double lr = group.lr(), beta1 = group.options.at("beta1"), beta2 = group.options.at("beta2"),
                  eps = group.options.at("eps"), wd = group.options.at("weight_decay");
     const bool amsgrad = group.options.at("amsgrad") != 0;
-    std::map<std::string, Tensor> decay, eps_t;  // by device
+    std::map<std::string, Tensor> decay_t, eps_t;  // by device
     std::map<std::pair<std::string, int64_t>, StepScalars> scalars;
     for (auto& [name, p] : group.params) {
       Tensor g = p->grad();
@@ -85,19 +84,31 @@ void Adam::step() {
                  .first;
       }
       if (!eps_t.count(dev)) eps_t[dev] = device_scalar(eps, d);
-      Tensor param = *p;
-      if (wd != 0 && decoupled_) {
-        if (!decay.count(dev)) decay[dev] = device_scalar(1 - lr * wd, d);
-        param = ops::mul(param, decay[dev]);
-      } else if (wd != 0) {
-        g = ops::add(g, ops::scale(param, wd));
-      }
-      m = ops::add(ops::scale(m, beta1), ops::scale(g, 1 - beta1));
-      v = ops::add(ops::scale(v, beta2), ops::scale(ops::mul(g, g), 1 - beta2));
+      // g (+ weight_decay * p for Adam's L2), inside each program that needs it.
+      const bool l2 = wd != 0 && !decoupled_;
+      auto grad = [&](Fused& f) {
+        const Fused::Reg gr = f.in(g), pr = l2 ? f.in(*p) : 0;
+        return l2 ? f.op(ew::Add, gr, f.scale(pr, wd)) : gr;
+      };
+      Fused fm, fv;
+      const Fused::Reg m_old = fm.in(m), v_old = fv.in(v), gm = grad(fm), gv = grad(fv);
+      fm.op(ew::Add, fm.scale(m_old, beta1), fm.scale(gm, 1 - beta1));
+      fv.op(ew::Add, fv.scale(v_old, beta2), fv.scale(fv.op(ew::Mul, gv, gv), 1 - beta2));
+      m = fm.run().to(p->dtype());
+      v = fv.run().to(p->dtype());
       Tensor v_hat = v;
       if (amsgrad) v_hat = s.buffers["max_exp_avg_sq"] = maximum(s.buffers["max_exp_avg_sq"], v);
-      const Tensor denom = ops::add(ops::div(ops::sqrt(v_hat), sc->second.bias2_sqrt), eps_t[dev]);
-      commit_param(*p, ops::sub(param, ops::mul(sc->second.step_size, ops::div(m, denom))));
+      // p (* (1 - lr * wd) for AdamW) - step_size * m / (sqrt(v_hat) / sqrt(bias2) + eps)
+      Fused u;
+      const bool decay = wd != 0 && decoupled_;
+      if (decay && !decay_t.count(dev)) decay_t[dev] = device_scalar(1 - lr * wd, d);
+      const Fused::Reg pr = u.in(*p), mr = u.in(m), vr = u.in(v_hat), ss = u.in(sc->second.step_size),
+                       b2 = u.in(sc->second.bias2_sqrt), er = u.in(eps_t[dev]),
+                       dr = decay ? u.in(decay_t[dev]) : 0;
+      const Fused::Reg denom = u.op(ew::Add, u.op(ew::Div, u.op(ew::Sqrt, vr), b2), er);
+      const Fused::Reg delta = u.op(ew::Mul, ss, u.op(ew::Div, mr, denom));
+      u.op(ew::Sub, decay ? u.op(ew::Mul, pr, dr) : pr, delta);
+      commit_param(*p, u.run());
     }
   }
 }

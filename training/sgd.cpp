@@ -2,7 +2,6 @@
 
 #include "engine/autograd.h"
 #include "engine/error.h"
-#include "engine/ops.h"
 #include "training/update_ops.h"
 
 namespace hg::training {
@@ -54,16 +53,29 @@ void SGD::step() {
       const Device d = p->device();
       auto it = lr.find(d.str());
       if (it == lr.end()) it = lr.emplace(d.str(), device_scalar(group.lr(), d)).first;
-      if (wd != 0) g = ops::add(g, ops::scale(*p, wd));
+      // g + weight_decay * p, inside each program that needs it (recomputed: no extra pass).
+      auto decayed = [&](Fused& f, Fused::Reg gr, Fused::Reg pr) {
+        return wd != 0 ? f.op(ew::Add, gr, f.scale(pr, wd)) : gr;
+      };
+      Tensor buf;
       if (momentum != 0) {
-        ParamState& s = state_[name];
-        Tensor& buf = s.buffers["momentum_buffer"];
-        follow_device(buf, d);
-        // The first step starts from a copy of g, as PyTorch's clone.
-        buf = buf.defined() ? ops::add(ops::scale(buf, momentum), ops::scale(g, 1 - dampening)) : ops::scale(g, 1.0);
-        g = nesterov ? ops::add(g, ops::scale(buf, momentum)) : buf;
+        Tensor& state = state_[name].buffers["momentum_buffer"];
+        follow_device(state, d);
+        Fused b;  // the first step starts from a copy of g (PyTorch's clone)
+        const Fused::Reg old = state.defined() ? b.in(state) : 0, gr = b.in(g), pr = wd != 0 ? b.in(*p) : 0;
+        const Fused::Reg gd = decayed(b, gr, pr);
+        if (state.defined())
+          b.op(ew::Add, b.scale(old, momentum), b.scale(gd, 1 - dampening));
+        else
+          b.scale(gd, 1.0);
+        buf = state = b.run().to(p->dtype());
       }
-      commit_param(*p, ops::sub(*p, ops::mul(it->second, g)));
+      Fused u;  // p - lr * step, step = g, buf, or g + momentum * buf (Nesterov)
+      const Fused::Reg pr = u.in(*p), gr = u.in(g), lr_r = u.in(it->second), br = buf.defined() ? u.in(buf) : 0;
+      Fused::Reg step = decayed(u, gr, pr);
+      if (buf.defined()) step = nesterov ? u.op(ew::Add, step, u.scale(br, momentum)) : br;
+      u.op(ew::Sub, pr, u.op(ew::Mul, lr_r, step));
+      commit_param(*p, u.run());
     }
   }
 }

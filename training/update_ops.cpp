@@ -2,11 +2,34 @@
 
 #include <cstring>
 
+#include "engine/error.h"
+#include "engine/op.h"
 #include "engine/ops.h"
 
 namespace hg::training {
 
 Tensor device_scalar(double value, Device d) { return Tensor::full({}, static_cast<float>(value), d); }
+
+Fused::Reg Fused::in(const Tensor& t) {
+  if (!code_.empty()) throw InternalError("Fused: inputs come before instructions");
+  inputs_.push_back(t.to(DType::F32));
+  return static_cast<Reg>(inputs_.size()) - 1;
+}
+
+Fused::Reg Fused::op(ew::Opcode code, Reg a, Reg b, double k) {
+  code_.push_back({code, a, b});
+  consts_.push_back(k);
+  return -static_cast<Reg>(code_.size());
+}
+
+Tensor Fused::run() const {
+  const auto n = static_cast<int64_t>(inputs_.size());
+  auto reg = [n](int64_t r) { return r >= 0 ? r : n - r - 1; };
+  Attrs prog;
+  for (const auto& [code, a, b] : code_) prog.ints.insert(prog.ints.end(), {code, reg(a), reg(b), 0});
+  prog.floats = consts_;
+  return dispatch("fused_elementwise", inputs_, prog);
+}
 
 namespace {
 

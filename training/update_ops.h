@@ -1,11 +1,18 @@
 // Engine-op building blocks the optimizers and gradient clipping share: device scalars that
-// enter a lazy graph as inputs (so a changing lr does not recompile), exact element-wise
-// maximum / minimum, and committing a parameter's new value.
+// enter a lazy graph as inputs (so a changing lr does not recompile), one-pass element-wise
+// programs, exact element-wise maximum / minimum, and committing a parameter's new value.
 //
 //   hg::NoGradGuard ng;
 //   hg::Tensor lr = hg::training::device_scalar(group.lr(), p->device());   // F32, shape {}
-//   hg::training::commit_param(*p, hg::ops::sub(*p, hg::ops::mul(lr, *p->grad().impl())));
+//   hg::training::Fused f;                                                  // p - lr * grad
+//   auto p_in = f.in(*p);
+//   f.op(hg::ew::Sub, p_in, f.op(hg::ew::Mul, f.in(lr), f.in(p->grad())));
+//   hg::training::commit_param(*p, f.run());
 #pragma once
+#include <array>
+#include <vector>
+
+#include "engine/fused_ops.h"
 #include "engine/tensor.h"
 
 namespace hg::training {
@@ -13,6 +20,22 @@ namespace hg::training {
 // A fresh 0-d F32 tensor holding `value` on `d`. It has storage (never a traced value), so in
 // lazy mode it is a graph input: its value is not part of the compiled graph's cache key.
 Tensor device_scalar(double value, Device d);
+
+// An element-wise program run as one fused_elementwise op (one pass, F32: inputs are cast to
+// F32, the result is F32; 0-d inputs broadcast). Eagerly it runs at once; lazily it is one node.
+class Fused {
+ public:
+  using Reg = int;  // an input (>= 0) or an instruction's result (< 0)
+  Reg in(const Tensor& t);
+  Reg op(ew::Opcode code, Reg a, Reg b = 0, double k = 0);
+  Reg scale(Reg a, double k) { return op(ew::Scale, a, 0, k); }
+  Tensor run() const;  // the value of the last instruction
+
+ private:
+  std::vector<Tensor> inputs_;
+  std::vector<std::array<int64_t, 3>> code_;  // {opcode, a, b}
+  std::vector<double> consts_;
+};
 
 // max(a, b) / min(a, b) element-wise with b broadcast to a's shape; exact (NaN propagates).
 Tensor maximum(const Tensor& a, const Tensor& b);
