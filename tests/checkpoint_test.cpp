@@ -72,6 +72,7 @@ TEST_F(CheckpointTest, RoundTripKeepsEveryField) {
   EXPECT_EQ(r.precision, "bf16-mixed");
   EXPECT_EQ(r.module, c.module);
   EXPECT_EQ(r.hgraph_version, hgraph_version());
+  EXPECT_EQ(hgraph_version(), "0.1.0");  // project(hgraph VERSION ...) in CMakeLists.txt
   EXPECT_FALSE(std::filesystem::exists(dir / "sub" / "a.ckpt.tmp"));
 }
 

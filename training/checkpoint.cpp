@@ -8,10 +8,6 @@
 #include "models/safetensors.h"
 #include "models/state_dict.h"
 
-#ifndef HG_VERSION_STRING
-#define HG_VERSION_STRING "0.1.0"
-#endif
-
 namespace hg::training {
 
 namespace {
