@@ -298,6 +298,10 @@ TEST(TrainConfigTest, ErrorsNameTheKey) {
   EXPECT_THAT(error({{"trainer", {{"callbacks", {{{"name", "EarlyStopping"}}}}}}}), HasSubstr("trainer.callbacks[0].monitor: is required"));
   EXPECT_THAT(error({{"trainer", {{"logger", "wandb"}}}}), HasSubstr("trainer.logger"));
   EXPECT_THAT(error({{"export", {{"dir", "/tmp/x"}, {"versoin", 2}}}}), HasSubstr("export.versoin: unknown key"));
+  EXPECT_THAT(error({{"model", {{"name", "lenet5"}}}, {"data", {{"image_size", 8}}}}),
+              HasSubstr("model: lenet5 takes FP32 [-1, 1, 32, 32], the digits with data.image_size 8 are FP32 [-1, 64]"));
+  EXPECT_THAT(error({{"model", {{"name", "bert_classifier"}}}}), HasSubstr("model: bert_classifier takes INT64"));
+  EXPECT_THAT(error({{"model", {{"config", {{"sizes", {64, 5}}}}}}}), HasSubstr("5 classes, the digits have 10"));
 }
 
 TEST(TrainConfigTest, ReadsEverySectionWithDefaults) {

@@ -235,6 +235,14 @@ TrainConfig parse_train_config(const json& config) {
   top.finish();
   // Builds the module once: a bad model or optimizer config fails here, before any data loads.
   ClassifierModule check(c.model);
+  const auto want = check.input_spec().shape;
+  const Shape digits = c.data.image_size == 8 ? Shape{-1, 64} : Shape{-1, 1, 32, 32};
+  if (check.input_spec().datatype != "FP32" || want != digits)
+    throw InvalidArgument("model: " + c.model.model + " takes " + check.input_spec().datatype + " " + shape_str(want) +
+                          ", the digits with data.image_size " + std::to_string(c.data.image_size) + " are FP32 " +
+                          shape_str(digits));
+  if (check.num_classes() != 10)
+    throw InvalidArgument("model.config: " + std::to_string(check.num_classes()) + " classes, the digits have 10");
   return c;
 }
 

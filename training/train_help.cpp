@@ -19,7 +19,8 @@ Lightning's meaning and defaults unless said otherwise.
   prefetch_factor    2             batches each worker keeps ready
 
 "model":
-  name               "mlp"         "mlp", "lenet5" or "bert_classifier" (models/zoo.h)
+  name               "mlp"         "mlp" (image_size 8) or "lenet5" (image_size 32) (models/zoo.h;
+                                   bert_classifier takes token ids, not the digits); 10 classes
   config             {}            mlp: {"sizes": [64, 64, 10]}; lenet5: {"classes": 10};
                                    bert_classifier: {"vocab": 1000, "d_model": 128, "nhead": 4,
                                    "layers": 2, "ff": 512, "max_len": 128, "classes": 2}

@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   desc.add_options()("help,h", "show this help, with every config key and its default")
       ("config", po::value<std::string>(), "the JSON config file (required; see below)")
       ("set", po::value<std::vector<std::string>>()->composing(),
-       "override a config value: key.path=value, e.g. trainer.max_epochs=5 or optimizer.name=\"adamw\"; "
+       "override a config value: key.path=value, e.g. trainer.max_epochs=5 or optimizer.name=adamw; "
        "the value is JSON when it parses as JSON, else a string (repeatable, applied in order)")
       ("dump-graph", po::value<std::string>(), "write every compiled graph to FILE (-: stderr)");
   try {
