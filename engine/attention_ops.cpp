@@ -1,6 +1,7 @@
 // Attention: the causal mask fill and scaled_dot_product_attention, composed from bmm,
 // scale, the mask (causal_fill; `where` of the act family for a boolean mask), softmax and
-// bmm, so it runs eagerly, lazily and under autograd like any other op chain.
+// bmm, so it runs eagerly, lazily and under autograd like any other op chain. BF16 q, k, v
+// (or autocast's BF16 bmm) get their scores masked and softmaxed in F32.
 //
 //   causal_fill: x [..., L, S] -> x; floats {value}: fills [i, j] for j > i
 #include <cmath>
@@ -68,14 +69,16 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   for (const auto& t : all)
     if (!t.defined()) throw InvalidArgument("op 'scaled_dot_product_attention': q, k and v must be defined");
   for (size_t i = 0; i < 3; ++i)
-    if (all[i].dtype() != DType::F32) sdpa_fail(all, "q, k and v must be F32", true);
+    if ((all[i].dtype() != DType::F32 && all[i].dtype() != DType::BF16) || all[i].dtype() != q.dtype())
+      sdpa_fail(all, "q, k and v must be all F32 or all BF16", true);
   if (attn_mask.defined() && attn_mask.dtype() != DType::BOOL && attn_mask.dtype() != DType::F32)
     sdpa_fail(all, "attn_mask must be BOOL or F32", true);
   if (q.ndim() < 2 || k.ndim() < 2 || v.ndim() < 2) sdpa_fail(all, "q, k and v need rank >= 2 ([..., L, D])");
   if (q.shape().back() != k.shape().back()) sdpa_fail(all, "q and k differ in the head dim");
   if (k.shape()[k.ndim() - 2] != v.shape()[v.ndim() - 2]) sdpa_fail(all, "k and v differ in the sequence length");
   const double s = std::isnan(scale) ? 1.0 / std::sqrt(static_cast<double>(q.shape().back())) : scale;
-  Tensor scores = ops::scale(bmm(q, k, false, true), s);  // [..., L, S]
+  // The mask and softmax in F32 also when q and k are BF16 or autocast lowers the bmm.
+  Tensor scores = ops::scale(bmm(q, k, false, true), s).to(DType::F32);  // [..., L, S]
   if (attn_mask.defined()) {
     if (!broadcasts_to(attn_mask.shape(), scores.shape()))
       sdpa_fail(all, "attn_mask does not broadcast to the scores " + shape_str(scores.shape()));
@@ -84,7 +87,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                  : add(scores, attn_mask);
   }
   if (causal) scores = causal_fill(scores, -INFINITY);
-  return bmm(softmax(scores, -1), v);
+  return bmm(softmax(scores, -1).to(v.dtype()), v);
 }
 
 }  // namespace ops

@@ -10,7 +10,8 @@
 //
 // Every op here is differentiable in its float inputs (argmax and the masks' boolean input are
 // not). Movement ops (permute, contiguous, slice, concat) take any dtype; reductions F32, F64,
-// BF16 and F16; causal_fill F32 and F64; bmm F32 and BF16 (oneDNN, F32 accumulation); attention F32.
+// BF16 and F16; causal_fill F32 and F64; bmm F32 and BF16 (oneDNN, F32 accumulation); attention F32
+// or BF16 (masked scores and softmax in F32).
 #pragma once
 #include <initializer_list>
 #include <limits>

@@ -14,8 +14,8 @@ Writes into tests/golden/:
   autograd_<model>.json {"model", "config", "input", "target", "loss",
                        "grads": {state_dict key: {"shape", "sum", "sumsq", "absmax",
                        "stride", "sample"}}} where sample = grad.flatten()[::stride] (stride 1
-                       up to 512 elements, else ceil(n / 256)). The MLP's also has
-                       "loss_bf16_mixed" and "grads_bf16_mixed": the step under
+                       up to 512 elements, else ceil(n / 256)), then "loss_bf16_mixed" and
+                       "grads_bf16_mixed": the step under
                        torch.autocast("cpu", bfloat16) with float32 master weights.
 
 Weights and inputs are not stored: both sides compute them with the formula in `hashed`
@@ -68,15 +68,19 @@ def grad_json(t):
             "absmax": float(flat.abs().max()), "stride": stride, "sample": g.flat(flat[::stride])}
 
 
-def train_step(name, model, config, x, target):
-    model = model.double()
-    load_hashed(model)
-    for m in model.modules():  # dropout off, training mode kept
+def no_dropout(model):
+    """Dropout off, training mode kept."""
+    for m in model.modules():
         if isinstance(m, nn.Dropout):
             m.p = 0.0
         if isinstance(m, nn.MultiheadAttention):
             m.dropout = 0.0
-    model.train()
+    return model.train()
+
+
+def train_step(name, model, config, x, target):
+    model = no_dropout(model).double()
+    load_hashed(model)
     loss = nn.functional.cross_entropy(model(x), target)
     loss.backward()
     grads = {k: grad_json(p.grad) for k, p in model.named_parameters()}
@@ -90,7 +94,7 @@ def bf16_mixed_step(golden, model, x, target):
     model = model.float()
     load_hashed(model)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = nn.functional.cross_entropy(model(x.float()), target)
+        loss = nn.functional.cross_entropy(model(x.float() if x.is_floating_point() else x), target)
     loss.backward()
     golden["loss_bf16_mixed"] = float(loss)
     golden["grads_bf16_mixed"] = {k: grad_json(p.grad) for k, p in model.named_parameters()}
@@ -106,11 +110,14 @@ def zoo_goldens():
     x, y = hashed([8, 64], 1000, 1.0), labels(8, 10)
     golden = train_step("mlp", mlp, {"sizes": [64, 32, 10]}, x, y)
     yield "mlp", bf16_mixed_step(golden, nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10)), x, y)
-    yield "lenet5", train_step("lenet5", LeNet5(), {"classes": 10}, hashed([4, 1, 32, 32], 1000, 1.0), labels(4, 10))
+    x, y = hashed([4, 1, 32, 32], 1000, 1.0), labels(4, 10)
+    yield "lenet5", bf16_mixed_step(train_step("lenet5", LeNet5(), {"classes": 10}, x, y), LeNet5(), x, y)
     c = BERT_CONFIG
     bert = BertClassifier(c["vocab"], c["d_model"], c["nhead"], c["layers"], c["ff"], c["max_len"], c["classes"])
     ids = torch.tensor([[(7 * i + 3 * j + 1) % c["vocab"] for j in range(10)] for i in range(3)], dtype=torch.int64)
-    yield "bert", train_step("bert_classifier", bert, c, ids, labels(3, c["classes"]))
+    golden = train_step("bert_classifier", bert, c, ids, labels(3, c["classes"]))
+    bert = BertClassifier(c["vocab"], c["d_model"], c["nhead"], c["layers"], c["ff"], c["max_len"], c["classes"])
+    yield "bert", bf16_mixed_step(golden, no_dropout(bert), ids, labels(3, c["classes"]))
 
 
 def attention(q, k, v, mask, causal, scale):
