@@ -272,6 +272,36 @@ TEST_F(CheckpointTest, LastAndBestComeFromTheModelCheckpoint) {
   EXPECT_THAT(error_of<NotFoundError>([&] { none.validate(m, val, (dir / "nope.ckpt").string()); }), HasSubstr("nope.ckpt"));
 }
 
+TEST_F(CheckpointTest, ACheckpointOfAnotherModelIsAClearError) {
+  TinyClassifier m;
+  const DataLoader data(blobs(16, 1), {.batch_size = 8});
+  Trainer t(quiet_options(dir, {.max_epochs = 1, .enable_checkpointing = false}));
+  t.fit(m, data);
+  t.save_checkpoint(dir / "one.ckpt");
+  const std::string file = (dir / "one.ckpt").string();
+
+  TinyClassifier two_optimizers;
+  two_optimizers.make_optimizers = [](TinyClassifier& x) {
+    NamedParams a, b;
+    for (auto& p : x.net->named_parameters()) (p.first[0] == '0' ? a : b).push_back(p);
+    return std::vector<OptimizerConfig>{{.optimizer = std::make_shared<SGD>(a, SGDOptions{.lr = 0.1})},
+                                        {.optimizer = std::make_shared<SGD>(b, SGDOptions{.lr = 0.1})}};
+  };
+  Trainer t2(quiet_options(dir, {.max_epochs = 2, .enable_checkpointing = false}));
+  EXPECT_THAT(error_of<InvalidArgument>([&] { t2.fit(two_optimizers, data, nullptr, file); }),
+              HasSubstr("holds 1 optimizer states, configure_optimizers() returned 2"));
+
+  class Wider : public TinyClassifier {
+   public:
+    Wider() { net = models::zoo::mlp({8, 32, 3}, 0); }
+  } wider;
+  Trainer t3(quiet_options(dir, {.max_epochs = 2, .enable_checkpointing = false}));
+  const std::string e = error_of<InvalidArgument>([&] { t3.fit(wider, data, nullptr, file); });
+  EXPECT_THAT(e, HasSubstr(file));
+  EXPECT_THAT(e, HasSubstr("state_dict does not fit the module"));
+  EXPECT_THAT(e, HasSubstr("0.weight"));
+}
+
 // Counts barriers and pretends to be global rank `rank`.
 class RankStrategy : public SingleHPUStrategy {
  public:
