@@ -54,15 +54,17 @@ Tensor clip_grad_norm(const NamedParams& params, double max_norm, double norm_ty
   std::vector<Tensor> parts;  // one [1] tensor per gradient
   for (Tensor* p : ps) {
     const Tensor g = flat(p->grad().to(DType::F32));
+    if (g.numel() == 0) continue;
     Tensor part;
     if (inf)
       part = ops::max(ops::concat({g, ops::scale(g, -1.0)}, 0));  // max |g|
-    else if (norm_type == 2.0)
-      part = ops::sum(ops::mul(g, g));
+    else if (norm_type == 2.0)  // g . g as a [1, n] x [n, 1] matmul: faster than mul + sum
+      part = ops::matmul(ops::reshape(g, {1, g.numel()}), ops::reshape(g, {1, g.numel()}), false, true);
     else
       part = ops::sum(ops::pow(maximum(g, ops::scale(g, -1.0)), norm_type));
     parts.push_back(ops::reshape(part, {1}));
   }
+  if (parts.empty()) return Tensor::zeros({}, DType::F32, d);
   const Tensor all = parts.size() == 1 ? parts[0] : ops::concat(parts, 0);
   Tensor total = inf ? ops::max(all) : norm_type == 2.0 ? ops::sqrt(ops::sum(all))
                                                          : ops::pow(ops::sum(all), 1.0 / norm_type);
