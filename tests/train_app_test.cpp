@@ -158,6 +158,21 @@ TEST(TrainAppTest, BinaryTrainsAndExportsASmallConfig) {
   std::filesystem::remove_all(dir);
 }
 
+// ckpt_path "last" resumes the run in default_root_dir: 2 more epochs on top of the first 2.
+TEST(TrainAppTest, BinaryResumesFromTheLastCheckpoint) {
+  const auto dir = test::temp_dir("TrainAppResume");
+  json c = quiet_config(dir, "mlp", 2);
+  c["trainer"]["enable_checkpointing"] = true;
+  std::ofstream(dir / "resume.json") << c.dump(2);
+  ProcessRun r = run_binary(dir, "--config " + (dir / "resume.json").string());
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("2 epochs, 90 steps"));
+  r = run_binary(dir, "--config " + (dir / "resume.json").string() + " --set trainer.max_epochs=4 --set ckpt_path=last");
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("4 epochs, 180 steps"));
+  std::filesystem::remove_all(dir);
+}
+
 // devices 2: the Trainer re-executes hgraph-train for rank 1; only rank 0 reports and exports.
 TEST(TrainAppTest, BinaryTrainsWithDdpOnTwoProcesses) {
   const auto dir = test::temp_dir("TrainAppDdp");
@@ -207,7 +222,7 @@ TEST(TrainAppTest, BinaryRejectsBadConfigsNamingTheKey) {
                           "val_check_interval", "check_val_every_n_epoch", "num_sanity_val_steps", "log_every_n_steps",
                           "accumulate_grad_batches", "gradient_clip_val", "gradient_clip_algorithm", "deterministic",
                           "default_root_dir", "callbacks", "logger", "enable_checkpointing", "enable_progress_bar",
-                          "fast_dev_run", "dist_timeout", "\"export\"", "t_max", "milestones", "plateau"})
+                          "fast_dev_run", "dist_timeout", "ckpt_path", "\"export\"", "t_max", "milestones", "plateau"})
     EXPECT_THAT(r.out, HasSubstr(key));
   std::filesystem::remove_all(dir);
 }

@@ -222,6 +222,7 @@ TrainConfig parse_train_config(const json& config) {
   c.trainer = read_trainer(t);
   t.finish();
 
+  c.ckpt_path = top.get("ckpt_path", c.ckpt_path);
   if (auto e = top.child("export")) {
     ExportOptions x;
     x.dir = e->get("dir", std::string());
@@ -257,7 +258,7 @@ TrainResult run_training(const TrainConfig& c, std::ostream& out) {
   r.module = std::make_shared<ClassifierModule>(c.model);
   Trainer trainer(c.trainer);
   const bool has_held = held->size() > 0;
-  trainer.fit(*r.module, train_loader, has_held ? &held_loader : nullptr);  // ranks are known from here on
+  trainer.fit(*r.module, train_loader, has_held ? &held_loader : nullptr, c.ckpt_path);  // ranks known from here on
   if (trainer.is_global_zero())
     out << "hgraph-train: " << c.model.model << " on " << c.data.dataset << " (" << train->size() << " train / "
         << held->size() << " held-out examples), " << trainer.current_epoch() << " epochs, " << trainer.global_step()

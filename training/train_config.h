@@ -40,6 +40,7 @@ struct TrainConfig {
   ClassifierSpec model;
   TrainerOptions trainer;
   std::optional<ExportOptions> export_options;  // set when export.dir is given
+  std::string ckpt_path;  // fit's: a checkpoint file, "last" or "best" (resume), or empty
 };
 
 // The JSON of a config file; hg::IoError / hg::InvalidArgument naming the file and position.

@@ -84,6 +84,9 @@ Lightning's meaning and defaults unless said otherwise.
   fast_dev_run       0             true or N: N batches of train/val/test, 1 epoch, no logs or checkpoints
   dist_timeout       1800          seconds for rendezvous and collectives (DDP)
 
+"ckpt_path"            ""          resume fit from this checkpoint file, or "last" / "best" (the
+                                   ModelCheckpoint's in default_root_dir); "": a fresh start
+
 "export":                          written after training and testing (global rank 0)
   dir                none          the model repository (no export without it)
   name               "digits_<model name>"  the model's folder: <dir>/<name>/<version>/
