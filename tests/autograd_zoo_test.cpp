@@ -245,6 +245,38 @@ TEST(AutogradSdpa, Bf16AttentionWithMaskAndCausalIsCloseToF32) {
   for (size_t i = 0; i < 3; ++i) test::expect_close(grads[1][i], grads[0][i], 5e-2, "bf16 grad " + std::to_string(i), 5e-2);
 }
 
+// Lazy mode: forward + backward of a step is one graph, compiled at the first step and replayed
+// from the cache from the second on (gradients cleared between steps, as an optimizer does).
+class AutogradLazyStep : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(AutogradLazyStep, OneCachedGraphFromTheSecondStepOn) {
+  const std::string& model = GetParam();
+  const Mode mode = Mode::HpuLazy;
+  test::ModeGuard guard(mode);
+  const auto golden = test::load_json("autograd_" + model + ".json");
+  auto net = zoo_model(golden);
+  std::vector<float> first;
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    for (auto& [key, p] : net->named_parameters()) p->zero_grad();
+    const graphs::LazyStats before = graphs::lazy_stats();
+    const double loss = train_step(*net, golden, mode);
+    const graphs::LazyStats after = graphs::lazy_stats();
+    EXPECT_EQ(after.steps - before.steps, 1u);
+    if (step > 0) {  // (step 0 may find the graph cached by an earlier test)
+      EXPECT_EQ(after.cache_hits - before.cache_hits, 1u);
+      EXPECT_EQ(after.cache_misses, before.cache_misses);
+      EXPECT_EQ(after.disk_cache_hits, before.disk_cache_hits);
+    }
+    EXPECT_NEAR(loss, golden["loss"].get<double>(), 1e-5 * std::fabs(golden["loss"].get<double>()) + 1e-6);
+    std::vector<float> grads = net->named_parameters().front().second->grad().to_vector();
+    if (step == 0) first = grads;
+    else EXPECT_EQ(grads, first);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, AutogradLazyStep, ::testing::Values("mlp", "lenet5", "bert"));
+
 // ---- bf16-mixed ----
 
 struct Deviation {
