@@ -135,6 +135,42 @@ TEST(OptimizerState, BadStateThrowsNamingTheKeyAndChangesNothing) {
   expect_rejected(s, "invalid learning rate");
 }
 
+TEST(OptimizerState, IncompleteStateThrowsNamingWhatIsMissing) {
+  Params p(Device::cpu());
+  training::Adam opt(p.named, {.lr = 0.01, .amsgrad = true});
+  p.set_grads(0);
+  opt.step();
+  const training::StateBlob good = opt.state_dict();
+  training::Adam other(p.named, {.lr = 0.5});
+  auto expect_rejected = [&](const training::StateBlob& s, const std::string& what) {
+    EXPECT_THAT(test::error_of<InvalidArgument>([&] { other.load_state_dict(s); }), HasSubstr(what));
+    EXPECT_EQ(other.param_groups()[0].lr(), 0.5) << what;
+    EXPECT_TRUE(other.state_dict().tensors.empty()) << what;
+  };
+  auto without = [&](const std::string& key) {
+    training::StateBlob s = good;
+    std::erase_if(s.tensors, [&](const auto& t) { return t.first == key; });
+    return s;
+  };
+  expect_rejected(without("w.exp_avg_sq"), "state['w'] lacks tensor 'w.exp_avg_sq'");
+  expect_rejected(without("b.exp_avg"), "state['b'] lacks tensor 'b.exp_avg'");
+  expect_rejected(without("w.max_exp_avg_sq"), "state['w'] lacks tensor 'w.max_exp_avg_sq'");  // amsgrad
+  training::StateBlob s = good;
+  s.json["state"]["w"].erase("step");
+  expect_rejected(s, "state['w'] lacks 'step'");
+  s = without("w.max_exp_avg_sq");  // without amsgrad the max buffer is optional
+  s.json["param_groups"][0]["amsgrad"] = 0;
+  other.load_state_dict(s);
+  EXPECT_EQ(other.state_dict().json["state"]["w"]["step"], 1);
+
+  training::SGD sgd(p.named, {.lr = 0.1, .momentum = 0.9});
+  sgd.step();
+  training::StateBlob m = sgd.state_dict();
+  m.tensors.clear();
+  EXPECT_THAT(test::error_of<InvalidArgument>([&] { sgd.load_state_dict(m); }),
+              HasSubstr("state['b'] lacks tensor 'b.momentum_buffer'"));
+}
+
 TEST(OptimizerState, OptionsAreChecked) {
   Params p(Device::cpu());
   EXPECT_THAT(test::error_of<InvalidArgument>([&] { training::SGD(p.named, {.lr = -1}); }),

@@ -30,7 +30,14 @@ void check(const OptionMap& o, const std::string& where) {
   if (!(o.at("weight_decay") >= 0)) throw bad("weight_decay");
 }
 
-const std::vector<std::string> kBuffers = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+const StateSpec kState{.buffers = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
+                       .required =
+                           [](const OptionMap& o) {
+                             std::vector<std::string> r{"exp_avg", "exp_avg_sq"};
+                             if (o.at("amsgrad") != 0) r.push_back("max_exp_avg_sq");
+                             return r;
+                           },
+                       .with_step = true};
 
 // The step's scalars for one (device, step count): fresh device tensors, graph inputs.
 struct StepScalars {
@@ -115,6 +122,6 @@ void Adam::step() {
 
 StateBlob Adam::state_dict() const { return save_state(groups_, state_, /*with_step=*/true); }
 
-void Adam::load_state_dict(const StateBlob& state) { load_state(groups_, state_, state, kBuffers, name(), check); }
+void Adam::load_state_dict(const StateBlob& state) { load_state(groups_, state_, state, kState, name(), check); }
 
 }  // namespace hg::training

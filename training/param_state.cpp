@@ -66,7 +66,8 @@ StateBlob save_state(const std::vector<ParamGroup>& groups, const std::map<std::
 }
 
 void load_state(std::vector<ParamGroup>& groups, std::map<std::string, ParamState>& state, const StateBlob& blob,
-                const std::vector<std::string>& buffer_keys, const std::string& who, const OptionCheck& check) {
+                const StateSpec& spec, const std::string& who, const OptionCheck& check) {
+  const std::vector<std::string>& buffer_keys = spec.buffers;
   const nlohmann::json& j = blob.json;
   if (!j.is_object() || !j.contains("param_groups") || !j["param_groups"].is_array())
     throw InvalidArgument(who + " state: 'param_groups' is missing or not an array");
@@ -77,6 +78,7 @@ void load_state(std::vector<ParamGroup>& groups, std::map<std::string, ParamStat
     throw InvalidArgument(who + " state: 'param_groups' has " + std::to_string(jg.size()) +
                           " groups, the optimizer " + std::to_string(groups.size()));
   std::map<std::string, const Tensor*> params;  // name -> parameter
+  std::map<std::string, size_t> group_of;
   std::vector<OptionMap> options(groups.size());
   for (size_t g = 0; g < groups.size(); ++g) {
     const std::string where = who + " state: param_groups[" + std::to_string(g) + "]";
@@ -95,6 +97,7 @@ void load_state(std::vector<ParamGroup>& groups, std::map<std::string, ParamStat
     for (const auto& [name, p] : groups[g].params) {
       if (!names.count(name)) throw InvalidArgument(where + ".params lacks parameter '" + name + "'");
       params[name] = p;
+      group_of[name] = g;
     }
     for (const auto& [key, value] : e.items()) {
       if (key == "params") continue;
@@ -116,6 +119,7 @@ void load_state(std::vector<ParamGroup>& groups, std::map<std::string, ParamStat
       if (!params.count(name)) throw InvalidArgument(where + ": unknown parameter '" + name + "'");
       if (!s.is_object()) throw InvalidArgument(where + " is not an object");
       ParamState ps;
+      if (spec.with_step && !s.contains("step")) throw InvalidArgument(where + " lacks 'step'");
       if (s.contains("step")) {
         if (!s["step"].is_number_integer() || s["step"].get<int64_t>() < 0)
           throw InvalidArgument(where + ".step is not a non-negative integer");
@@ -143,6 +147,10 @@ void load_state(std::vector<ParamGroup>& groups, std::map<std::string, ParamStat
     if (fresh[name].buffers.count(buf)) throw InvalidArgument(where + " appears twice");
     fresh[name].buffers[buf] = t;
   }
+  for (const auto& [name, ps] : fresh)
+    for (const std::string& key : spec.required(options[group_of[name]]))
+      if (!ps.buffers.count(key))
+        throw InvalidArgument(who + " state: state['" + name + "'] lacks tensor '" + name + "." + key + "'");
   for (auto& [name, ps] : fresh)
     for (auto& [key, t] : ps.buffers) t = t.to(params[name]->device()).clone();
   for (size_t g = 0; g < groups.size(); ++g) groups[g].options = options[g];

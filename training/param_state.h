@@ -5,7 +5,7 @@
 //   std::map<std::string, hg::training::ParamState> state;            // by parameter name
 //   hg::training::complete_groups(groups_, {{"lr", 0.1}, {"momentum", 0}}, "SGD", check);
 //   hg::training::StateBlob s = hg::training::save_state(groups_, state, /*with_step=*/true);
-//   hg::training::load_state(groups_, state, s, {"momentum_buffer"}, "SGD", check);
+//   hg::training::load_state(groups_, state, s, {.buffers = {"momentum_buffer"}, .required = ...}, "SGD", check);
 #pragma once
 #include <functional>
 #include <map>
@@ -36,10 +36,18 @@ void complete_groups(std::vector<ParamGroup>& groups, const OptionMap& defaults,
 StateBlob save_state(const std::vector<ParamGroup>& groups, const std::map<std::string, ParamState>& state,
                      bool with_step);
 
+// What one optimizer's per-parameter state holds.
+struct StateSpec {
+  std::vector<std::string> buffers;  // every buffer name it may hold
+  // The buffers every state entry must have, given its group's options.
+  std::function<std::vector<std::string>(const OptionMap& options)> required;
+  bool with_step = false;  // every state entry has "step"
+};
+
 // Validates all of `blob` first (group count, parameter names per group, options, state
-// entries, buffer names in `buffer_keys`, shapes and dtypes), then replaces the groups' options
-// and the state. Throws InvalidArgument naming the offending key; nothing changes then.
+// entries complete per `spec`, buffer names, shapes and dtypes), then replaces the groups'
+// options and the state. Throws InvalidArgument naming the offending key; nothing changes then.
 void load_state(std::vector<ParamGroup>& groups, std::map<std::string, ParamState>& state, const StateBlob& blob,
-                const std::vector<std::string>& buffer_keys, const std::string& who, const OptionCheck& check);
+                const StateSpec& spec, const std::string& who, const OptionCheck& check);
 
 }  // namespace hg::training

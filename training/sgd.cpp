@@ -26,7 +26,9 @@ void check(const OptionMap& o, const std::string& where) {
     throw InvalidArgument(where + ": Nesterov momentum requires a momentum and zero dampening");
 }
 
-const std::vector<std::string> kBuffers = {"momentum_buffer"};
+// A state entry exists only for a parameter that has a momentum buffer.
+const StateSpec kState{.buffers = {"momentum_buffer"},
+                       .required = [](const OptionMap&) { return std::vector<std::string>{"momentum_buffer"}; }};
 
 }  // namespace
 
@@ -82,6 +84,6 @@ void SGD::step() {
 
 StateBlob SGD::state_dict() const { return save_state(groups_, state_, /*with_step=*/false); }
 
-void SGD::load_state_dict(const StateBlob& state) { load_state(groups_, state_, state, kBuffers, "SGD", check); }
+void SGD::load_state_dict(const StateBlob& state) { load_state(groups_, state_, state, kState, "SGD", check); }
 
 }  // namespace hg::training
