@@ -73,9 +73,11 @@ void SGD::step() {
         buf = state = b.run().to(p->dtype());
       }
       Fused u;  // p - lr * step, step = g, buf, or g + momentum * buf (Nesterov)
-      const Fused::Reg pr = u.in(*p), gr = u.in(g), lr_r = u.in(it->second), br = buf.defined() ? u.in(buf) : 0;
-      Fused::Reg step = decayed(u, gr, pr);
-      if (buf.defined()) step = nesterov ? u.op(ew::Add, step, u.scale(br, momentum)) : br;
+      const bool uses_g = !buf.defined() || nesterov;
+      const Fused::Reg pr = u.in(*p), lr_r = u.in(it->second), gr = uses_g ? u.in(g) : 0,
+                       br = buf.defined() ? u.in(buf) : 0;
+      Fused::Reg step = uses_g ? decayed(u, gr, pr) : br;
+      if (buf.defined() && nesterov) step = u.op(ew::Add, step, u.scale(br, momentum));
       u.op(ew::Sub, pr, u.op(ew::Mul, lr_r, step));
       commit_param(*p, u.run());
     }
