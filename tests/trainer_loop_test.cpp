@@ -374,26 +374,45 @@ TEST_P(TrainerPrecisionTest, Bf16MixedTrainsAndKeepsF32Weights) {
 
 INSTANTIATE_TEST_SUITE_P(Trainer, TrainerPrecisionTest, ::testing::Values("cpu", "hpu"));
 
+// Per training batch: the lazy graphs run so far and the compiles so far.
+class LazyCounts : public Callback {
+ public:
+  std::string state_key() const override { return "LazyCounts"; }
+  void on_train_batch_end(Trainer&, LightningModule&, const Batch&, int64_t) override {
+    const graphs::LazyStats s = graphs::lazy_stats();
+    steps.push_back(s.steps);
+    misses.push_back(s.cache_misses);
+  }
+  std::vector<uint64_t> steps, misses;
+};
+
 TEST_F(TrainerLoopTest, LazyStepGraphIsCompiledOnceAndReplayed) {
-  std::vector<uint64_t> misses;
-  class Misses : public Callback {
-   public:
-    explicit Misses(std::vector<uint64_t>* m) : m_(m) {}
-    std::string state_key() const override { return "Misses"; }
-    void on_train_batch_end(Trainer&, LightningModule&, const Batch&, int64_t) override {
-      m_->push_back(graphs::lazy_stats().cache_misses);
-    }
-    std::vector<uint64_t>* m_;
-  };
+  auto counts = std::make_shared<LazyCounts>();
   TinyClassifier m;  // a per-step scheduler changes the lr every step: an input of the graph, not a recompile
-  m.make_optimizers = with_scheduler([](Optimizer& o) { return std::make_shared<CosineAnnealingLR>(o, 16); },
-                                     {.interval = "step"});
-  Trainer t(quiet_options(dir, {.accelerator = "hpu", .max_epochs = 2, .gradient_clip_val = 1.0, .callbacks = {std::make_shared<Misses>(&misses)}, .enable_checkpointing = false}));
+  m.make_optimizers = [](TinyClassifier& x) {
+    auto opt = std::make_shared<SGD>(x.net->named_parameters(), SGDOptions{.lr = 0.1, .momentum = 0.9});
+    return std::vector<OptimizerConfig>{
+        {.optimizer = opt, .scheduler = std::make_shared<CosineAnnealingLR>(*opt, 16), .interval = "step"}};
+  };
+  Trainer t(quiet_options(dir, {.accelerator = "hpu", .max_epochs = 2, .gradient_clip_val = 1.0, .callbacks = {counts},
+                                .enable_checkpointing = false}));
   t.fit(m, DataLoader(blobs(64, 1), {.batch_size = 8, .shuffle = true}));
   ASSERT_TRUE(graphs::lazy_mode_enabled());
-  ASSERT_EQ(misses.size(), 16u);
-  for (size_t i = 2; i < misses.size(); ++i) EXPECT_EQ(misses[i], misses[1]) << "step " << i;
+  ASSERT_EQ(counts->misses.size(), 16u);
+  for (size_t i = 1; i < counts->steps.size(); ++i) {
+    EXPECT_EQ(counts->steps[i], counts->steps[i - 1] + 1) << "one graph for step " << i;  // forward to update
+    if (i >= 2) EXPECT_EQ(counts->misses[i], counts->misses[1]) << "step " << i;
+  }
   EXPECT_EQ(m.net->named_parameters()[0].second->device(), Device::hpu(0));
+
+  // Accumulating micro-batches: each is a graph; the set of graphs is complete after the second step.
+  auto acc = std::make_shared<LazyCounts>();
+  TinyClassifier m2;
+  Trainer t2(quiet_options(dir, {.accelerator = "hpu", .max_epochs = 1, .accumulate_grad_batches = 2,
+                                 .callbacks = {acc}, .enable_checkpointing = false}));
+  t2.fit(m2, DataLoader(blobs(64, 1), {.batch_size = 8}));
+  ASSERT_EQ(acc->misses.size(), 8u);
+  for (size_t i = 4; i < acc->misses.size(); ++i) EXPECT_EQ(acc->misses[i], acc->misses[3]) << "micro-batch " << i;
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/autograd.h"
 #include "engine/error.h"
 #include "training/strategy.h"
 
@@ -48,7 +49,10 @@ void MetricStore::log(const std::string& name, const Tensor& tensor, double valu
     e.opt.logger = o.logger;
   }
   if (tensor.defined()) {
-    pending_.push_back({name, tensor.detach(), bs});
+    // Kept as is (detach() would run a lazy graph early); a cast to F32 joins the step graph.
+    NoGradGuard no_grad;
+    const DType t = tensor.dtype();
+    pending_.push_back({name, t == DType::F32 || t == DType::I64 ? tensor : tensor.to(DType::F32), bs});
   } else {
     add(e, value, bs);
   }
@@ -73,7 +77,7 @@ void MetricStore::read_pending() {
   std::vector<Pending> pending;
   pending.swap(pending_);
   for (Pending& p : pending) {
-    Tensor t = p.tensor.dtype() == DType::F32 || p.tensor.dtype() == DType::I64 ? p.tensor : p.tensor.to(DType::F32);
+    const Tensor& t = p.tensor;
     const double v = t.dtype() == DType::I64 ? static_cast<double>(t.to_indices()[0]) : static_cast<double>(t.item());
     add(entries_.at(p.name), v, p.batch_size);
   }
