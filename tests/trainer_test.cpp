@@ -188,6 +188,24 @@ TEST_F(TrainerTest, FitHookOrderIsLightnings) {
   EXPECT_EQ(m.trainer(), nullptr);
 }
 
+TEST_F(TrainerTest, EvaluationHookOrder) {
+  std::vector<std::string> ev;
+  TinyClassifier m(&ev);
+  const DataLoader data(blobs(8, 2), {.batch_size = 8});
+  Trainer t(quiet_options(dir, {.callbacks = {std::make_shared<RecordingCallback>(&ev)}, .enable_checkpointing = false}));
+  t.validate(m, data);
+  EXPECT_EQ(ev, (std::vector<std::string>{"setup:validate", "cb.on_validation_epoch_start", "on_validation_epoch_start",
+                                          "validation_step", "cb.on_validation_batch_end:0", "cb.on_validation_epoch_end",
+                                          "on_validation_epoch_end", "cb.on_validation_end", "teardown:validate"}));
+  ev.clear();
+  t.test(m, data);
+  EXPECT_EQ(ev, (std::vector<std::string>{"setup:test", "test_step", "cb.on_test_batch_end:0", "cb.on_test_epoch_end",
+                                          "on_test_epoch_end", "teardown:test"}));
+  ev.clear();
+  t.predict(m, data);
+  EXPECT_EQ(ev, (std::vector<std::string>{"setup:predict", "cb.on_predict_batch_end:0", "teardown:predict"}));
+}
+
 class Failing : public TinyClassifier {
  public:
   using TinyClassifier::TinyClassifier;
