@@ -4,6 +4,7 @@
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "engine/error.h"
 #include "engine/ops.h"
@@ -31,6 +32,18 @@ HookRegistry& hooks() {
   return r;
 }
 std::atomic<size_t> g_hook_count{0};  // backward skips the lookup while it is 0
+
+// What backward leaves in a node's grad_fn once it ran: the tensor stays a non-leaf (a later
+// backward through it is an error, as in PyTorch) but its saved inputs are released.
+const std::shared_ptr<GradNode>& freed_node() {
+  static const std::shared_ptr<GradNode> n = std::make_shared<GradNode>(GradNode{nullptr, {}, {}});
+  return n;
+}
+bool is_freed(const TensorImpl& t) { return t.grad_fn && !t.grad_fn->op; }
+constexpr const char* kFreedGraph =
+    "backward() reached a tensor whose graph an earlier backward() already freed (trying to backward through "
+    "the graph a second time): a result of a previous step used without .detach(), or backward() called twice "
+    "on the same loss; detach() values kept across steps or recompute them";
 
 void run_post_accumulate_hooks(const std::shared_ptr<TensorImpl>& leaf) {
   std::vector<std::shared_ptr<PostAccumulateGradHook>> fns;
@@ -102,7 +115,8 @@ void run_backward(const Tensor& root) {
   if (!root.requires_grad()) throw InvalidArgument("backward() on a tensor that does not require grad");
   if (root.numel() != 1)
     throw ShapeError("backward() needs a one-element tensor, got shape " + shape_str(root.shape()));
-  if (!root.impl()->grad_fn) throw InvalidArgument("backward() on a leaf tensor or a graph already freed");
+  if (!root.impl()->grad_fn) throw InvalidArgument("backward() on a leaf tensor (it has no graph)");
+  if (is_freed(*root.impl())) throw InvalidArgument(kFreedGraph);
   NoGradGuard no_grad;
   // Gradients are keyed by the tensor they belong to; a non-leaf has exactly one grad_fn.
   using Impl = std::shared_ptr<TensorImpl>;
@@ -118,6 +132,7 @@ void run_backward(const Tensor& root) {
       continue;
     }
     if (!seen.insert(t.get()).second) continue;
+    if (is_freed(*t)) throw InvalidArgument(kFreedGraph);  // before any gradient was accumulated
     stack.push_back({t, true});
     if (t->grad_fn)
       for (const auto& in : t->grad_fn->inputs)
@@ -148,13 +163,15 @@ void run_backward(const Tensor& root) {
     if (!t->grad_fn) continue;  // a leaf: accumulated by use_done
     auto it = grads.find(t.get());
     if (it == grads.end()) {  // no gradient reached this node: its leaves lose a use anyway
-      for (const auto& in : t->grad_fn->inputs)
+      const std::shared_ptr<GradNode> node = std::exchange(t->grad_fn, freed_node());
+      for (const auto& in : node->inputs)
         if (is_leaf_input(in)) use_done(in);
       continue;
     }
     Tensor g = it->second;
     grads.erase(it);
-    std::shared_ptr<GradNode> node = std::move(t->grad_fn);  // the graph is freed as it is used
+    // The graph is freed as it is used; the marker stays.
+    const std::shared_ptr<GradNode> node = std::exchange(t->grad_fn, freed_node());
     std::vector<Tensor> in_grads = node->op->backward(node->inputs, g, node->attrs);
     for (size_t i = 0; i < node->inputs.size(); ++i) {
       const Tensor& in = node->inputs[i];

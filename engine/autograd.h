@@ -6,6 +6,8 @@
 //   auto loss = hg::ops::mean(hg::ops::relu(hg::ops::matmul(x, w, false, true)));
 //   loss.backward();            // w.grad() now holds d loss / d w
 //   { hg::NoGradGuard g; ... }  // no history recorded inside
+//   // backward frees the graph it ran: a second backward through any of its tensors throws
+//   // hg::InvalidArgument ("trying to backward through the graph a second time"), as in PyTorch.
 //
 //   // PyTorch's register_post_accumulate_grad_hook: runs during backward, right after a leaf's
 //   // .grad was accumulated (in lazy mode .grad is still a pending traced value then).
@@ -20,7 +22,7 @@
 namespace hg {
 
 struct GradNode {
-  const OpSchema* op;
+  const OpSchema* op;          // null: a marker left by backward (the graph was freed)
   std::vector<Tensor> inputs;  // saved inputs (their impls carry the edges)
   Attrs attrs;
 };

@@ -154,5 +154,31 @@ TEST(AutogradHook, LazyGradIsPendingInTheHookAndMarkStepMidBackwardKeepsResults)
   graphs::enable_lazy_mode(false);
 }
 
+// backward frees the graph it ran and leaves a marker: an intermediate of an earlier step used
+// again without detach() is an error (PyTorch: "Trying to backward through the graph a second
+// time"), not a silent new leaf that would collect a .grad. Nothing is accumulated then.
+TEST(AutogradFreedGraph, BackwardThroughAnEarlierStepsIntermediateIsAnError) {
+  Net n;
+  Tensor h = ops::linear(n.x, n.w, n.b);  // an intermediate, kept across "steps"
+  ops::sum(h).backward();
+  const std::vector<float> gw = n.w.grad().to_vector();
+  EXPECT_TRUE(h.requires_grad());
+  Tensor w2 = leaf({1, 1}, {1, 2});
+  Tensor next = ops::sum(ops::matmul(h, w2, false, true));  // the next step reuses h without detach()
+  EXPECT_THAT(error_of<InvalidArgument>([&] { next.backward(); }), HasSubstr("graph a second time"));
+  EXPECT_FALSE(h.grad().defined());
+  EXPECT_FALSE(w2.grad().defined());
+  EXPECT_EQ(n.w.grad().to_vector(), gw);
+  // The same loss twice, and a hook on the freed intermediate: refused too.
+  Tensor loss = n.loss();
+  loss.backward();
+  EXPECT_THAT(error_of<InvalidArgument>([&] { loss.backward(); }), HasSubstr("graph a second time"));
+  EXPECT_THAT(error_of<InvalidArgument>([&] { (void)register_post_accumulate_grad_hook(h, [](const Tensor&) {}); }),
+              HasSubstr("leaf"));
+  // detach() makes it a constant of the new graph: d/dw2 = column sums of h.
+  ops::sum(ops::matmul(h.detach(), w2, false, true)).backward();
+  EXPECT_EQ(w2.grad().to_vector(), (std::vector<float>{34.5f, 73.5f}));
+}
+
 }  // namespace
 }  // namespace hg

@@ -25,6 +25,7 @@
 #include <sstream>
 #include <thread>
 
+#include "engine/error.h"
 #include "tests/ddp_test_util.h"
 #include "tests/test_env.h"
 #include "training/ddp_strategy.h"
@@ -56,7 +57,8 @@ std::string role() {
 
 // Rank 0 is this process; the launcher re-executes the binary for rank 1, which runs this
 // test's body with LOCAL_RANK=1. Rank 1's failures make its gtest run exit 1, which rank 0's
-// teardown turns into a failed run ("hgraph DDP rank 0: local rank 1 ... exited with code 1").
+// shutdown_process_group turns into a failed run ("hgraph DDP rank 0: local rank 1 ... exited
+// with code 1"). Each test ends the group: the next test launches its own rank 1.
 TEST(DDPMultiProcess, TwoRanksMatchOneProcessWithTheGlobalBatch) {
   const bool launched = std::getenv("LOCAL_RANK") != nullptr;
   if (launched && !working_for_this_test()) GTEST_SKIP() << "a launched child of another test";
@@ -76,12 +78,14 @@ TEST(DDPMultiProcess, TwoRanksMatchOneProcessWithTheGlobalBatch) {
   train_and_compare(s, {{"sgd", 1}, {"sgd", 2}, {"adamw", 1}, {"adamw", 2}});
   graphs::enable_lazy_mode(false);  // eager hpu: gradients computed on the device queue
   train_and_compare(s, {{"sgd", 2}});
-  s.teardown();  // rank 0: waits for rank 1
+  s.teardown();
+  DDPStrategy::shutdown_process_group();  // rank 0: waits for rank 1 to finish the test
 }
 
-// broadcast_buffers: each rank's forward updates its BatchNorm statistics from its own shard;
-// the next backward replaces them with rank 0's, so every rank's next forward sees rank 0's
-// (PyTorch broadcasts before each forward: the same values).
+// broadcast_buffers: before each forward (before_forward, at the start of the step, while the
+// buffers are concrete) rank 0's buffers replace every rank's; each rank's forward then updates
+// its BatchNorm statistics from its own shard, and backward leaves them alone (no host read in
+// the middle of the lazy step).
 TEST(DDPMultiProcess, BuffersFollowRankZero) {
   const bool launched = std::getenv("LOCAL_RANK") != nullptr;
   if (launched && !working_for_this_test()) GTEST_SKIP() << "a launched child of another test";
@@ -103,30 +107,39 @@ TEST(DDPMultiProcess, BuffersFollowRankZero) {
   net.to(d);
   SGD opt(net.named_parameters(), SGDOptions{.lr = 0.1});
   s.setup_module(net);
-  Tensor* mean = net.named_buffers()[0].second;
-  ASSERT_EQ(net.named_buffers()[0].first, "0.running_mean");
-  // A checksum of rank 0's statistics, and of this rank's: equal only when broadcast.
+  const auto buffers = net.named_buffers();
+  ASSERT_EQ(buffers[0].first, "0.running_mean");
+  ASSERT_EQ(buffers[2].first, "0.num_batches_tracked");
+  // A checksum of this rank's statistics: equal on every rank only when broadcast.
   auto checksum = [&] {
-    const std::vector<float> v = mean->to_vector();
+    const std::vector<float> v = buffers[0].second->to_vector();
     return 1000.0 * v[0] + v[1];
   };
+  auto same_everywhere = [&](double v) { return s.reduce(v, ReduceOp::Max) == s.reduce(v, ReduceOp::Min); };
   for (int64_t step = 0; step < 3; ++step) {
+    const double before = checksum();  // after the previous step: this rank's own statistics
+    s.before_forward(net);
+    const double synced = checksum();
+    EXPECT_TRUE(same_everywhere(synced)) << "step " << step;
+    if (s.global_rank() == 0) {
+      EXPECT_EQ(synced, before);
+    }
+    if (step > 0) {
+      EXPECT_FALSE(same_everywhere(before)) << "step " << step;
+    }
     auto [x, y] = rows(step, s.global_rank() * 8, 8, d);
     Tensor loss = ops::cross_entropy(net.forward(x.reshape({8, 2, 2, 2})), y);
-    const double own = checksum();  // after this rank's forward: its own shard's statistics
-    EXPECT_NE(s.reduce(own, ReduceOp::Max), s.reduce(own, ReduceOp::Min)) << "step " << step;
     s.backward(loss, true);
-    const double synced = checksum();
-    EXPECT_EQ(s.reduce(synced, ReduceOp::Max), s.reduce(synced, ReduceOp::Min)) << "step " << step;
-    if (s.global_rank() == 0) {
-      EXPECT_EQ(synced, own);
-    }
     s.finish_gradient_sync();
     opt.step();
     opt.zero_grad();
     graphs::mark_step(d);
+    EXPECT_FALSE(same_everywhere(checksum())) << "step " << step << ": backward must not touch the buffers";
+    // num_batches_tracked (I64) travels too: rank 0's count + this forward.
+    EXPECT_EQ(buffers[2].second->to(DType::F32).to_vector()[0], static_cast<float>(step + 1));
   }
   s.teardown();
+  DDPStrategy::shutdown_process_group();
 }
 
 // Through the Trainer: devices=2, strategy "hpu_ddp", 2 examples per rank and 2 accumulated
@@ -175,7 +188,7 @@ std::vector<float> fit_blobs(int devices, int64_t batch_size, int accumulate, co
     Trainer t(o);
     t.fit(m, DataLoader(data, {.batch_size = batch_size}));
     EXPECT_EQ(t.global_step(), 8);
-  }  // rank 0: the Trainer's teardown waits for rank 1
+  }
   std::vector<float> out;
   for (auto& [name, p] : m.net->named_parameters())
     for (float v : p->to_vector()) out.push_back(v);
@@ -195,6 +208,10 @@ TEST(DDPMultiProcess, TrainerWithTwoDevicesMatchesOneProcess) {
   const auto dir = test::temp_dir("DDPTrainer");
   const std::vector<float> want = fit_blobs(1, 8, 1, dir / "one");
   expect_close(fit_blobs(2, 2, 2, dir / "ddp"), want, "Trainer devices=2 vs 1");
+  // A second DDP Trainer in the same program reuses the process group and the launched rank
+  // (the first Trainer's end neither waits for rank 1 to exit nor kills it).
+  expect_close(fit_blobs(2, 2, 2, dir / "ddp2"), want, "a second Trainer with devices=2");
+  DDPStrategy::shutdown_process_group();  // rank 0: waits for rank 1 to finish the test
   std::filesystem::remove_all(dir);
 }
 
@@ -269,6 +286,59 @@ int free_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(fd);
   return ntohs(a.sin_port);
+}
+
+// An error on rank 0 (here from training_step) reaches the user as itself: the Trainer's
+// teardown, reached by the unwinding exception, kills the launched rank instead of waiting for it
+// to fail in its next collective and reporting "local rank 1 exited with code 1".
+class ThrowsOnRankZero : public Blobs {
+ public:
+  Tensor training_step(const Batch& b, int64_t idx) override {
+    if (idx == 2 && trainer()->strategy().global_rank() == 0)
+      throw InvalidArgument("training_step failed on rank 0 at batch 2");
+    return Blobs::training_step(b, idx);
+  }
+};
+
+TEST(DDPMultiProcess, AnErrorOnRankZeroIsWhatTheUserSees) {
+  if (working_for_this_test()) {  // rank 0 (a Worker) and the rank it launches
+    TrainerOptions o;
+    o.accelerator = "hpu";
+    o.devices = 2;
+    o.strategy = "hpu_ddp";
+    o.max_epochs = 2;
+    o.logger = std::vector<std::shared_ptr<Logger>>{};
+    o.enable_checkpointing = false;
+    o.enable_progress_bar = false;
+    o.default_root_dir = std::getenv("HG_DDP_DIR");
+    o.dist_timeout = 120s;
+    ThrowsOnRankZero m;
+    std::vector<float> x(32 * 8, 0.5f);
+    std::vector<int64_t> y(32, 1);
+    auto data = std::make_shared<TensorDataset>(
+        std::vector<Tensor>{Tensor::from_vector(x, {32, 8}), Tensor::from_indices(y, {32})});
+    try {
+      Trainer t(o);
+      t.fit(m, DataLoader(data, {.batch_size = 4}));
+    } catch (const std::exception& e) {  // what a program's main does
+      std::fprintf(stderr, "error: %s\n", e.what());
+      std::exit(3);
+    }
+    std::exit(0);
+  }
+  if (std::getenv("LOCAL_RANK")) GTEST_SKIP() << "a launched child of another test";
+  const auto dir = test::temp_dir("DDPRank0Error");
+  auto vars = clean_dist_env();
+  vars[kTestVar] = this_test();
+  vars["HG_DDP_DIR"] = dir.string();
+  Worker rank0({self_exe(), "--gtest_filter=" + this_test()}, vars, dir / "rank0.log");
+  const auto st = rank0.wait(120s);
+  ASSERT_TRUE(st.has_value()) << "rank 0 still running after 120 s:\n" << rank0.output();
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 3) << rank0.output();
+  EXPECT_THAT(rank0.output(), HasSubstr("error: training_step failed on rank 0 at batch 2"));
+  EXPECT_THAT(rank0.output(), ::testing::Not(HasSubstr("exited with code")));
+  EXPECT_THAT(rank0.output(), ::testing::Not(HasSubstr("hgraph DDP rank")));
+  std::filesystem::remove_all(dir);
 }
 
 // The worker side of KilledRankMakesTheOtherExitWithAClearMessage: trains until rank `victim`
@@ -399,6 +469,7 @@ TEST(DDPMultiProcess, TwoNodesInNetworkNamespacesOverAVethPair) {
     EXPECT_EQ(s.global_rank(), std::atoi(std::getenv("NODE_RANK")));
     train_and_compare(s, {{"sgd", 1}, {"adamw", 2}});
     s.teardown();
+    DDPStrategy::shutdown_process_group();
     return;
   }
   if (std::getenv("LOCAL_RANK")) GTEST_SKIP() << "a launched child of another test";

@@ -268,26 +268,47 @@ TEST(DDPStrategyTest, MasterPortInUseIsAClearError) {
   EXPECT_THAT(e, HasSubstr("in use"));
 }
 
-// One process (world 1): the reducer still splits the lazy step at each completed bucket; from
-// the second step on every segment and the update come from the graph cache.
-TEST(DDPStrategyTest, LazyStepIsOneGraphPerBucketPlusTheUpdateAllCached) {
+// One process (world 1): no reducer, plain backward — the lazy step stays one graph (forward,
+// backward, update), from the graph cache after the first steps, and trains as without DDP.
+TEST(DDPStrategyTest, WorldOfOneIsPlainBackwardOneCachedGraphPerStep) {
   ScopedEnv env(clean_dist_env());
   LazyMode lazy;
-  // 2.bias + 2.weight (272 bytes) fill the first bucket, 0.bias + 0.weight the second.
   DDPStrategy s(DDPOptions{.bucket_cap_mb = 200.0 / kMB, .first_bucket_mb = 200.0 / kMB});
   s.setup_environment({.device = Device::hpu(0)});
   EXPECT_EQ(s.world_size(), 1);
+  EXPECT_EQ(s.process_group(), nullptr);
+  const uint64_t s0 = graphs::lazy_stats().steps;
+  const std::vector<float> want = train("sgd", nullptr);
+  const uint64_t s1 = graphs::lazy_stats().steps;
+  const std::vector<float> got = train("sgd", &s);
+  const uint64_t s2 = graphs::lazy_stats().steps;
+  EXPECT_EQ(s2 - s1, s1 - s0);  // the graphs plain training runs, no more
+  EXPECT_LE(s2 - s1, static_cast<uint64_t>(kSteps) + 1);
+  EXPECT_EQ(got, want);
+  s.teardown();
+}
+
+// With more ranks (a stand-in all-reduce: the other rank has the same gradients) the reducer
+// splits the lazy step at each completed bucket; from the second step on every segment and the
+// update come from the graph cache.
+TEST(DDPStrategyTest, ReducerLazyStepIsOneGraphPerBucketPlusTheUpdateAllCached) {
+  LazyMode lazy;
   const Device d = Device::hpu(0);
   auto net = models::zoo::mlp({8, 16, 4}, 5);
   net->to(d);
   SGD opt(net->named_parameters(), SGDOptions{.lr = 0.1, .momentum = 0.9});
-  s.setup_module(*net);
+  // 2.bias + 2.weight (272 bytes) fill the first bucket, 0.bias + 0.weight the second.
+  DDPReducer r(net->named_parameters(), [](float* g, size_t n, uint32_t) { for (size_t k = 0; k < n; ++k) g[k] *= 2; },
+               2, {.bucket_cap_mb = 200.0 / kMB, .first_bucket_mb = 200.0 / kMB});
+  ASSERT_EQ(r.bucket_indices().size(), 2u);
   graphs::LazyStats before{};
   for (int64_t step = 0; step < 4; ++step) {
     if (step == 2) before = graphs::lazy_stats();
     auto [x, y] = rows(step, 0, 8, d);
-    s.backward(ops::cross_entropy(net->forward(x), y), true);
-    s.finish_gradient_sync();
+    Tensor loss = ops::cross_entropy(net->forward(x), y);
+    r.prepare_for_backward(loss, true);
+    loss.backward();
+    r.finish();
     opt.step();
     opt.zero_grad();
     graphs::mark_step(d);
@@ -295,7 +316,6 @@ TEST(DDPStrategyTest, LazyStepIsOneGraphPerBucketPlusTheUpdateAllCached) {
   const graphs::LazyStats after = graphs::lazy_stats();
   EXPECT_EQ(after.steps - before.steps, 2u * 3u);  // 2 backward segments + the update, per step
   EXPECT_EQ(after.cache_misses - before.cache_misses, 0u);
-  s.teardown();
 }
 
 }  // namespace

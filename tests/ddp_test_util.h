@@ -87,6 +87,7 @@ inline std::vector<float> train(const std::string& optimizer, Strategy* s, int a
   for (int64_t step = 0; step < kSteps; ++step) {
     for (int m = 0; m < accum; ++m) {
       auto [x, y] = rows(step, rank * per_rank + m * micro, micro, d);
+      if (s) s->before_forward(*net);
       Tensor loss = ops::cross_entropy(net->forward(x), y);
       if (accum > 1) loss = ops::scale(loss, 1.0 / accum);
       if (s) s->backward(loss, m == accum - 1);

@@ -7,6 +7,10 @@
 // the world. A rank whose peer dies or whose launcher reports a failed child prints
 // "hgraph DDP rank R: <what happened>" to stderr and exits non-zero — never a hang.
 //
+// The process group (and the local ranks rank 0 started) belongs to the process, not to one
+// strategy: later DDP strategies and Trainers in the same program reuse it (as Lightning reuses
+// an initialized torch.distributed group). It ends at exit or with shutdown_process_group().
+//
 //   hg::training::Trainer t({.accelerator = "hpu", .devices = 2, .strategy = "hpu_ddp"});
 //   // or, with options:
 //   auto ddp = std::make_shared<hg::training::DDPStrategy>(
@@ -17,12 +21,16 @@
 //   hg::training::DDPStrategy s;
 //   s.setup_environment({.device = hg::Device::hpu(0), .devices = 2});  // rank 0 starts rank 1
 //   s.setup_module(net);                                 // broadcast from rank 0, buckets
+//   s.before_forward(net);                               // rank 0's buffers to every rank
 //   s.backward(loss, /*sync_gradients=*/true);           // buckets all-reduce as grads appear
 //   s.finish_gradient_sync();                            // every .grad = mean over ranks
 //   opt->step();
+//   hg::training::DDPStrategy::shutdown_process_group();  // optional: also runs at exit
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "training/cluster_env.h"
 #include "training/strategy.h"
@@ -38,7 +46,7 @@ struct DDPOptions {
   // true: the autograd graph is walked before backward and unused parameters contribute zeros
   // (a parameter no rank used keeps no .grad, as in PyTorch).
   bool find_unused_parameters = false;
-  bool broadcast_buffers = true;  // rank 0's buffers (BatchNorm statistics) to every rank each step
+  bool broadcast_buffers = true;  // rank 0's buffers (BatchNorm statistics) to every rank before each forward
 };
 
 class DDPStrategy : public Strategy {
@@ -54,37 +62,41 @@ class DDPStrategy : public Strategy {
   int node_rank() const override { return env_.node_rank; }
   int world_size() const override { return world_; }
   void setup_module(models::Module& m) override;
+  void before_forward(models::Module& m) override;
   void backward(const Tensor& loss, bool sync_gradients) override;
   void finish_gradient_sync() override;
   double reduce(double value, ReduceOp op) override;
   void barrier(const std::string& name) override;
   void broadcast(std::string& bytes) override;
   DataLoader distribute(const DataLoader& loader, bool shuffle, uint64_t seed) const override;
+  // Releases this strategy's module state; the process group stays for later strategies. Reached
+  // while an exception unwinds (an error on this rank): kills the local ranks this process
+  // started and ends the group, so the original error is what the user sees.
   void teardown() override;
+
+  // Ends this process's group (PyTorch's destroy_process_group): rank 0 of a node then waits (up
+  // to the group's timeout) for the local ranks it started to finish their program, and exits 1
+  // naming one that failed. Runs by itself at exit; a later DDP strategy starts a new group.
+  static void shutdown_process_group();
 
   const DDPOptions& options() const { return opt_; }
   ProcessGroup* process_group() const { return pg_.get(); }  // null before setup_environment
 
  private:
-  struct Watchdog;
-  // Prints "hgraph DDP rank R: <what>" to stderr, kills the local ranks this one started and
-  // exits with status 1.
-  [[noreturn]] void fail(const std::string& what);
   template <class F>
   auto collective(const char* what, F&& f);  // f(); a DistError from it fails the run
-  void sync_from_rank0(bool buffers_only);
-  void stop_watchdog();
+  void sync_from_rank0();
 
   DDPOptions opt_;
   std::string name_;
   Device device_;
   ClusterEnv env_;
   int rank_ = 0, world_ = 1;
-  std::unique_ptr<LocalLauncher> launcher_;
-  std::shared_ptr<ProcessGroup> pg_;  // shared with the reducer's communication thread
-  std::unique_ptr<DDPReducer> reducer_;
-  std::unique_ptr<Watchdog> watchdog_;
+  std::shared_ptr<ProcessGroup> pg_;  // the process's group; shared with the reducer's thread
+  std::unique_ptr<DDPReducer> reducer_;  // world > 1 only
   models::Module* module_ = nullptr;
+  std::vector<std::pair<std::string, Tensor*>> buffers_;  // broadcast before each forward
+  std::vector<float> buffer_bytes_;                       // their bytes, as floats on the wire
 };
 
 }  // namespace hg::training

@@ -43,6 +43,9 @@ class Strategy {
   // After the module moved to root_device() and its optimizers exist: DDP broadcasts rank 0's
   // parameters and buffers and builds its gradient buckets.
   virtual void setup_module(models::Module&) {}
+  // Before each training_step (every micro-batch), while the module's state is concrete: DDP
+  // sends rank 0's buffers (BatchNorm statistics) to every rank, as PyTorch's DDP forward does.
+  virtual void before_forward(models::Module&) {}
   // loss.backward(). DDP: all-reduces gradient buckets on its communication thread while
   // backward runs, unless `sync_gradients` is false (no_sync during gradient accumulation).
   virtual void backward(const Tensor& loss, bool sync_gradients) {
