@@ -7,6 +7,7 @@
 #include <limits>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <set>
 #include <sstream>
 
@@ -56,7 +57,7 @@ class Scripted : public LightningModule {
   void validation_step(const Batch&, int64_t) override {
     if (trainer()->sanity_checking()) return;
     ++validation_steps;
-    log("val_loss", script.at(size_t(current_epoch())), {.prog_bar = true});
+    log(metric, value ? value(*this) : script.at(size_t(current_epoch())), {.prog_bar = true});
   }
   std::vector<OptimizerConfig> configure_optimizers() override {
     if (optimizers) return optimizers(*this);
@@ -67,6 +68,8 @@ class Scripted : public LightningModule {
 
   std::unique_ptr<models::Sequential> net = models::zoo::mlp({4, 3}, 0);
   std::vector<double> script;
+  std::string metric = "val_loss";
+  std::function<double(Scripted&)> value;  // replaces the script when set
   std::function<std::vector<OptimizerConfig>(Scripted&)> optimizers;
   int epochs = 0, validation_steps = 0;
 };
@@ -202,6 +205,38 @@ TEST(CallbacksTest, ResumedRunKeepsTopKState) {
   EXPECT_TRUE(std::isinf(same.best_k_models().at((o.dirpath / "epoch=9.ckpt").string())));
   EXPECT_THAT(test::error_of<InvalidArgument>([&] { same.load_state_dict({{"best_model_path", 3}}); }),
               HasSubstr("best_model_path"));
+}
+
+// accumulate_grad_batches 2, 4 batches an epoch: optimizer steps after batches 1 and 3. A run
+// resumed from the step=1 checkpoint (written after batch 1) starts at batch 2, which does not
+// step: global_step is still 1 there, and that step must not be saved a second time.
+TEST(CallbacksTest, ResumeMidAccumulationDoesNotSaveTheStepAgain) {
+  FitRun run{test::temp_dir("CallbacksResumeAccumulate")};
+  run.loader = std::make_shared<DataLoader>(tiny_data(), DataLoaderOptions{.batch_size = 3});
+  ModelCheckpointOptions o{.dirpath = run.dir / "ck", .save_top_k = -1, .every_n_train_steps = 1};
+  auto first = std::make_shared<ModelCheckpoint>(o);
+  Scripted m({1});
+  TrainerOptions opt = run.options({first}, 1);
+  opt.accumulate_grad_batches = 2;
+  Trainer t(opt);
+  t.fit(m, *run.loader);
+  EXPECT_THAT(files_in(o.dirpath), UnorderedElementsAre("epoch=0-step=1.ckpt", "epoch=0-step=2.ckpt"));
+
+  auto bytes = [](const fs::path& f) {
+    std::ifstream in(f, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  fs::path step1 = o.dirpath / "epoch=0-step=1.ckpt";
+  const std::string saved = bytes(step1);
+  auto second = std::make_shared<ModelCheckpoint>(o);
+  Scripted m2({1});
+  opt.callbacks = {second};
+  Trainer t2(opt);
+  t2.fit(m2, *run.loader, nullptr, step1.string());
+  EXPECT_EQ(t2.global_step(), 2);
+  EXPECT_THAT(files_in(o.dirpath), UnorderedElementsAre("epoch=0-step=1.ckpt", "epoch=0-step=2.ckpt",
+                                                        "epoch=0-step=2-v1.ckpt"));
+  EXPECT_TRUE(bytes(step1) == saved) << "step 1 saved again, at the micro-batch after the resume";
 }
 
 struct StopCase {
@@ -487,6 +522,20 @@ TEST(CallbacksTest, OffRankZeroNoBarAndNoFiles) {
   EXPECT_EQ(ckpt->best_model_path(), (run.dir / "checkpoints" / "epoch=1-step=6.ckpt").string()) << "same bookkeeping";
 }
 
+// Lightning raises on every rank: raising on rank 0 alone leaves the other ranks waiting.
+TEST(CallbacksTest, MissingLoggerIsAnErrorOffRankZeroToo) {
+  FitRun run{test::temp_dir("CallbacksNoLoggerRankOne")};
+  for (std::shared_ptr<Callback> cb : {std::shared_ptr<Callback>(std::make_shared<LearningRateMonitor>()),
+                                       std::shared_ptr<Callback>(std::make_shared<DeviceStatsMonitor>())}) {
+    Scripted m({1});
+    TrainerOptions o = run.options({cb}, 1);
+    o.strategy_object = std::make_shared<NotRankZero>();
+    Trainer t(o);
+    EXPECT_THAT(test::error_of<InvalidArgument>([&] { t.fit(m, *run.loader); }), HasSubstr("needs a logger"))
+        << cb->state_key();
+  }
+}
+
 // Two real ranks (the launcher re-executes this binary for rank 1 with LOCAL_RANK=1 and this
 // test as its filter): ModelCheckpoint's decisions and EarlyStopping's stop are collectives, so
 // both ranks must agree or the run hangs (bounded by dist_timeout).
@@ -530,6 +579,66 @@ TEST(CallbacksDDP, TwoRanksCheckpointAndStopTogether) {
     fs::remove_all(run.dir);
   } else {
     EXPECT_FALSE(fs::exists(run.dir / "lightning_logs" / "version_0" / "checkpoints")) << "rank 1 writes nothing";
+  }
+}
+
+}  // namespace
+}  // namespace hg::training
+
+namespace hg::training {
+namespace {
+
+// An unsynced monitor (each rank logs its own val_acc): rank 0's "0.501" then "0.502" give the
+// same file name, so its second save replaces its first, while rank 1's names differ. Every rank
+// must still make the same collectives (before: rank 1 broadcast a version check rank 0 skipped)
+// and keep rank 0's paths and scores.
+TEST(CallbacksDDP, UnsyncedMonitorKeepsRankZerosRanking) {
+  const char* test_name = "CallbacksDDP.UnsyncedMonitorKeepsRankZerosRanking";
+  const bool launched = std::getenv("LOCAL_RANK") != nullptr;
+  const char* for_test = std::getenv("HG_DDP_TEST");
+  if (launched && !(for_test && std::string(for_test) == test_name)) GTEST_SKIP() << "a launched child of another test";
+  std::optional<ddp_test::ScopedEnv> env;
+  if (!launched) {
+    auto vars = ddp_test::clean_dist_env();
+    vars["HG_DDP_TEST"] = test_name;
+    vars["GTEST_FILTER"] = test_name;
+    env.emplace(vars);
+  }
+  FitRun run{test::temp_dir("CallbacksDDPUnsynced")};
+  fs::path rank0 = launched ? fs::temp_directory_path() / ("hgraph_test_CallbacksDDPUnsynced_" + std::to_string(::getppid()))
+                            : run.dir;
+  fs::path d = rank0 / "ck";
+  auto ckpt = std::make_shared<ModelCheckpoint>(ModelCheckpointOptions{
+      .dirpath = d, .filename = "{epoch}-{val_acc:.2f}", .monitor = "val_acc", .mode = "max", .save_top_k = 1,
+      .save_last = true});
+  Scripted m({});
+  m.metric = "val_acc";
+  m.value = [](Scripted& s) {  // rank 0: 0.501, 0.502, ...; rank 1: 0.6, 0.7, ...
+    int64_t step = s.global_step();
+    return s.trainer()->strategy().global_rank() == 0 ? 0.5 + 0.001 * double(step) : 0.5 + 0.1 * double(step);
+  };
+  run.loader = std::make_shared<DataLoader>(tiny_data(), DataLoaderOptions{.batch_size = 3});  // 2 batches per rank
+  TrainerOptions o = run.options({ckpt}, 2);
+  o.accelerator = "hpu";
+  o.devices = 2;
+  o.strategy = "hpu_ddp";
+  o.val_check_interval = 0.5;  // validation after every batch: two per epoch
+  o.dist_timeout = std::chrono::seconds(60);
+  {
+    Trainer t(o);
+    t.fit(m, *run.loader, run.loader.get());
+    EXPECT_EQ(t.global_step(), 4);
+  }  // rank 0: the Trainer's teardown waits for rank 1
+  std::string best = (d / "epoch=1-val_acc=0.50.ckpt").string();
+  EXPECT_EQ(ckpt->best_model_path(), best);
+  EXPECT_DOUBLE_EQ(ckpt->best_model_score().value(), 0.504);
+  EXPECT_EQ(ckpt->kth_best_model_path(), best);
+  ASSERT_EQ(ckpt->best_k_models().size(), 1u);
+  EXPECT_DOUBLE_EQ(ckpt->best_k_models().at(best), 0.504);
+  EXPECT_EQ(ckpt->last_model_path(), (d / "last.ckpt").string());
+  if (!launched) {
+    EXPECT_THAT(files_in(d), UnorderedElementsAre("epoch=1-val_acc=0.50.ckpt", "last.ckpt"));
+    fs::remove_all(run.dir);
   }
 }
 

@@ -51,6 +51,7 @@ class ModelCheckpoint : public Callback {
   explicit ModelCheckpoint(ModelCheckpointOptions opt = {});  // validates (hg::InvalidArgument)
   std::string state_key() const override;
   void setup(Trainer&, LightningModule&, const std::string& stage) override;
+  void on_fit_start(Trainer&, LightningModule&) override;  // after a resume: its step counts as saved
   void on_train_batch_end(Trainer&, LightningModule&, const Batch&, int64_t batch_idx) override;
   void on_train_epoch_end(Trainer&, LightningModule&) override;
   void on_validation_epoch_start(Trainer&, LightningModule&) override;

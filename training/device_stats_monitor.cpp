@@ -70,7 +70,7 @@ std::map<std::string, double> DeviceStatsMonitor::device_stats(Device device) {
 }
 
 void DeviceStatsMonitor::setup(Trainer& t, LightningModule&, const std::string& stage) {
-  if (stage == "fit" && t.loggers().empty() && t.options().fast_dev_run == 0 && t.is_global_zero())
+  if (stage == "fit" && t.loggers().empty() && t.options().fast_dev_run == 0)  // every rank
     throw InvalidArgument("DeviceStatsMonitor needs a logger: the Trainer has none");
 }
 

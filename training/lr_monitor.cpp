@@ -51,7 +51,7 @@ LearningRateMonitor::LearningRateMonitor(LearningRateMonitorOptions opt) : opt_(
 }
 
 void LearningRateMonitor::on_fit_start(Trainer& t, LightningModule&) {
-  if (t.loggers().empty() && t.options().fast_dev_run == 0 && t.is_global_zero())
+  if (t.loggers().empty() && t.options().fast_dev_run == 0)  // every rank, as Lightning
     throw InvalidArgument("LearningRateMonitor needs a logger: the Trainer has none");
   lrs_.clear();
 }

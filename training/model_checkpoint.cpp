@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "engine/error.h"
@@ -40,6 +41,24 @@ bool whole_epoch(const Limit& l) { return l.batches < 0 && l.fraction == 1.0; }
 bool agree(Trainer& t, bool decision, bool all) {
   if (t.strategy().world_size() <= 1) return decision;
   return t.strategy().reduce(decision ? 1.0 : 0.0, all ? ReduceOp::Min : ReduceOp::Max) > 0.5;
+}
+
+// Rank 0's value on every rank (one broadcast when distributed): names and scores come from
+// rank-local metrics, which differ between ranks unless they were logged with sync_dist.
+std::string rank0_string(Trainer& t, std::string s) {
+  if (t.strategy().world_size() > 1) t.strategy().broadcast(s);
+  return s;
+}
+
+double rank0_score(Trainer& t, double v) {
+  if (t.strategy().world_size() <= 1) return v;
+  std::string b(sizeof v, '\0');
+  std::memcpy(b.data(), &v, sizeof v);
+  t.strategy().broadcast(b);
+  if (b.size() != sizeof v)
+    throw InvalidArgument("ModelCheckpoint: rank 0's score arrived as " + std::to_string(b.size()) + " bytes, not 8");
+  std::memcpy(&v, b.data(), sizeof v);
+  return v;
 }
 
 }  // namespace
@@ -115,6 +134,12 @@ void ModelCheckpoint::setup(Trainer& t, LightningModule&, const std::string& sta
   validation_in_fit_ = false;
 }
 
+void ModelCheckpoint::on_fit_start(Trainer& t, LightningModule&) {
+  // After a resume, global_step is the restored one: that step is already in a checkpoint (with
+  // accumulate_grad_batches, the micro-batches that follow a mid-epoch resume keep the step).
+  last_global_step_saved_ = t.global_step();
+}
+
 std::map<std::string, double> ModelCheckpoint::monitor_candidates(Trainer& t) const {
   std::map<std::string, double> c = t.callback_metrics();
   c.try_emplace("epoch", t.current_epoch());
@@ -172,11 +197,14 @@ void ModelCheckpoint::save_topk(Trainer& t, const std::map<std::string, double>&
     return;
   }
   auto it = c.find(opt_.monitor);
-  if (it == c.end()) {
+  // Every rank takes the same branch: the ones below make collectives.
+  if (!agree(t, it != c.end(), true)) {
     std::string keys;
     for (const auto& kv : c) keys += (keys.empty() ? "" : ", ") + kv.first;
-    std::string m = "ModelCheckpoint(monitor='" + opt_.monitor + "') could not find the monitored key in the logged "
-                    "metrics: [" + keys + "]. Did you call log('" + opt_.monitor + "', value) in the LightningModule?";
+    std::string m = it != c.end()
+        ? "ModelCheckpoint(monitor='" + opt_.monitor + "'): another rank did not log it"
+        : "ModelCheckpoint(monitor='" + opt_.monitor + "') could not find the monitored key in the logged "
+          "metrics: [" + keys + "]. Did you call log('" + opt_.monitor + "', value) in the LightningModule?";
     if (validation_in_fit_) throw InvalidArgument(m);
     spdlog::warn("{}", m);
     return;
@@ -191,6 +219,7 @@ void ModelCheckpoint::save_topk(Trainer& t, const std::map<std::string, double>&
 }
 
 void ModelCheckpoint::update_best_and_save(Trainer& t, double current, const std::map<std::string, double>& c) {
+  current = rank0_score(t, current);  // every rank keeps rank 0's ranking (and file names)
   size_t k = opt_.save_top_k == -1 ? best_k_models_.size() + 1 : size_t(opt_.save_top_k);
   std::string del;
   if (best_k_models_.size() == k && k > 0) {
@@ -223,18 +252,15 @@ void ModelCheckpoint::save_last(Trainer& t, const std::map<std::string, double>&
   if (!previous.empty()) remove(t, previous, path);
 }
 
-// The formatted name, with "-v<n>" while that file exists (rank 0's view) unless it is `keep`.
+// The formatted name, with "-v<n>" while that file exists, unless it is `keep` (the file this
+// save replaces). Rank 0 decides, with its metrics and its disk, and every rank gets its answer
+// by one broadcast, so all ranks keep the same paths and make the same collectives.
 std::string ModelCheckpoint::unused_filepath(Trainer& t, const std::map<std::string, double>& c,
                                              const std::string& filename, const std::string& keep) const {
   std::string path = format_checkpoint_name(c, filename);
-  if (!opt_.enable_version_counter) return path;
-  auto exists = [&](const std::string& p) {
-    std::string e = fs::exists(p) ? "1" : "0";
-    if (t.strategy().world_size() > 1) t.strategy().broadcast(e);
-    return e == "1";
-  };
-  for (int v = 1; path != keep && exists(path); ++v) path = format_checkpoint_name(c, filename, v);
-  return path;
+  if (opt_.enable_version_counter && t.is_global_zero())
+    for (int v = 1; fs::exists(path) && path != keep; ++v) path = format_checkpoint_name(c, filename, v);
+  return rank0_string(t, path);
 }
 
 void ModelCheckpoint::save(Trainer& t, const std::string& path) {
