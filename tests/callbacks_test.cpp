@@ -19,6 +19,7 @@
 #include "tests/tb_event_check.h"
 #include "tests/test_env.h"
 #include "training/callbacks.h"
+#include "training/ddp_strategy.h"
 #include "training/loggers.h"
 #include "training/schedulers.h"
 #include "training/sgd.h"
@@ -569,7 +570,8 @@ TEST(CallbacksDDP, TwoRanksCheckpointAndStopTogether) {
     t.fit(m, *run.loader, run.loader.get());
     EXPECT_EQ(m.epochs, 4) << "stopped after epoch 3 on both ranks";
     EXPECT_EQ(stop->stopped_epoch(), 3);
-  }  // rank 0: the Trainer's teardown waits for rank 1
+  }
+  DDPStrategy::shutdown_process_group();  // rank 0 waits for rank 1 (and exits 1 if it failed)
   fs::path d = rank0 / "lightning_logs" / "version_0" / "checkpoints";
   EXPECT_EQ(ckpt->dirpath(), d);
   EXPECT_EQ(ckpt->best_model_path(), (d / "epoch=1-val_loss=0.30.ckpt").string());
@@ -628,7 +630,8 @@ TEST(CallbacksDDP, UnsyncedMonitorKeepsRankZerosRanking) {
     Trainer t(o);
     t.fit(m, *run.loader, run.loader.get());
     EXPECT_EQ(t.global_step(), 4);
-  }  // rank 0: the Trainer's teardown waits for rank 1
+  }
+  DDPStrategy::shutdown_process_group();  // rank 0 waits for rank 1 (and exits 1 if it failed)
   std::string best = (d / "epoch=1-val_acc=0.50.ckpt").string();
   EXPECT_EQ(ckpt->best_model_path(), best);
   EXPECT_DOUBLE_EQ(ckpt->best_model_score().value(), 0.504);
