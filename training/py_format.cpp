@@ -73,7 +73,7 @@ std::string py_repr(double v) {
     return sign + s;
   }
   std::string m = d.size() > 1 ? d.substr(0, 1) + "." + d.substr(1) : d;
-  char ex[8];
+  char ex[16];  // "e+308" at most; sized for any int (-Wformat-truncation)
   std::snprintf(ex, sizeof ex, "e%c%02d", e < 0 ? '-' : '+', std::abs(e));
   return sign + m + ex;
 }
