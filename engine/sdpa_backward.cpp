@@ -42,10 +42,14 @@ std::vector<Tensor> sdpa_backward(const std::vector<Tensor>& in, const Tensor& g
   const Tensor s = masked_scores(in, a);
   std::vector<Tensor> out(in.size());
   if (v.requires_grad()) out[2] = ops::bmm(ops::softmax(s, -1), g, true, false);  // [..., S, Dv]
-  if (!q.requires_grad() && !k.requires_grad()) return out;
+  // An additive mask is a term of the scores: its gradient is the scores' (summed over the
+  // dims it was broadcast along), zero where the causal fill replaced the score.
+  const bool mask_grad = a.i(0) == sdpa::kAdd && in[3].requires_grad();
+  if (!q.requires_grad() && !k.requires_grad() && !mask_grad) return out;
   const Tensor dp = ops::bmm(g, v, false, true);  // [..., L, S]
-  Tensor ds = dispatch("softmax_backward", {dp, s}, Attrs{{s.ndim() - 1, 0}, {}});
-  ds = ops::scale(unmask(ds, in, a), a.f(0, 1.0));
+  Tensor ds = unmask(dispatch("softmax_backward", {dp, s}, Attrs{{s.ndim() - 1, 0}, {}}), in, a);
+  if (mask_grad) out[3] = ops::sum_to(ds, in[3].shape()).to(in[3].dtype());
+  ds = ops::scale(ds, a.f(0, 1.0));
   if (q.requires_grad()) out[0] = ops::bmm(ds, k, false, kt);  // [..., L, D]
   if (k.requires_grad()) out[1] = kt ? ops::bmm(q, ds, true, false) : ops::bmm(ds, q, true, false);  // k's layout
   return out;

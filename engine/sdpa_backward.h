@@ -5,7 +5,8 @@
 //   P = softmax(S),  dV = Pᵀ dO,  dS = softmax_backward(dO Vᵀ, S) with filled entries zeroed,
 //   dQ = scale dS K,  dK = scale dSᵀ Q   (K as stored: [..., S, D], or [..., D, S] transposed)
 //
-// Gradients for q, k and v; none for the mask or the fill value.
+// Gradients for q, k, v and an additive (F32) mask: dMask = dS summed to the mask's shape.
+// Boolean masks and the fill value get none.
 //
 //   hg::register_op({"sdpa", -1, infer_sdpa, prepare_sdpa, hg::sdpa_backward});
 #pragma once

@@ -128,6 +128,10 @@ void check_sdpa() {
   for (int64_t causal : {sdpa::kNotCausal, sdpa::kCausalAfterMask})
     fd(op, [&](auto& in) { return sdpa({in[0], in[1], in[2], additive}, sdpa::kAdd, causal, false, 0.5); }, qkv, all,
        "additive mask [2, 1, 3, 5], causal " + std::to_string(causal));
+  // A learned additive bias: its gradient too (broadcast over heads, zero where causal filled).
+  for (int64_t causal : {sdpa::kNotCausal, sdpa::kCausalAfterMask})
+    fd(op, [&](auto& in) { return sdpa(in, sdpa::kAdd, causal, false, 0.5); },
+       {qkv[0], qkv[1], qkv[2], additive}, {0, 1, 2, 3}, "additive mask with gradient, causal " + std::to_string(causal));
 }
 
 void check_conv(const std::string& op) {
