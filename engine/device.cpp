@@ -3,9 +3,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <thread>
 #include <vector>
 
 #include "engine/dtype.h"
@@ -167,8 +169,29 @@ bool ExecQueue::done(uint64_t event) const {
   return completed_ >= event;
 }
 
+namespace {
+
+// Before a queue's worker or a waiting host thread goes to sleep it polls for this long: a
+// training loop hands a step to the worker and reads the previous step's loss every step, and
+// each sleeping side's wake-up costs tens of microseconds on an idle core (more than a small
+// model's whole step). yield() gives the core away when other threads want it.
+constexpr auto kSpinBeforeSleep = std::chrono::microseconds(50);
+
+template <class Ready>
+void spin_until(std::unique_lock<std::mutex>& lk, Ready ready) {
+  const auto until = std::chrono::steady_clock::now() + kSpinBeforeSleep;
+  while (!ready() && std::chrono::steady_clock::now() < until) {
+    lk.unlock();
+    std::this_thread::yield();
+    lk.lock();
+  }
+}
+
+}  // namespace
+
 void ExecQueue::wait(uint64_t event) {
   std::unique_lock lk(mu_);
+  spin_until(lk, [&] { return completed_ >= event; });
   done_cv_.wait(lk, [&] { return completed_ >= event; });
 }
 
@@ -176,6 +199,7 @@ void ExecQueue::synchronize() {
   if (on_worker_thread()) return;  // a task waiting for its own queue would deadlock
   std::unique_lock lk(mu_);
   const uint64_t target = enqueued_;
+  spin_until(lk, [&] { return completed_ >= target; });
   done_cv_.wait(lk, [&] { return completed_ >= target; });
   if (!error_.empty()) {
     std::string e = std::move(error_);
@@ -221,6 +245,7 @@ void ExecQueue::run(int threads) {
     std::function<void()> task;
     {
       std::unique_lock lk(mu_);
+      spin_until(lk, [&] { return stop_ || (!tasks_.empty() && !busy_); });
       cv_.wait(lk, [&] { return stop_ || (!tasks_.empty() && !busy_); });
       if (tasks_.empty()) return;
       task = std::move(tasks_.front());
