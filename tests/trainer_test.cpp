@@ -204,6 +204,10 @@ TEST_F(TrainerTest, EvaluationHookOrder) {
   ev.clear();
   t.predict(m, data);
   EXPECT_EQ(ev, (std::vector<std::string>{"setup:predict", "cb.on_predict_batch_end:0", "teardown:predict"}));
+  EXPECT_TRUE(m.net->training());  // evaluation restores the module's mode
+  m.net->eval();
+  t.validate(m, data);
+  EXPECT_FALSE(m.net->training());
 }
 
 class Failing : public TinyClassifier {

@@ -12,6 +12,7 @@ std::map<std::string, double> Trainer::Loop::evaluate(LightningModule& m, const 
   const bool sanity = t.sanity_checking_;
   MetricStore& s = eval_metrics;
   s.reset();
+  const bool was_training = m.module().training();
   m.module().eval();
   NoGradGuard no_grad;
   if (!test) {
@@ -61,6 +62,7 @@ std::map<std::string, double> Trainer::Loop::evaluate(LightningModule& m, const 
   if (!sanity) log_to_loggers(e.log, t.global_step_);
   if (!test)
     for (auto& cb : t.callbacks_) cb->on_validation_end(t, m);
+  m.module().train(was_training);
   return e.callback;
 }
 
@@ -72,6 +74,7 @@ std::vector<Tensor> Trainer::Loop::predict(LightningModule& m, const DataLoader&
     throw InvalidArgument("predict with world_size " + std::to_string(world) + " needs DDPStrategy's process group");
   const DataLoader d = world > 1 ? strided_loader(data, world, strategy->global_rank()) : data;
   const int64_t n = limit_batches(t.opt_.limit_predict_batches, d.num_batches(), "limit_predict_batches");
+  const bool was_training = m.module().training();
   m.module().eval();
   NoGradGuard no_grad;
   std::vector<Tensor> out;
@@ -87,6 +90,7 @@ std::vector<Tensor> Trainer::Loop::predict(LightningModule& m, const DataLoader&
     step_sync();
     for (auto& cb : t.callbacks_) cb->on_predict_batch_end(t, m, *host, idx);
   }
+  m.module().train(was_training);
   if (ddp) return gather_predictions(out, *ddp->process_group(), data.options().batch_size);
   return out;
 }

@@ -209,10 +209,7 @@ void Trainer::Loop::train_batch(LightningModule& m, const Batch& host_batch, int
   }
   if (stepped && t.global_step_ % o.log_every_n_steps == 0) log_to_loggers(s.log, t.global_step_ - 1);
   train_metrics.clear_step();
-  if (should_validate(idx)) {
-    evaluate(m, *val_loader, t.num_val_batches_, false);
-    m.module().train();
-  }
+  if (should_validate(idx)) evaluate(m, *val_loader, t.num_val_batches_, false);
   if (stepped && m.automatic_optimization) step_schedulers("step", true);
 }
 
