@@ -21,6 +21,11 @@ uint64_t Generator::offset() const {
   return counter_;
 }
 
+void Generator::set_offset(uint64_t offset) {
+  std::lock_guard lk(mu_);
+  counter_ = offset;
+}
+
 uint64_t Generator::next() {
   std::lock_guard lk(mu_);
   return mix64(seed_ + ++counter_ * kGoldenGamma);

@@ -30,6 +30,9 @@ class Generator {
   void manual_seed(uint64_t seed);  // restarts the stream
   uint64_t seed() const;
   uint64_t offset() const;          // values drawn since the last seeding
+  // Positions the stream as if `offset` values had been drawn since the seeding (O(1)): the
+  // next value is value `offset`. Restores a generator from a checkpoint's seed and offset.
+  void set_offset(uint64_t offset);
   uint64_t next();
 
  private:

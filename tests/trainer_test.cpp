@@ -234,6 +234,100 @@ TEST_F(TrainerTest, AnExceptionReachesCallbacksAndLoggersAndPropagates) {
   EXPECT_EQ(t.stage(), "");
 }
 
+// Counts Strategy::before_forward (DDP broadcasts rank 0's buffers there) among the module's hooks.
+class CountingStrategy : public SingleHPUStrategy {
+ public:
+  explicit CountingStrategy(std::vector<std::string>* ev) : ev_(ev) {}
+  void before_forward(models::Module& mod) override {
+    ev_->push_back("before_forward");
+    module = &mod;
+  }
+  models::Module* module = nullptr;
+
+ private:
+  std::vector<std::string>* ev_;
+};
+
+class ManualSteps : public TinyClassifier {
+ public:
+  explicit ManualSteps(std::vector<std::string>* ev) : TinyClassifier(ev) { automatic_optimization = false; }
+  Tensor training_step(const Batch& b, int64_t idx) override {
+    Tensor loss = TinyClassifier::training_step(b, idx);
+    optimizers()[0]->zero_grad();
+    manual_backward(loss);
+    optimizers()[0]->step();
+    return loss;
+  }
+};
+
+// Every training_step (each accumulated micro-batch, manual optimization too) comes right after
+// before_forward on the module; validation steps do not.
+void expect_before_every_training_step(const std::vector<std::string>& ev, int64_t steps) {
+  EXPECT_EQ(std::count(ev.begin(), ev.end(), "training_step"), steps);
+  EXPECT_EQ(std::count(ev.begin(), ev.end(), "before_forward"), steps);
+  for (size_t i = 0; i < ev.size(); ++i) {
+    if (ev[i] == "training_step") EXPECT_TRUE(i > 0 && ev[i - 1] == "before_forward") << "event " << i;
+  }
+  EXPECT_GT(std::count(ev.begin(), ev.end(), "validation_step"), 0);
+}
+
+TEST_F(TrainerTest, StrategyBeforeForwardRunsBeforeEveryTrainingStep) {
+  const DataLoader train(blobs(40, 1), {.batch_size = 8}), val(blobs(16, 2), {.batch_size = 8});
+  std::vector<std::string> ev;
+  TinyClassifier m(&ev);
+  auto s = std::make_shared<CountingStrategy>(&ev);
+  Trainer t(quiet_options(dir, {.strategy_object = s, .max_epochs = 2, .accumulate_grad_batches = 2,
+                                .enable_checkpointing = false}));
+  t.fit(m, train, &val);
+  EXPECT_EQ(t.global_step(), 6);  // 3 steps an epoch from 5 micro-batches
+  expect_before_every_training_step(ev, 10);
+  EXPECT_EQ(s->module, m.net.get());
+
+  std::vector<std::string> mev;
+  ManualSteps manual(&mev);
+  auto ms = std::make_shared<CountingStrategy>(&mev);
+  Trainer tm(quiet_options(dir, {.strategy_object = ms, .max_epochs = 1, .enable_checkpointing = false}));
+  tm.fit(manual, train, &val);
+  expect_before_every_training_step(mev, 5);
+  EXPECT_EQ(ms->module, manual.net.get());
+}
+
+// A callback whose setup throws: the error still reaches on_exception, teardown and the loggers.
+class ThrowingSetup : public Callback {
+ public:
+  explicit ThrowingSetup(std::vector<std::string>* ev) : ev_(ev) {}
+  std::string state_key() const override { return "ThrowingSetup"; }
+  void setup(Trainer&, LightningModule&, const std::string& stage) override {
+    throw InvalidArgument("setup refused stage " + stage);
+  }
+  void on_exception(Trainer&, LightningModule&, const std::exception&) override { ev_->push_back("on_exception"); }
+  void teardown(Trainer&, LightningModule&, const std::string& stage) override { ev_->push_back("teardown:" + stage); }
+
+ private:
+  std::vector<std::string>* ev_;
+};
+
+TEST_F(TrainerTest, AnErrorInCallbackSetupReachesOnExceptionAndLoggers) {
+  const DataLoader data(blobs(16, 1), {.batch_size = 8});
+  const std::vector<std::pair<std::string, std::function<void(Trainer&, TinyClassifier&)>>> stages = {
+      {"fit", [&](Trainer& t, TinyClassifier& m) { t.fit(m, data); }},
+      {"validate", [&](Trainer& t, TinyClassifier& m) { t.validate(m, data); }},
+      {"test", [&](Trainer& t, TinyClassifier& m) { t.test(m, data); }},
+      {"predict", [&](Trainer& t, TinyClassifier& m) { t.predict(m, data); }}};
+  for (const auto& [stage, run] : stages) {
+    std::vector<std::string> ev;
+    TinyClassifier m;
+    auto logger = std::make_shared<MemoryLogger>();
+    Trainer t(quiet_options(dir, {.max_epochs = 1, .callbacks = {std::make_shared<ThrowingSetup>(&ev)},
+                                  .logger = std::vector<std::shared_ptr<Logger>>{logger}, .enable_checkpointing = false}));
+    EXPECT_THAT(error_of<InvalidArgument>([&] { run(t, m); }), HasSubstr("setup refused stage " + stage));
+    EXPECT_THAT(ev, ElementsAre("on_exception", "teardown:" + stage)) << stage;
+    EXPECT_EQ(logger->status, stage == "fit" ? "failed" : "") << stage;  // loggers finalize after fit only
+    EXPECT_EQ(m.trainer(), nullptr) << stage;
+    EXPECT_EQ(t.stage(), "") << stage;
+  }
+}
+
 // Logs the loss per step (the default in training_step) and as an epoch mean.
 class MeanLoss : public TinyClassifier {
  public:

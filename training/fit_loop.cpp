@@ -138,16 +138,25 @@ void Trainer::Loop::train_epoch(LightningModule& m, const DataLoader& train) {
 void Trainer::Loop::epoch_end_hooks(LightningModule& m) {
   const int64_t log_step = std::max<int64_t>(t.global_step_ - 1, 0);
   publish(train_metrics.epoch_metrics(*strategy), true);
-  if (epoch_done && m.automatic_optimization) step_schedulers("epoch", true);
-  HookScope scope(*this, &train_metrics, false, "on_train_epoch_end");
-  for (auto& cb : t.callbacks_)
-    if (!monitors(*cb)) cb->on_train_epoch_end(t, m);
-  m.on_train_epoch_end();
-  const MetricSets e = train_metrics.epoch_metrics(*strategy);
-  publish(e, true);
-  log_to_loggers(e.log, log_step);
-  for (auto& cb : t.callbacks_)
-    if (monitors(*cb)) cb->on_train_epoch_end(t, m);
+  // Lightning's order: the plateau schedulers step after every on_train_epoch_end (so they can
+  // monitor what the module logs there); a checkpoint written before that records the pending
+  // step (dump) and a resumed run replays it (restore).
+  plateau_pending = epoch_done && m.automatic_optimization;
+  {
+    HookScope scope(*this, &train_metrics, false, "on_train_epoch_end");
+    for (auto& cb : t.callbacks_)
+      if (!monitors(*cb)) cb->on_train_epoch_end(t, m);
+    m.on_train_epoch_end();
+    const MetricSets e = train_metrics.epoch_metrics(*strategy);
+    publish(e, true);
+    log_to_loggers(e.log, log_step);
+    for (auto& cb : t.callbacks_)
+      if (monitors(*cb)) cb->on_train_epoch_end(t, m);
+  }
+  if (plateau_pending) {
+    plateau_pending = false;
+    step_schedulers("epoch", true);
+  }
 }
 
 bool Trainer::Loop::should_validate(int64_t idx) const {
@@ -176,6 +185,7 @@ void Trainer::Loop::train_batch(LightningModule& m, const Batch& host_batch, int
         for (auto& c : t.optimizers_) c.optimizer->zero_grad();
       Tensor loss;
       {
+        strategy->before_forward(m.module());
         AutocastGuard autocast(precision_bf16());
         loss = m.training_step(batch, idx);
       }
@@ -189,6 +199,7 @@ void Trainer::Loop::train_batch(LightningModule& m, const Batch& host_batch, int
         }
       }
     } else {
+      strategy->before_forward(m.module());
       AutocastGuard autocast(precision_bf16());
       m.training_step(batch, idx);
       stepped = true;

@@ -230,8 +230,8 @@ std::filesystem::path Trainer::log_dir() const { return loggers_.empty() ? defau
 std::ostream& Trainer::out() const { return opt_.out ? *opt_.out : std::cout; }
 
 void Trainer::fit(LightningModule& m, const DataLoader& train, const DataLoader* val, const std::string& ckpt_path) {
-  loop_->begin(m, "fit");
   try {
+    loop_->begin(m, "fit");
     loop_->configure_optimizers(m);
     if (!ckpt_path.empty()) loop_->restore(m, loop_->resolve_ckpt_path(ckpt_path), true);
     loop_->strategy->setup_module(m.module());
@@ -246,9 +246,9 @@ void Trainer::fit(LightningModule& m, const DataLoader& train, const DataLoader*
 
 std::vector<std::map<std::string, double>> Trainer::validate(LightningModule& m, const DataLoader& data,
                                                              const std::string& ckpt_path) {
-  loop_->begin(m, "validate");
   std::map<std::string, double> r;
   try {
+    loop_->begin(m, "validate");
     if (!ckpt_path.empty()) loop_->restore(m, loop_->resolve_ckpt_path(ckpt_path), false);
     const DataLoader d = loop_->strategy->distribute(data, false, 0);
     r = loop_->evaluate(m, d, limit_batches(opt_.limit_val_batches, d.num_batches(), "limit_val_batches"), false);
@@ -263,9 +263,9 @@ std::vector<std::map<std::string, double>> Trainer::validate(LightningModule& m,
 
 std::vector<std::map<std::string, double>> Trainer::test(LightningModule& m, const DataLoader& data,
                                                          const std::string& ckpt_path) {
-  loop_->begin(m, "test");
   std::map<std::string, double> r;
   try {
+    loop_->begin(m, "test");
     if (!ckpt_path.empty()) loop_->restore(m, loop_->resolve_ckpt_path(ckpt_path), false);
     const DataLoader d = loop_->strategy->distribute(data, false, 0);
     r = loop_->evaluate(m, d, limit_batches(opt_.limit_test_batches, d.num_batches(), "limit_test_batches"), true);
@@ -279,9 +279,9 @@ std::vector<std::map<std::string, double>> Trainer::test(LightningModule& m, con
 }
 
 std::vector<Tensor> Trainer::predict(LightningModule& m, const DataLoader& data, const std::string& ckpt_path) {
-  loop_->begin(m, "predict");
   std::vector<Tensor> r;
   try {
+    loop_->begin(m, "predict");
     if (!ckpt_path.empty()) loop_->restore(m, loop_->resolve_ckpt_path(ckpt_path), false);
     r = loop_->predict(m, data);
   } catch (const std::exception& e) {
@@ -325,6 +325,7 @@ void Trainer::Loop::begin(LightningModule& m, const std::string& stage) {
   m.trainer_ = &t;
   t.stage_ = stage;
   t.should_stop = false;
+  plateau_pending = false;
   t.callback_metrics_.clear();
   t.progress_bar_metrics_.clear();
   t.logged_metrics_.clear();

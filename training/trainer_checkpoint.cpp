@@ -1,5 +1,8 @@
 // Trainer::save_checkpoint and the restore of ckpt_path: what goes into a checkpoint and how a
 // run continues from one (training/checkpoint.h holds the file format).
+#include <spdlog/spdlog.h>
+
+#include <functional>
 #include <set>
 
 #include "engine/error.h"
@@ -9,6 +12,8 @@
 namespace hg::training {
 
 namespace {
+
+std::string normalized_precision(const std::string& p) { return p == "32" ? "32-true" : p; }
 
 std::vector<Device> rng_devices() {
   std::vector<Device> d{Device::cpu()};
@@ -37,6 +42,15 @@ Checkpoint Trainer::Loop::dump(bool weights_only) {
   c.loops = {{"next_epoch", epoch_done ? t.epoch_ + 1 : t.epoch_},
              {"next_batch", epoch_done ? 0 : next_batch},
              {"total_batch_idx", total_batch_idx}};
+  if (plateau_pending) {  // saved in on_train_epoch_end: the plateau schedulers step after it
+    nlohmann::json values = nlohmann::json::object();
+    for (const auto& cfg : t.optimizers_) {
+      if (!cfg.scheduler || !cfg.scheduler->needs_metric() || cfg.interval != "epoch") continue;
+      auto it = t.callback_metrics_.find(cfg.monitor);
+      if (it != t.callback_metrics_.end()) values[cfg.monitor] = it->second;
+    }
+    c.loops["pending_plateau_step"] = {{"epoch", t.epoch_}, {"metrics", values}};
+  }
   for (const auto& cfg : t.optimizers_) {
     c.optimizer_states.push_back(cfg.optimizer->state_dict());
     c.lr_schedulers.push_back(cfg.scheduler ? cfg.scheduler->state_dict() : nlohmann::json());
@@ -58,6 +72,30 @@ Checkpoint Trainer::Loop::dump(bool weights_only) {
 std::filesystem::path Trainer::Loop::resolve_ckpt_path(const std::string& ckpt_path) const {
   if (ckpt_path == "last" || ckpt_path == "best") return checkpoint_callback_path(t, ckpt_path);
   return ckpt_path;
+}
+
+// The plateau step the saved run did after its on_train_epoch_end, with the metrics it monitored then.
+void Trainer::Loop::replay_plateau_step(const nlohmann::json& pending, const std::function<void(const std::string&)>& fail) {
+  if (!pending.is_object() || !pending.contains("epoch") || !pending["epoch"].is_number_integer() ||
+      !pending.contains("metrics") || !pending["metrics"].is_object())
+    fail("key 'loops.pending_plateau_step' must hold an integer 'epoch' and an object 'metrics'");
+  std::map<std::string, double> saved_metrics;
+  for (const auto& [k, v] : pending["metrics"].items()) {
+    if (!v.is_number()) fail("key 'loops.pending_plateau_step.metrics." + k + "' is not a number");
+    saved_metrics[k] = v.get<double>();
+  }
+  const int saved_epoch = t.epoch_;
+  std::swap(t.callback_metrics_, saved_metrics);
+  t.epoch_ = pending["epoch"].get<int>();
+  try {
+    step_schedulers("epoch", true);
+  } catch (...) {
+    t.epoch_ = saved_epoch;
+    std::swap(t.callback_metrics_, saved_metrics);
+    throw;
+  }
+  t.epoch_ = saved_epoch;
+  std::swap(t.callback_metrics_, saved_metrics);
 }
 
 void Trainer::Loop::restore(LightningModule& m, const std::filesystem::path& file, bool full) {
@@ -100,6 +138,7 @@ void Trainer::Loop::restore(LightningModule& m, const std::filesystem::path& fil
     total_batch_idx = c.loops.at("total_batch_idx").get<int64_t>();
     epoch_done = false;
     t.global_step_ = c.global_step;
+    if (c.loops.contains("pending_plateau_step")) replay_plateau_step(c.loops["pending_plateau_step"], fail);
     for (Device d : rng_devices()) {
       auto it = c.rng.find(d.str());
       if (it == c.rng.end()) continue;
@@ -107,9 +146,12 @@ void Trainer::Loop::restore(LightningModule& m, const std::filesystem::path& fil
         fail("key 'rng." + d.str() + "' must hold unsigned seed and offset");
       Generator& g = default_generator(d);
       g.manual_seed((*it)["seed"].get<uint64_t>());
-      for (uint64_t k = (*it)["offset"].get<uint64_t>(); k > 0; --k) g.next();
+      g.set_offset((*it)["offset"].get<uint64_t>());
     }
   }
+  if (normalized_precision(c.precision) != normalized_precision(t.opt_.precision))
+    spdlog::warn("checkpoint '{}' was saved with precision '{}'; this Trainer runs '{}' (the weights are F32 either way{})", src,
+                 c.precision, t.opt_.precision, full ? ", but the resumed run is not bitwise identical to an uninterrupted one" : "");
   m.on_load_checkpoint(c.module);
 }
 

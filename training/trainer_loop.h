@@ -2,6 +2,7 @@
 // and the public calls, fit_loop.cpp the training epochs and optimization steps,
 // eval_loop.cpp validation / test / predict, trainer_checkpoint.cpp checkpoint dump and restore).
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +31,7 @@ struct Trainer::Loop {
   // The fit loop's position (checkpointed as "loops").
   int64_t next_batch = 0;      // batches of the current epoch already trained
   bool epoch_done = false;     // the current epoch's batches ran; its end hooks are running
+  bool plateau_pending = false; // the epoch's plateau schedulers step after its on_train_epoch_end
   int64_t total_batch_idx = 0; // training batches since the start (val_check_interval without epochs)
   int64_t val_check_batch = 1;
   const DataLoader* val_loader = nullptr;  // fit's, already distributed
@@ -75,6 +77,7 @@ struct Trainer::Loop {
   std::filesystem::path resolve_ckpt_path(const std::string& ckpt_path) const;
   // Restores the weights, and (full = fit) optimizers, schedulers, loops, callbacks and RNG.
   void restore(LightningModule& m, const std::filesystem::path& file, bool full);
+  void replay_plateau_step(const nlohmann::json& pending, const std::function<void(const std::string&)>& fail);
 };
 
 // ModelCheckpoint and EarlyStopping: their on_train_epoch_end runs after the module's.
