@@ -14,7 +14,9 @@
 #include "tests/golden.h"
 #include "tests/test_env.h"
 #include "tests/trainer_test_util.h"
+#include "models/layers.h"
 #include "training/checkpoint.h"
+#include "training/sgd.h"
 
 namespace hg::training {
 namespace {
@@ -89,6 +91,69 @@ TEST(TrainerDDP, MetricsLoggersCheckpointAndPredictOverTwoRanks) {
       EXPECT_TRUE(out.empty());
     }
   }  // rank 0: the strategy's teardown waits for rank 1 and fails the run if it failed
+}
+
+// BatchNorm in training mode: each rank's statistics drift apart on its own data; the Trainer's
+// strategy().before_forward before every training_step gives every rank rank 0's buffers again.
+class BatchNormNet : public test::TinyClassifier {
+ public:
+  BatchNormNet() {
+    bn_net = std::make_unique<models::Sequential>();
+    bn_net->add(std::make_shared<models::BatchNorm2d>(2));
+    bn_net->add(std::make_shared<models::Flatten>());
+    bn_net->add(std::make_shared<models::Linear>(8, 3, 5));
+  }
+  models::Module& module() override { return *bn_net; }
+  Tensor training_step(const Batch& b, int64_t) override {
+    if (!same_on_every_rank()) ++unsynced_before_step;  // a host read and a collective: fine in a test
+    return ops::cross_entropy(bn_net->forward(ops::reshape(b[0], {b[0].dim(0), 2, 2, 2})), b[1]);
+  }
+  std::vector<OptimizerConfig> configure_optimizers() override {
+    return {{.optimizer = std::make_shared<SGD>(bn_net->named_parameters(), SGDOptions{.lr = 0.1})}};
+  }
+  bool same_on_every_rank() {
+    const std::vector<float> mean = bn_net->named_buffers()[0].second->to_vector();
+    const double v = 1000.0 * mean[0] + mean[1];
+    Strategy& s = trainer()->strategy();
+    return s.reduce(v, ReduceOp::Max) == s.reduce(v, ReduceOp::Min);
+  }
+  std::unique_ptr<models::Sequential> bn_net;
+  double unsynced_before_step = 0;
+};
+
+class DivergenceProbe : public Callback {
+ public:
+  std::string state_key() const override { return "DivergenceProbe"; }
+  void on_train_batch_end(Trainer&, LightningModule& m, const Batch&, int64_t) override {
+    if (!static_cast<BatchNormNet&>(m).same_on_every_rank()) ++diverged_after_step;
+  }
+  double diverged_after_step = 0;
+};
+
+TEST(TrainerDDP, BatchNormBuffersFollowRankZeroBeforeEveryTrainingStep) {
+  const char* launched_for = std::getenv(kTestVar);
+  const bool launched = std::getenv("LOCAL_RANK") != nullptr;
+  if (launched && (!launched_for || this_test() != launched_for)) GTEST_SKIP() << "a launched child of another test";
+  std::optional<ddp_test::ScopedEnv> env;
+  if (!launched) {
+    auto vars = ddp_test::clean_dist_env();
+    vars[kTestVar] = this_test();
+    vars[kDirVar] = test::temp_dir("TrainerDDPBatchNorm").string();
+    env.emplace(vars);
+  }
+  const std::filesystem::path dir = std::getenv(kDirVar);
+  BatchNormNet m;
+  auto probe = std::make_shared<DivergenceProbe>();
+  {
+    Trainer t({.accelerator = "hpu", .devices = 2, .max_epochs = 1, .default_root_dir = dir, .callbacks = {probe},
+               .logger = std::vector<std::shared_ptr<Logger>>{}, .enable_checkpointing = false,
+               .enable_progress_bar = false, .dist_timeout = 120s});
+    t.fit(m, DataLoader(test::blobs(32, 1), {.batch_size = 4}));
+    EXPECT_EQ(t.global_step(), 4);
+    // Counted on both ranks, summed so rank 0 sees rank 1's counts too.
+    EXPECT_EQ(t.strategy().reduce(m.unsynced_before_step, ReduceOp::Sum), 0.0);
+    EXPECT_EQ(t.strategy().reduce(probe->diverged_after_step, ReduceOp::Sum), 2.0 * 4);  // the data differ per rank
+  }
 }
 
 }  // namespace
