@@ -107,6 +107,18 @@ TEST_P(TrainerResumeDeviceTest, ResumeWithDropoutContinuesTheGeneratorBitwise) {
   EXPECT_EQ(far.rng_offset, huge + (straight.rng_offset - half.rng_offset) / 2);  // one more epoch of draws
 }
 
+// accumulate_grad_batches 2 over 5 batches an epoch (steps after batches 2, 4 and 5): a
+// checkpoint at an epoch end lies on a window boundary, so the resumed run is exact.
+TEST_P(TrainerResumeDeviceTest, ResumeWithGradientAccumulationAtAnEpochEndIsBitwise) {
+  const FitResult straight = dropout_run(dir, GetParam(), {.max_epochs = 3, .accumulate_grad_batches = 2}, 1, "", "");
+  dropout_run(dir, GetParam(), {.max_epochs = 1, .accumulate_grad_batches = 2}, 1, "", dir / "one.ckpt");
+  EXPECT_EQ(read_checkpoint(dir / "one.ckpt").global_step, 3);
+  const FitResult resumed =
+      dropout_run(dir, GetParam(), {.max_epochs = 3, .accumulate_grad_batches = 2}, 99, (dir / "one.ckpt").string(), "");
+  expect_bitwise(straight.weights, resumed.weights);
+  EXPECT_EQ(straight.rng_offset, resumed.rng_offset);
+}
+
 INSTANTIATE_TEST_SUITE_P(Trainer, TrainerResumeDeviceTest, ::testing::Values("cpu", "hpu"));
 
 // Logs a constant score in on_train_epoch_end; a plateau scheduler (patience 0) monitors it, so
