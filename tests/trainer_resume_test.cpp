@@ -1,5 +1,5 @@
 // Resume details: the device generators (dropout) continue where the saved run was, also from a
-// huge offset (O(1) Generator::set_offset); a ReduceLROnPlateau that steps after
+// huge offset (O(1) Generator::set_offset) and with gradient accumulation; a ReduceLROnPlateau that steps after
 // on_train_epoch_end (monitoring what the module logs there) resumes exactly from a checkpoint
 // written in that hook; a precision mismatch is a warning.
 #include <gmock/gmock.h>
