@@ -91,7 +91,7 @@ if has ddp; then
       echo "DDP round $round: $1 batch $2 per process, $steps steps" >&2
       # one process alone, then two at once
       cell "$bench" run "$data" --model "$1" --batch "$2" --mode lazy --steps "$steps" --tag single
-      start=$(($(date +%s) + 8))  # both time from the same instant, after their warm-ups
+      start=$(($(date +%s) + 5))  # both time from the same instant, after their warm-ups
       "$bench" run "$data" --model "$1" --batch "$2" --mode lazy --steps "$steps" --start-at "$start" --tag independent_0 > "$data/ind0.json" &
       p0=$!
       "$bench" run "$data" --model "$1" --batch "$2" --mode lazy --steps "$steps" --start-at "$start" --tag independent_1 > "$data/ind1.json" &
