@@ -285,8 +285,9 @@ void expect_compiles_only_at_first(const MakeTraining& make, size_t compiling_st
   for (size_t s = 1; s < stats.size(); ++s) {
     // One graph per step: nothing in the step (clipping, update, scheduler) read a value.
     EXPECT_EQ(stats[s].steps, stats[s - 1].steps + 1) << what << ": step " << s;
-    if (s > compiling_steps)
+    if (s > compiling_steps) {
       EXPECT_EQ(stats[s].cache_misses, stats[s - 1].cache_misses) << what << ": step " << s << " compiled again";
+    }
   }
   const auto eager = train_mlp(false, make, nullptr);
   test::expect_close(lazy, eager, 0, what + ": lazy vs eager weights", 1e-6);

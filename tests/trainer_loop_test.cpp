@@ -401,7 +401,9 @@ TEST_F(TrainerLoopTest, LazyStepGraphIsCompiledOnceAndReplayed) {
   ASSERT_EQ(counts->misses.size(), 16u);
   for (size_t i = 1; i < counts->steps.size(); ++i) {
     EXPECT_EQ(counts->steps[i], counts->steps[i - 1] + 1) << "one graph for step " << i;  // forward to update
-    if (i >= 2) EXPECT_EQ(counts->misses[i], counts->misses[1]) << "step " << i;
+    if (i >= 2) {
+      EXPECT_EQ(counts->misses[i], counts->misses[1]) << "step " << i;
+    }
   }
   EXPECT_EQ(m.net->named_parameters()[0].second->device(), Device::hpu(0));
 

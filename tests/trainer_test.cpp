@@ -266,7 +266,9 @@ void expect_before_every_training_step(const std::vector<std::string>& ev, int64
   EXPECT_EQ(std::count(ev.begin(), ev.end(), "training_step"), steps);
   EXPECT_EQ(std::count(ev.begin(), ev.end(), "before_forward"), steps);
   for (size_t i = 0; i < ev.size(); ++i) {
-    if (ev[i] == "training_step") EXPECT_TRUE(i > 0 && ev[i - 1] == "before_forward") << "event " << i;
+    if (ev[i] == "training_step") {
+      EXPECT_TRUE(i > 0 && ev[i - 1] == "before_forward") << "event " << i;
+    }
   }
   EXPECT_GT(std::count(ev.begin(), ev.end(), "validation_step"), 0);
 }

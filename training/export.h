@@ -27,7 +27,7 @@ struct ExportOptions {
   std::filesystem::path dir;  // the model repository
   std::string name;           // the model's folder: letters, digits, '_', '-', '.' (not first)
   int64_t version = 1;        // >= 1
-  nlohmann::json serving_config;  // written as <dir>/<name>/config.json unless null
+  nlohmann::json serving_config = nullptr;  // written as <dir>/<name>/config.json unless null
   nlohmann::json metadata = nlohmann::json::object();  // model.json "metadata" (merged)
 };
 
