@@ -471,6 +471,25 @@ TEST(CallbacksTest, DefaultLoggerAndCheckpointDirectories) {
   EXPECT_THAT(csv, HasSubstr("step"));
 }
 
+// Lightning never deletes the checkpoint a run resumed from, even when it leaves the top k.
+TEST(CallbacksTest, ResumedFromCheckpointIsNotDeleted) {
+  FitRun run{test::temp_dir("CallbacksResumeKeepsSource")};
+  ModelCheckpointOptions o{.dirpath = run.dir / "ck", .filename = "{epoch}", .monitor = "val_loss"};
+  Scripted m({0.5, 0.3, 0.4, 0.2});
+  Trainer t(run.options({std::make_shared<ModelCheckpoint>(o)}, 2));
+  t.fit(m, *run.loader, run.loader.get());
+  EXPECT_THAT(files_in(o.dirpath), UnorderedElementsAre("epoch=1.ckpt"));
+
+  auto second = std::make_shared<ModelCheckpoint>(o);
+  Scripted m2({0.5, 0.3, 0.4, 0.2});
+  Trainer t2(run.options({second}, 4));
+  t2.fit(m2, *run.loader, run.loader.get(), (o.dirpath / "epoch=1.ckpt").string());
+  EXPECT_EQ(t2.ckpt_path(), o.dirpath / "epoch=1.ckpt");
+  EXPECT_THAT(files_in(o.dirpath), UnorderedElementsAre("epoch=1.ckpt", "epoch=3.ckpt")) << "epoch 3 (0.2) replaced it";
+  EXPECT_EQ(second->best_model_path(), (o.dirpath / "epoch=3.ckpt").string());
+  EXPECT_EQ(second->best_k_models().size(), 1u);
+}
+
 TEST(CallbacksTest, TensorBoardLoggerThroughTheTrainer) {
   FitRun run{test::temp_dir("CallbacksTensorBoard")};
   auto tb = std::make_shared<TensorBoardLogger>(run.dir, "tb");

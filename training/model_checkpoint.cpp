@@ -269,12 +269,14 @@ void ModelCheckpoint::save(Trainer& t, const std::string& path) {
   last_global_step_saved_ = t.global_step();
 }
 
-// Rank 0 deletes a file that left the top k, unless it is the new file or outside dirpath.
+// Rank 0 deletes a file that left the top k, unless it is the new file, outside dirpath, or the
+// checkpoint this run resumed from (Lightning keeps that one).
 void ModelCheckpoint::remove(Trainer& t, const std::string& previous, const std::string& current) const {
   if (previous == current || !t.is_global_zero()) return;
   fs::path prev = fs::absolute(previous).lexically_normal(), dir = fs::absolute(dirpath_).lexically_normal();
   auto rel = prev.lexically_relative(dir);
   if (rel.empty() || *rel.begin() == "..") return;
+  if (!t.ckpt_path().empty() && fs::absolute(t.ckpt_path()).lexically_normal() == prev) return;  // resumed from it
   std::error_code ec;
   fs::remove(prev, ec);
   if (ec) spdlog::warn("ModelCheckpoint: cannot remove {}: {}", prev.string(), ec.message());

@@ -229,67 +229,55 @@ std::filesystem::path Trainer::log_dir() const { return loggers_.empty() ? defau
 
 std::ostream& Trainer::out() const { return opt_.out ? *opt_.out : std::cout; }
 
-void Trainer::fit(LightningModule& m, const DataLoader& train, const DataLoader* val, const std::string& ckpt_path) {
+void Trainer::run_stage(LightningModule& m, const std::string& stage, const std::string& ckpt_path,
+                        const std::function<void()>& body) {
+  ckpt_path_.clear();
   try {
-    loop_->begin(m, "fit");
-    loop_->configure_optimizers(m);
-    if (!ckpt_path.empty()) loop_->restore(m, loop_->resolve_ckpt_path(ckpt_path), true);
-    loop_->strategy->setup_module(m.module());
-    loop_->fit(m, train, val);
+    loop_->begin(m, stage);
+    if (stage == "fit") loop_->configure_optimizers(m);
+    if (!ckpt_path.empty()) {
+      ckpt_path_ = loop_->resolve_ckpt_path(ckpt_path);
+      loop_->restore(m, ckpt_path_, stage == "fit");
+    }
+    body();
   } catch (const std::exception& e) {
     for (auto& cb : callbacks_) cb->on_exception(*this, m, e);
-    loop_->end(m, "fit", "failed");
+    loop_->end(m, stage, "failed");
     throw;
   }
-  loop_->end(m, "fit", "success");
+  loop_->end(m, stage, "success");
+}
+
+void Trainer::fit(LightningModule& m, const DataLoader& train, const DataLoader* val, const std::string& ckpt_path) {
+  run_stage(m, "fit", ckpt_path, [&] {
+    loop_->strategy->setup_module(m.module());
+    loop_->fit(m, train, val);
+  });
 }
 
 std::vector<std::map<std::string, double>> Trainer::validate(LightningModule& m, const DataLoader& data,
                                                              const std::string& ckpt_path) {
   std::map<std::string, double> r;
-  try {
-    loop_->begin(m, "validate");
-    if (!ckpt_path.empty()) loop_->restore(m, loop_->resolve_ckpt_path(ckpt_path), false);
+  run_stage(m, "validate", ckpt_path, [&] {
     const DataLoader d = loop_->strategy->distribute(data, false, 0);
     r = loop_->evaluate(m, d, limit_batches(opt_.limit_val_batches, d.num_batches(), "limit_val_batches"), false);
-  } catch (const std::exception& e) {
-    for (auto& cb : callbacks_) cb->on_exception(*this, m, e);
-    loop_->end(m, "validate", "failed");
-    throw;
-  }
-  loop_->end(m, "validate", "success");
+  });
   return {r};
 }
 
 std::vector<std::map<std::string, double>> Trainer::test(LightningModule& m, const DataLoader& data,
                                                          const std::string& ckpt_path) {
   std::map<std::string, double> r;
-  try {
-    loop_->begin(m, "test");
-    if (!ckpt_path.empty()) loop_->restore(m, loop_->resolve_ckpt_path(ckpt_path), false);
+  run_stage(m, "test", ckpt_path, [&] {
     const DataLoader d = loop_->strategy->distribute(data, false, 0);
     r = loop_->evaluate(m, d, limit_batches(opt_.limit_test_batches, d.num_batches(), "limit_test_batches"), true);
-  } catch (const std::exception& e) {
-    for (auto& cb : callbacks_) cb->on_exception(*this, m, e);
-    loop_->end(m, "test", "failed");
-    throw;
-  }
-  loop_->end(m, "test", "success");
+  });
   return {r};
 }
 
 std::vector<Tensor> Trainer::predict(LightningModule& m, const DataLoader& data, const std::string& ckpt_path) {
   std::vector<Tensor> r;
-  try {
-    loop_->begin(m, "predict");
-    if (!ckpt_path.empty()) loop_->restore(m, loop_->resolve_ckpt_path(ckpt_path), false);
-    r = loop_->predict(m, data);
-  } catch (const std::exception& e) {
-    for (auto& cb : callbacks_) cb->on_exception(*this, m, e);
-    loop_->end(m, "predict", "failed");
-    throw;
-  }
-  loop_->end(m, "predict", "success");
+  run_stage(m, "predict", ckpt_path, [&] { r = loop_->predict(m, data); });
   return r;
 }
 

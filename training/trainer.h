@@ -17,6 +17,7 @@
 #pragma once
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <iosfwd>
 #include <map>
 #include <memory>
@@ -124,11 +125,18 @@ class Trainer {
   int64_t num_training_batches() const { return num_training_batches_; }
   // Batches each validation of the current fit runs (0: no val loader, or limit_val_batches 0).
   int64_t num_val_batches() const { return num_val_batches_; }
+  // The checkpoint the current stage restored from ("last"/"best" resolved), empty if none.
+  // ModelCheckpoint never deletes it (Lightning's trainer.ckpt_path).
+  const std::filesystem::path& ckpt_path() const { return ckpt_path_; }
   std::ostream& out() const;
 
  private:
   friend class LightningModule;
   struct Loop;
+  // begin, optimizers (fit), restore from ckpt_path, body, end; on an error: on_exception and
+  // end(failed), then rethrow.
+  void run_stage(LightningModule& m, const std::string& stage, const std::string& ckpt_path,
+                 const std::function<void()>& body);
   TrainerOptions opt_;
   std::unique_ptr<Loop> loop_;
   LightningModule* module_ = nullptr;
@@ -140,6 +148,7 @@ class Trainer {
   int64_t global_step_ = 0, num_training_batches_ = 0, num_val_batches_ = 0;
   bool sanity_checking_ = false;
   std::string stage_;
+  std::filesystem::path ckpt_path_;
 };
 
 // Seeds every device generator and the host generator the loaders' shuffles do not use.
