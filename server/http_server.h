@@ -74,7 +74,7 @@ struct HttpResponse {
   int status = 200;
   std::string body;
   std::string content_type = "application/json";
-  std::vector<std::pair<std::string, std::string>> headers;  // extra ones, e.g. {"Allow", "GET"}
+  std::vector<std::pair<std::string, std::string>> headers = {};  // extra ones, e.g. {"Allow", "GET"}
   // Set: the response is streamed. The status and headers go out (with `body`, if any, as the
   // first chunk), then `stream` is called once with the sink the rest of the body goes to.
   std::function<void(std::shared_ptr<ResponseStream>)> stream = nullptr;
