@@ -560,17 +560,9 @@ TEST(CallbacksTest, MissingLoggerIsAnErrorOffRankZeroToo) {
 // test as its filter): ModelCheckpoint's decisions and EarlyStopping's stop are collectives, so
 // both ranks must agree or the run hangs (bounded by dist_timeout).
 TEST(CallbacksDDP, TwoRanksCheckpointAndStopTogether) {
-  const char* test_name = "CallbacksDDP.TwoRanksCheckpointAndStopTogether";
+  if (ddp_test::launched_for_another_test()) GTEST_SKIP() << "a launched child of another test";
   const bool launched = std::getenv("LOCAL_RANK") != nullptr;
-  const char* for_test = std::getenv("HG_DDP_TEST");
-  if (launched && !(for_test && std::string(for_test) == test_name)) GTEST_SKIP() << "a launched child of another test";
-  std::optional<ddp_test::ScopedEnv> env;
-  if (!launched) {
-    auto vars = ddp_test::clean_dist_env();
-    vars["HG_DDP_TEST"] = test_name;
-    vars["GTEST_FILTER"] = test_name;
-    env.emplace(vars);
-  }
+  const auto env = ddp_test::rank_zero_env();
   FitRun run{test::temp_dir("CallbacksDDP")};
   // Rank 0's directory: rank 1 is its child, and learns the checkpoint directory by broadcast.
   fs::path rank0 = launched ? fs::temp_directory_path() / ("hgraph_test_CallbacksDDP_" + std::to_string(::getppid())) : run.dir;
@@ -614,17 +606,9 @@ namespace {
 // must still make the same collectives (before: rank 1 broadcast a version check rank 0 skipped)
 // and keep rank 0's paths and scores.
 TEST(CallbacksDDP, UnsyncedMonitorKeepsRankZerosRanking) {
-  const char* test_name = "CallbacksDDP.UnsyncedMonitorKeepsRankZerosRanking";
+  if (ddp_test::launched_for_another_test()) GTEST_SKIP() << "a launched child of another test";
   const bool launched = std::getenv("LOCAL_RANK") != nullptr;
-  const char* for_test = std::getenv("HG_DDP_TEST");
-  if (launched && !(for_test && std::string(for_test) == test_name)) GTEST_SKIP() << "a launched child of another test";
-  std::optional<ddp_test::ScopedEnv> env;
-  if (!launched) {
-    auto vars = ddp_test::clean_dist_env();
-    vars["HG_DDP_TEST"] = test_name;
-    vars["GTEST_FILTER"] = test_name;
-    env.emplace(vars);
-  }
+  const auto env = ddp_test::rank_zero_env();
   FitRun run{test::temp_dir("CallbacksDDPUnsynced")};
   fs::path rank0 = launched ? fs::temp_directory_path() / ("hgraph_test_CallbacksDDPUnsynced_" + std::to_string(::getppid()))
                             : run.dir;

@@ -39,17 +39,8 @@ using ::testing::HasSubstr;
 using namespace ddp_test;
 using namespace std::chrono_literals;
 
-constexpr const char* kTestVar = "HG_DDP_TEST";  // the test a re-executed process works for
 constexpr const char* kRoleVar = "HG_DDP_ROLE";  // its part, for processes the tests start
 
-std::string this_test() {
-  const auto* i = ::testing::UnitTest::GetInstance()->current_test_info();
-  return std::string(i->test_suite_name()) + "." + i->name();
-}
-bool working_for_this_test() {
-  const char* t = std::getenv(kTestVar);
-  return t && this_test() == t;
-}
 std::string role() {
   const char* r = std::getenv(kRoleVar);
   return r ? r : "";
@@ -60,15 +51,9 @@ std::string role() {
 // shutdown_process_group turns into a failed run ("hgraph DDP rank 0: local rank 1 ... exited
 // with code 1"). Each test ends the group: the next test launches its own rank 1.
 TEST(DDPMultiProcess, TwoRanksMatchOneProcessWithTheGlobalBatch) {
+  if (launched_for_another_test()) GTEST_SKIP() << "a launched child of another test";
   const bool launched = std::getenv("LOCAL_RANK") != nullptr;
-  if (launched && !working_for_this_test()) GTEST_SKIP() << "a launched child of another test";
-  std::optional<ScopedEnv> env;
-  if (!launched) {
-    auto vars = clean_dist_env();
-    vars[kTestVar] = this_test();
-    vars["GTEST_FILTER"] = this_test();
-    env.emplace(vars);
-  }
+  const auto env = rank_zero_env();
   LazyMode lazy;
   DDPStrategy s;
   s.setup_environment({.device = Device::hpu(0), .devices = 2, .timeout = 120s});
@@ -87,15 +72,8 @@ TEST(DDPMultiProcess, TwoRanksMatchOneProcessWithTheGlobalBatch) {
 // its BatchNorm statistics from its own shard, and backward leaves them alone (no host read in
 // the middle of the lazy step).
 TEST(DDPMultiProcess, BuffersFollowRankZero) {
-  const bool launched = std::getenv("LOCAL_RANK") != nullptr;
-  if (launched && !working_for_this_test()) GTEST_SKIP() << "a launched child of another test";
-  std::optional<ScopedEnv> env;
-  if (!launched) {
-    auto vars = clean_dist_env();
-    vars[kTestVar] = this_test();
-    vars["GTEST_FILTER"] = this_test();
-    env.emplace(vars);
-  }
+  if (launched_for_another_test()) GTEST_SKIP() << "a launched child of another test";
+  const auto env = rank_zero_env();
   LazyMode lazy;
   DDPStrategy s;
   s.setup_environment({.device = Device::hpu(0), .devices = 2, .timeout = 120s});
@@ -196,15 +174,8 @@ std::vector<float> fit_blobs(int devices, int64_t batch_size, int accumulate, co
 }
 
 TEST(DDPMultiProcess, TrainerWithTwoDevicesMatchesOneProcess) {
-  const bool launched = std::getenv("LOCAL_RANK") != nullptr;
-  if (launched && !working_for_this_test()) GTEST_SKIP() << "a launched child of another test";
-  std::optional<ScopedEnv> env;
-  if (!launched) {
-    auto vars = clean_dist_env();
-    vars[kTestVar] = this_test();
-    vars["GTEST_FILTER"] = this_test();
-    env.emplace(vars);
-  }
+  if (launched_for_another_test()) GTEST_SKIP() << "a launched child of another test";
+  const auto env = rank_zero_env();
   const auto dir = test::temp_dir("DDPTrainer");
   const std::vector<float> want = fit_blobs(1, 8, 1, dir / "one");
   expect_close(fit_blobs(2, 2, 2, dir / "ddp"), want, "Trainer devices=2 vs 1");
@@ -329,9 +300,9 @@ TEST(DDPMultiProcess, AnErrorOnRankZeroIsWhatTheUserSees) {
   if (std::getenv("LOCAL_RANK")) GTEST_SKIP() << "a launched child of another test";
   const auto dir = test::temp_dir("DDPRank0Error");
   auto vars = clean_dist_env();
-  vars[kTestVar] = this_test();
+  vars[kTestVar] = current_test();
   vars["HG_DDP_DIR"] = dir.string();
-  Worker rank0({self_exe(), "--gtest_filter=" + this_test()}, vars, dir / "rank0.log");
+  Worker rank0({self_exe(), "--gtest_filter=" + current_test()}, vars, dir / "rank0.log");
   const auto st = rank0.wait(120s);
   ASSERT_TRUE(st.has_value()) << "rank 0 still running after 120 s:\n" << rank0.output();
   EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 3) << rank0.output();
@@ -372,9 +343,9 @@ TEST(DDPMultiProcess, KilledRankMakesTheOtherExitWithAClearMessage) {
   }
   if (std::getenv("LOCAL_RANK")) GTEST_SKIP() << "a launched child of another test";
   const auto dir = test::temp_dir("DDPKill");
-  const std::vector<std::string> argv{self_exe(), "--gtest_filter=" + this_test()};
+  const std::vector<std::string> argv{self_exe(), "--gtest_filter=" + current_test()};
   auto vars = clean_dist_env();
-  vars[kTestVar] = this_test();
+  vars[kTestVar] = current_test();
   // 1. Rank 1 is rank 0's launched child: rank 0's watchdog (or its next all-reduce) notices.
   {
     vars[kRoleVar] = "launched";
@@ -480,14 +451,14 @@ TEST(DDPMultiProcess, TwoNodesInNetworkNamespacesOverAVethPair) {
   if (!veth.error().empty()) GTEST_SKIP() << "cannot create network namespaces here: " << veth.error();
   const auto dir = test::temp_dir("DDPNetns");
   auto vars = clean_dist_env();
-  vars[kTestVar] = this_test();
+  vars[kTestVar] = current_test();
   vars["MASTER_ADDR"] = veth.addr(0);
   vars["MASTER_PORT"] = "29571";  // a fresh namespace: nothing else listens there
   std::vector<std::unique_ptr<Worker>> nodes;
   for (int n = 0; n < 2; ++n) {
     vars["NODE_RANK"] = std::to_string(n);
     nodes.push_back(std::make_unique<Worker>(
-        std::vector<std::string>{ip, "netns", "exec", veth.ns(n), self_exe(), "--gtest_filter=" + this_test()}, vars,
+        std::vector<std::string>{ip, "netns", "exec", veth.ns(n), self_exe(), "--gtest_filter=" + current_test()}, vars,
         dir / ("node" + std::to_string(n) + ".log")));
   }
   for (int n = 0; n < 2; ++n) {

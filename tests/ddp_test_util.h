@@ -50,6 +50,33 @@ inline std::map<std::string, std::optional<std::string>> clean_dist_env() {
           {"GROUP_RANK", std::nullopt},  {"LOCAL_RANK", std::nullopt},  {"WORLD_SIZE", std::nullopt}};
 }
 
+// Two-rank tests: this process is rank 0, and the launcher re-executes the test binary for
+// rank 1 with LOCAL_RANK=1, this test as its GTEST_FILTER and HG_DDP_TEST naming it.
+//
+//   if (ddp_test::launched_for_another_test()) GTEST_SKIP() << "a launched child of another test";
+//   const auto env = ddp_test::rank_zero_env();   // nothing in the launched child
+inline constexpr const char* kTestVar = "HG_DDP_TEST";  // the test a re-executed process works for
+inline std::string current_test() {
+  const auto* i = ::testing::UnitTest::GetInstance()->current_test_info();
+  return std::string(i->test_suite_name()) + "." + i->name();
+}
+inline bool working_for_this_test() {
+  const char* t = std::getenv(kTestVar);
+  return t && current_test() == t;
+}
+// A launched child whose filter also selected this test, which it does not work for.
+inline bool launched_for_another_test() { return std::getenv("LOCAL_RANK") != nullptr && !working_for_this_test(); }
+// Rank 0's environment for the test's scope: no inherited DDP variables, the launched rank's
+// filter and HG_DDP_TEST naming this test, plus `extra`. Null in the launched child.
+inline std::unique_ptr<ScopedEnv> rank_zero_env(const std::map<std::string, std::optional<std::string>>& extra = {}) {
+  if (std::getenv("LOCAL_RANK")) return nullptr;
+  auto vars = clean_dist_env();
+  vars[kTestVar] = current_test();
+  vars["GTEST_FILTER"] = current_test();
+  for (const auto& [k, v] : extra) vars[k] = v;
+  return std::make_unique<ScopedEnv>(vars);
+}
+
 class LazyMode {
  public:
   LazyMode() { graphs::enable_lazy_mode(true); }

@@ -23,13 +23,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr const char* kTestVar = "HG_TRAINER_DDP_TEST";
 constexpr const char* kDirVar = "HG_TRAINER_DDP_DIR";
 
-std::string this_test() {
-  const auto* i = ::testing::UnitTest::GetInstance()->current_test_info();
-  return std::string(i->test_suite_name()) + "." + i->name();
-}
 
 // Logs its global rank every validation batch, reduced over ranks and not.
 class RankLogging : public test::TinyClassifier {
@@ -44,16 +39,9 @@ class RankLogging : public test::TinyClassifier {
 };
 
 TEST(TrainerDDP, MetricsLoggersCheckpointAndPredictOverTwoRanks) {
-  const char* launched_for = std::getenv(kTestVar);
+  if (ddp_test::launched_for_another_test()) GTEST_SKIP() << "a launched child of another test";
   const bool launched = std::getenv("LOCAL_RANK") != nullptr;
-  if (launched && (!launched_for || this_test() != launched_for)) GTEST_SKIP() << "a launched child of another test";
-  std::optional<ddp_test::ScopedEnv> env;
-  if (!launched) {
-    auto vars = ddp_test::clean_dist_env();
-    vars[kTestVar] = this_test();
-    vars[kDirVar] = test::temp_dir("TrainerDDP").string();
-    env.emplace(vars);
-  }
+  const auto env = launched ? nullptr : ddp_test::rank_zero_env({{kDirVar, test::temp_dir("TrainerDDP").string()}});
   const std::filesystem::path dir = std::getenv(kDirVar);
   auto logger = std::make_shared<test::MemoryLogger>();
   RankLogging m;
@@ -131,16 +119,9 @@ class DivergenceProbe : public Callback {
 };
 
 TEST(TrainerDDP, BatchNormBuffersFollowRankZeroBeforeEveryTrainingStep) {
-  const char* launched_for = std::getenv(kTestVar);
+  if (ddp_test::launched_for_another_test()) GTEST_SKIP() << "a launched child of another test";
   const bool launched = std::getenv("LOCAL_RANK") != nullptr;
-  if (launched && (!launched_for || this_test() != launched_for)) GTEST_SKIP() << "a launched child of another test";
-  std::optional<ddp_test::ScopedEnv> env;
-  if (!launched) {
-    auto vars = ddp_test::clean_dist_env();
-    vars[kTestVar] = this_test();
-    vars[kDirVar] = test::temp_dir("TrainerDDPBatchNorm").string();
-    env.emplace(vars);
-  }
+  const auto env = launched ? nullptr : ddp_test::rank_zero_env({{kDirVar, test::temp_dir("TrainerDDPBatchNorm").string()}});
   const std::filesystem::path dir = std::getenv(kDirVar);
   BatchNormNet m;
   auto probe = std::make_shared<DivergenceProbe>();
