@@ -109,7 +109,8 @@ std::vector<std::string> files_in(const fs::path& d) {
 }
 
 TEST(CallbacksTest, CheckpointNamesMatchLightning) {
-  for (const auto& c : test::load_json("loggers.json")["checkpoint_names"]) {
+  const nlohmann::json golden = test::load_json("loggers.json");  // outlives the loop (a temporary's member would not)
+  for (const auto& c : golden["checkpoint_names"]) {
     ModelCheckpoint mc({.filename = c[0].get<std::string>(), .auto_insert_metric_name = c[2].get<bool>()});
     EXPECT_EQ(mc.format_checkpoint_name(c[1].get<std::map<std::string, double>>()), c[3].get<std::string>()) << c.dump();
   }

@@ -57,7 +57,8 @@ TEST(PyFormatTest, MatchesPython) {
 }
 
 TEST(LoggersTest, HparamsYamlMatchesPyYaml) {
-  for (const auto& c : test::load_json("loggers.json")["yaml"])
+  const nlohmann::json golden = test::load_json("loggers.json");  // outlives the loop (a temporary's member would not)
+  for (const auto& c : golden["yaml"])
     EXPECT_EQ(hparams_to_yaml(c[0]), c[1].get<std::string>()) << c[0].dump();
 }
 
