@@ -1,5 +1,7 @@
 #include "engine/error.h"
 
+#include <algorithm>
+
 namespace hg {
 
 const char* error_code_name(ErrorCode c) {
@@ -15,6 +17,25 @@ const char* error_code_name(ErrorCode c) {
     case ErrorCode::Internal: return "internal error";
   }
   return "error";
+}
+
+std::string printable(std::string_view text, size_t max_bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  const size_t n = std::min(text.size(), max_bytes);
+  out.reserve(n + 8);
+  for (size_t i = 0; i < n; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f || c == '\\') {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (text.size() > max_bytes) out += "...";
+  return out;
 }
 
 }  // namespace hg

@@ -3,15 +3,22 @@
 //   try { hg::ops::matmul(a, b); }
 //   catch (const hg::ShapeError& e) { std::cerr << e.what(); }   // names op, shapes, dtypes
 //   catch (const hg::Error& e) { if (e.code() == hg::ErrorCode::OutOfMemory) ... }
+//   throw hg::InvalidArgument("unknown model '" + hg::printable(name, 64) + "'");  // untrusted text
 #pragma once
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace hg {
 
 enum class ErrorCode { Invalid, Shape, DType, Device, OutOfMemory, NotFound, Io, Format, Internal };
 
 const char* error_code_name(ErrorCode c);
+
+// Untrusted text made safe to quote in a message or a log line: control characters, DEL and
+// backslashes become \xNN escapes (no line breaks, no terminal escapes), and text beyond
+// max_bytes is cut and marked "...".
+std::string printable(std::string_view text, size_t max_bytes = 200);
 
 class Error : public std::runtime_error {
  public:

@@ -2,6 +2,7 @@
 
 #include "engine/atomic_file.h"
 #include "engine/error.h"
+#include "engine/json_reader.h"
 #include "models/config_fields.h"
 #include "models/module.h"
 #include "models/op_graph.h"
@@ -95,15 +96,8 @@ DType dtype_from_kserve(const std::string& datatype) {
 ModelPackage load_package(const std::filesystem::path& dir, std::unique_ptr<Module>* module) {
   const auto file = dir / "model.json";
   if (!std::filesystem::is_regular_file(file)) throw IoError(file.string() + ": no such file");
-  const std::vector<uint8_t> bytes = read_file(file);
-  Json j;
-  try {
-    j = Json::parse(bytes.begin(), bytes.end());
-  } catch (const Json::parse_error& e) {
-    throw FormatError(file.string() + ": invalid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
-  } catch (const Json::exception& e) {  // e.g. a number too large for a double
-    throw FormatError(file.string() + ": invalid JSON: " + e.what());
-  }
+  // An imported graph lists every op and shape of the model: generous, but bounded.
+  const Json j = read_json_file(file, {.max_depth = 32, .max_values = size_t{1} << 24, .max_bytes = size_t{256} << 20});
   if (!j.is_object()) throw FormatError(file.string() + ": the top level is not a JSON object");
   ModelPackage p;
   p.dir = dir;

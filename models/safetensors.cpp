@@ -12,11 +12,12 @@
 
 #include "engine/atomic_file.h"
 #include "engine/error.h"
+#include "engine/json_reader.h"
 
 namespace hg::safetensors {
 namespace {
 
-using Json = nlohmann::ordered_json;
+using Json = nlohmann::ordered_json;  // the header lists tensors in the file's order
 constexpr const char* kMetadataKey = "__metadata__";
 
 // One tensor as described by the header, before its bytes are loaded.
@@ -70,23 +71,11 @@ bool byte_count(const std::vector<int64_t>& shape, const std::string& dtype, uin
 }
 
 Json parse_json(std::string_view text, const std::string& src) {
-  // Rejects duplicate keys at any depth (plain parsing would silently keep one).
-  std::vector<std::set<std::string>> seen;
-  Json::parser_callback_t cb = [&](int, Json::parse_event_t ev, Json& parsed) {
-    if (ev == Json::parse_event_t::object_start) seen.emplace_back();
-    else if (ev == Json::parse_event_t::object_end) seen.pop_back();
-    else if (ev == Json::parse_event_t::key && !seen.back().insert(parsed.get<std::string>()).second)
-      fail(src, "header has duplicate key \"" + parsed.get<std::string>() + "\"");
-    return true;
-  };
   try {
-    return Json::parse(text.begin(), text.end(), cb);
-  } catch (const Json::parse_error& e) {
-    // e.byte counts from 1 within the header text, which starts at file byte 8.
-    fail(src, "header is not valid JSON near file byte " + std::to_string(7 + e.byte) + ": " +
-                  e.what());
-  } catch (const Json::exception& e) {  // e.g. a number too large for a double
-    fail(src, std::string("header is not valid JSON: ") + e.what());
+    return read_ordered_json(text, {.max_depth = 8, .max_values = text.size(), .max_bytes = text.size()},
+                             src + " header (which starts at file byte 8)");
+  } catch (const InvalidArgument& e) {
+    throw FormatError(std::string("safetensors: ") + e.what());
   }
 }
 
@@ -121,17 +110,17 @@ Layout parse_entry(const std::string& name, const Json& j, const std::string& sr
     } else if (d.is_number_integer()) {
       fail(src, at + "is negative (" + std::to_string(d.get<int64_t>()) + ")");
     } else {
-      fail(src, at + "must be an integer, got " + std::string(d.type_name()) + " " + d.dump());
+      fail(src, at + "must be an integer, got " + std::string(d.type_name()) + " " + json_excerpt(d));
     }
   }
 
   const Json& offs = field(j, "data_offsets", name, src);
   if (!offs.is_array() || offs.size() != 2)
-    fail(src, where + "field 'data_offsets' must be an array of two integers, got " + offs.dump());
+    fail(src, where + "field 'data_offsets' must be an array of two integers, got " + json_excerpt(offs));
   for (size_t i = 0; i < 2; ++i) {
     if (!offs[i].is_number_unsigned())
       fail(src, where + "field 'data_offsets'[" + std::to_string(i) +
-                    "] must be a non-negative integer, got " + offs[i].dump());
+                    "] must be a non-negative integer, got " + json_excerpt(offs[i]));
   }
   t.begin = offs[0].get<uint64_t>();
   t.end = offs[1].get<uint64_t>();

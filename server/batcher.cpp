@@ -134,7 +134,7 @@ bool DynamicBatcher::Impl::take(Worker& w, std::unique_lock<std::mutex>& lk) {
     bool full = false;
     for (auto& level : levels) {
       for (auto& e : level) {
-        if (e.job->deadline <= now) continue;
+        if (e.job->dropped(now)) continue;
         if (sum > 0 && sum + e.job->batch > target) {
           full = true;
           break;
@@ -163,7 +163,7 @@ bool DynamicBatcher::Impl::take(Worker& w, std::unique_lock<std::mutex>& lk) {
     for (auto& level : levels) {
       while (!level.empty()) {
         Entry& e = level.front();
-        if (e.job->deadline <= now) {
+        if (e.job->dropped(now)) {
           expire(e, now, w.finished);
         } else if (sum > 0 && sum + e.job->batch > target) {
           return true;
@@ -181,8 +181,13 @@ bool DynamicBatcher::Impl::take(Worker& w, std::unique_lock<std::mutex>& lk) {
 }
 
 void DynamicBatcher::Impl::expire(Entry& e, Clock::time_point now, std::vector<Entry>& finished) {
-  e.job->status = 504;
-  e.job->error = "request timeout expired after " + std::to_string(micros(now - e.job->enqueued)) + " us in the queue";
+  if (e.job->deadline <= now) {
+    e.job->status = 504;
+    e.job->error = "request timeout expired after " + std::to_string(micros(now - e.job->enqueued)) + " us in the queue";
+  } else {
+    e.job->status = 499;
+    e.job->error = "the client closed the connection before its request ran";
+  }
   finished.push_back(std::move(e));
 }
 
@@ -230,7 +235,7 @@ void DynamicBatcher::Impl::run_batch(Worker& w) {
   int64_t total = 0;
   size_t live = 0;
   for (auto& e : w.batch) {
-    if (e.job->deadline <= now) {
+    if (e.job->dropped(now)) {
       expire(e, now, w.finished);
     } else {
       total += e.job->batch;

@@ -21,6 +21,7 @@
 // Priorities: 1 is the highest; 0 or a level above priority_levels uses default_priority_level.
 // The model must have fixed-size datatypes only (BYTES cannot be split by byte offsets).
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -52,7 +53,12 @@ struct BatchJob {
   std::vector<std::string> inputs;   // per model input: batch * per-sample bytes
   int priority = 0;                  // 0: the default level
   Clock::time_point deadline = Clock::time_point::max();
+  std::shared_ptr<const std::atomic<bool>> cancelled;  // set: the client left; the job is not run
   std::function<void(BatchJob&)> done;
+  // Past its deadline or given up by its client: it is answered (504 or 499) without running.
+  bool dropped(Clock::time_point now) const {
+    return deadline <= now || (cancelled && cancelled->load(std::memory_order_relaxed));
+  }
 
   // Filled by the batcher.
   int status = 0;                    // 200, 4xx/5xx from the run, 504 (deadline)

@@ -18,6 +18,7 @@
 
 #include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/json_reader.h"
 #include "models/gpt.h"
 #include "models/gpt_graphs.h"
 #include "models/module.h"
@@ -31,17 +32,15 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr int kMaxJsonDepth = 8;  // a generate request nests 3 deep (parameters.stop[i])
+// A generate request nests 3 deep (parameters.stop[i]) and holds a prompt and a few parameters.
+constexpr JsonLimits kGenerateJsonLimits{.max_depth = 8, .max_values = 4096, .max_bytes = size_t{1} << 20};
 constexpr size_t kMaxStopStrings = 16;
 
 [[noreturn]] void bad_field(const std::string& field, const std::string& what) {
   throw InvalidArgument("generate request: field '" + field + "' " + what);
 }
 
-std::string shown(const json& v) {  // a value in an error message, cut short
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  return s.size() > 40 ? s.substr(0, 40) + "..." : s;
-}
+std::string shown(const json& v) { return json_excerpt(v, 40); }  // a value in an error message
 
 int64_t integer_field(const json& v, const std::string& field, int64_t min) {
   if (!v.is_number_integer()) bad_field(field, "must be an integer, got " + shown(v));
@@ -265,16 +264,7 @@ class GptGenerator final : public TextGenerator {
 }  // namespace
 
 GenerateRequest parse_generate_request(std::string_view body) {
-  json j;
-  try {
-    j = json::parse(body, [](int depth, json::parse_event_t, json&) {
-      if (depth > kMaxJsonDepth)
-        throw InvalidArgument("generate request: JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-      return true;
-    });
-  } catch (const json::exception& e) {
-    throw InvalidArgument(std::string("generate request: the body is not valid JSON: ") + e.what());
-  }
+  const json j = read_json(body, kGenerateJsonLimits, "the generate request body");
   if (!j.is_object()) throw InvalidArgument("generate request: the body must be a JSON object, got " + shown(j));
   GenerateRequest r;
   bool has_text = false;

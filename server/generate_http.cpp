@@ -125,9 +125,12 @@ void serve_generate(std::shared_ptr<TextGenerator> gen, const std::string& model
     head["model_name"] = model;
     head["model_version"] = version;
     if (!stream) {
-      gen->submit(std::move(r), [](std::string_view) { return true; },
+      // A client that left stops the generation at its next token.
+      gen->submit(std::move(r), [cancelled = req.cancelled](std::string_view) { return !(cancelled && cancelled->load()); },
                   [reply, head](std::exception_ptr error, GenerateResult res) {
                     if (error) return reply(error_response(error));
+                    if (res.finish_reason == "cancelled")
+                      return reply(json_error(499, "the client closed the connection; generation stopped"));
                     json j = head;
                     j["text_output"] = std::move(res.text);
                     j["finish_reason"] = res.finish_reason;

@@ -31,15 +31,26 @@
 // cut (their streams' write() returns false).
 // Errors the HTTP layer answers itself, all with {"error": "..."} and then closing the
 // connection: 413 body over the limit, 431 header over the limit, 400 unparsable HTTP, 500 a
-// handler that threw or dropped its reply. Headers and bodies must arrive within
-// idle_timeout and request_timeout (slow clients are disconnected); pipelined requests are
-// answered in order.
+// handler that threw or dropped its reply, 503 when the bodies in flight would pass
+// max_inflight_body_bytes or a reserve connection asks for anything but a probe.
+// Pipelined requests are answered in order. HEAD is answered like GET without a body.
+//
+// Hostile clients: at most max_connections connections serve requests; reserve_connections
+// more are accepted for the probe paths only (one request each), and beyond that a new
+// connection is closed at once. A connection waits at most idle_timeout for the first byte of
+// a request, then header_timeout for the rest of the header; a body must keep arriving at
+// min_body_bytes_per_sec on average after body_grace. on_head sees every request's head
+// before its body is read: it can answer at once (wrong route, method or token: the body is
+// never buffered) or set a smaller body limit. A client that closes its connection while its
+// request is being handled sets HttpRequest::cancelled.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -48,12 +59,16 @@
 namespace hg::server {
 
 struct HttpRequest {
-  std::string method;  // "GET", "POST", ...
+  std::string method;  // "GET", "POST", ... ("HEAD" is passed on as is; its answer loses its body)
   std::string target;  // path and query as sent: "/v2/models/m/infer"
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
+  // Set (by an I/O thread) once the client has closed the connection before its answer: work
+  // for it may stop. Null for requests that did not come from a socket.
+  std::shared_ptr<const std::atomic<bool>> cancelled = nullptr;
   // Case-insensitive lookup; empty when absent.
   std::string_view header(std::string_view name) const;
+  bool is_cancelled() const { return cancelled && cancelled->load(std::memory_order_relaxed); }
 };
 
 // The body of a streamed response (chunked transfer encoding), e.g. server-sent events.
@@ -78,6 +93,23 @@ struct HttpResponse {
   // Set: the response is streamed. The status and headers go out (with `body`, if any, as the
   // first chunk), then `stream` is called once with the sink the rest of the body goes to.
   std::function<void(std::shared_ptr<ResponseStream>)> stream = nullptr;
+  std::string request_id = {};  // the request's own id, when it has one (for the access log)
+};
+
+// What the HTTP layer reports of each response as it starts going out.
+struct ResponseRecord {
+  std::string_view method, target;
+  int status = 0;
+  size_t request_bytes = 0, response_bytes = 0;  // bodies (a streamed response: its first part)
+  std::chrono::microseconds duration{0};          // from the complete request head to the answer
+  std::string_view request_id;
+};
+
+// on_head's verdict on a request head: answer now (the body is not read; the connection
+// closes after the answer), or read a body of at most max_body_bytes.
+struct HeadCheck {
+  std::optional<HttpResponse> answer = std::nullopt;
+  size_t max_body_bytes = SIZE_MAX;  // further capped by HttpServerOptions::max_body_bytes
 };
 
 // Sends the response for one request. Call it once, from any thread; later calls are
@@ -91,18 +123,27 @@ struct HttpServerOptions {
   int threads = 2;
   size_t max_body_bytes = size_t{64} << 20;
   size_t max_header_bytes = size_t{16} << 10;
-  std::chrono::milliseconds idle_timeout{std::chrono::seconds(60)};     // keep-alive idle
-  std::chrono::milliseconds request_timeout{std::chrono::seconds(60)};  // read a request / write a response
+  size_t max_inflight_body_bytes = size_t{512} << 20;  // bodies read and not yet answered, all connections
+  size_t max_connections = 1024;   // capped by the process's file descriptor limit at listen()
+  size_t reserve_connections = 16;  // beyond max_connections, for reserve_paths only
+  std::vector<std::string> reserve_paths = {"/v2/health/live", "/v2/health/ready"};
+  std::chrono::milliseconds idle_timeout{std::chrono::seconds(60)};     // wait for a request's first byte
+  std::chrono::milliseconds header_timeout{std::chrono::seconds(10)};   // then the rest of its header
+  size_t min_body_bytes_per_sec = 16 << 10;                             // average, after body_grace
+  std::chrono::milliseconds body_grace{std::chrono::seconds(5)};
+  std::chrono::milliseconds request_timeout{std::chrono::seconds(60)};  // write a response (each chunk)
   std::chrono::milliseconds drain_timeout{std::chrono::seconds(30)};    // graceful shutdown cap
   bool handle_signals = true;  // SIGINT/SIGTERM call stop()
-  std::ostream* log = nullptr;  // shutdown messages
+  std::ostream* log = nullptr;  // shutdown messages, accept errors (at most one line a second)
+  // Called with each request's head before its body is read (route, method, auth, body cap).
+  // Any I/O thread; must not block. Null: every body up to max_body_bytes is read.
+  std::function<HeadCheck(const HttpRequest& head)> on_head;
   // Called once when shutdown begins (stop() or a signal), before connections drain: the
   // handler turns readiness off and refuses new work there. Must not block.
   std::function<void()> on_stop;
-  // Called with the status of every response as it starts going out, including the errors
-  // the HTTP layer answers itself (e.g. ServerMetrics::http_response). Any thread; must not
-  // block or throw.
-  std::function<void(int status)> on_response;
+  // Called for every response as it starts going out, including the errors the HTTP layer
+  // answers itself (metrics, the access log). Any thread; must not block or throw.
+  std::function<void(const ResponseRecord&)> on_response;
 };
 
 // {"error": message} as a JSON body.
@@ -121,8 +162,9 @@ class HttpServer {
   void start();
   // Blocks until shutdown has finished and the I/O threads have exited.
   void wait();
-  // Thread-safe and idempotent: begins the graceful shutdown.
-  void stop();
+  // Thread-safe and idempotent: begins the graceful shutdown; `why` goes to the log
+  // ("SIGTERM: shutting down ...").
+  void stop(const char* why = "stop requested");
   bool stopping() const;
   uint16_t port() const;
 

@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_set>
 
 #include "engine/error.h"
-#include "server/json_reader.h"
+#include "engine/json_reader.h"
 
 namespace hg::server {
 
@@ -17,13 +18,14 @@ using json = nlohmann::json;
 constexpr size_t kEnvelopeDepth = 8;
 
 json parse_header(std::string_view text, const WireLimits& limits, const char* what) {
-  json j = read_json(text, limits.max_json_depth + kEnvelopeDepth, what);
+  json j = read_json(text, {.max_depth = limits.max_json_depth + kEnvelopeDepth, .max_values = limits.max_json_values,
+                            .max_bytes = text.size()}, what);
   if (!j.is_object()) throw InvalidArgument(std::string(what) + " must be a JSON object, got " + j.type_name());
   return j;
 }
 
 // A JSON value for an error message.
-std::string text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string text(const json& j) { return json_excerpt(j); }
 
 // A member of an object; null counts as absent (clients send "parameters": null).
 const json* member(const json& obj, const char* key) {
@@ -164,6 +166,10 @@ std::vector<WireTensor> decode_tensors(const json& top, const char* list, std::s
   const json* arr = member(top, list);
   if (!arr || !arr->is_array())
     throw InvalidArgument(std::string(role == "input" ? "request" : "response") + " has no '" + list + "' array");
+  const size_t max = role == "input" ? limits.max_inputs : limits.max_outputs;
+  if (arr->size() > max)
+    throw InvalidArgument(std::string(role == "input" ? "request" : "response") + ": '" + list + "' has " +
+                          std::to_string(arr->size()) + " entries; the model has " + std::to_string(max) + " " + list);
   std::vector<DecodedTensor> decoded;
   decoded.reserve(arr->size());
   for (size_t i = 0; i < arr->size(); ++i) decoded.push_back(decode_tensor((*arr)[i], i, role, list, limits));
@@ -344,6 +350,11 @@ InferRequest decode_infer_request(std::string_view body, std::optional<size_t> h
 
   if (const json* outs = member(j, "outputs")) {
     if (!outs->is_array()) throw InvalidArgument("request: 'outputs' must be an array, got " + std::string(outs->type_name()));
+    if (outs->size() > limits.max_outputs)
+      throw InvalidArgument("request: 'outputs' has " + std::to_string(outs->size()) + " entries; the model has " +
+                            std::to_string(limits.max_outputs) + " outputs");
+    std::unordered_set<std::string_view> requested;
+    requested.reserve(outs->size());
     for (size_t i = 0; i < outs->size(); ++i) {
       const json& o = (*outs)[i];
       const json* name = o.is_object() ? member(o, "name") : nullptr;
@@ -351,8 +362,8 @@ InferRequest decode_infer_request(std::string_view body, std::optional<size_t> h
       RequestedOutput r;
       r.name = name->get<std::string>();
       const std::string what = "output '" + r.name + "'";
-      for (const RequestedOutput& prev : req.outputs)
-        if (prev.name == r.name) throw InvalidArgument(what + " is requested more than once");
+      if (!requested.insert(name->get_ref<const std::string&>()).second)
+        throw InvalidArgument(what + " is requested more than once");
       r.parameters = object_member(o, "parameters", what);
       r.binary = bool_param(r.parameters, "binary_data", what);
       uint_param(r.parameters, "classification", what);  // checked here, used by bind_inputs

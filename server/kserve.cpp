@@ -11,7 +11,7 @@
 #include "server/generate.h"
 #include "server/http_error.h"
 #include "server/infer_codec.h"
-#include "server/json_reader.h"
+#include "engine/json_reader.h"
 
 namespace hg::server {
 
@@ -85,7 +85,8 @@ json tensor_metadata(const std::vector<models::IOSpec>& ios) {
 // An optional JSON object body (repository requests may have none).
 json object_body(const HttpRequest& req, const WireLimits& limits) {
   if (req.body.find_first_not_of(" \t\r\n") == std::string::npos) return json::object();
-  json j = read_json(req.body, limits.max_json_depth, "the request body");
+  json j = read_json(req.body, {.max_depth = limits.max_json_depth, .max_values = 65536, .max_bytes = size_t{1} << 20},
+                     "the request body");
   if (!j.is_object()) throw HttpError(400, "request body must be a JSON object");
   return j;
 }
@@ -203,18 +204,40 @@ void KServeHandler::parse_worker() {
   }
 }
 
+// Route, method, token and model name: everything about a request that its head tells.
+void KServeHandler::check_head(const Route& route, const HttpRequest& req) const {
+  if (route.endpoint == Endpoint::Unknown)
+    throw HttpError(404, "no endpoint for " + printable(req.method, 16) + " " + printable(target_path(req.target)));
+  const char* allow = allowed_methods(route.endpoint);
+  const bool as_get = req.method == "HEAD" && std::string_view(allow) == "GET";  // HEAD: a GET without the body
+  if (req.method != allow && !as_get)
+    throw HttpError(405, "method " + printable(req.method, 16) + " is not allowed for " +
+                             printable(target_path(req.target)) + " (allowed: " + allow + ")");
+  check_auth(opt_, route.endpoint, req);
+  if (!route.model.empty()) check_model_name(route.model);
+}
+
+std::function<HeadCheck(const HttpRequest&)> KServeHandler::http_head_check() {
+  return [this](const HttpRequest& head) {
+    HeadCheck c;
+    const Route route = parse_route(head.target);
+    try {
+      check_head(route, head);
+      const Endpoint e = route.endpoint;
+      const bool tensors = e == Endpoint::Infer || e == Endpoint::Generate || e == Endpoint::GenerateStream;
+      if (!tensors) c.max_body_bytes = opt_.max_control_body_bytes;
+    } catch (const std::exception& ex) {
+      c.answer = error_response(ex, route.endpoint);
+    }
+    return c;
+  };
+}
+
 void KServeHandler::operator()(HttpRequest&& req, Reply reply) {
   const Clock::time_point received = Clock::now();
-  Route route = parse_route(req.target);
+  const Route route = parse_route(req.target);
   try {
-    if (route.endpoint == Endpoint::Unknown)
-      throw HttpError(404, "no endpoint for " + req.method + " " + std::string(target_path(req.target)));
-    const char* allow = allowed_methods(route.endpoint);
-    if (req.method != allow)
-      throw HttpError(405, "method " + req.method + " is not allowed for " + std::string(target_path(req.target)) +
-                               " (allowed: " + allow + ")");
-    check_auth(opt_, route.endpoint, req);
-    if (!route.model.empty()) check_model_name(route.model);
+    check_head(route, req);
     if (route.endpoint == Endpoint::Infer) return infer(route, std::move(req), reply, received);  // a copy: `reply` answers what infer() throws
     dispatch(route, std::move(req), reply);
   } catch (const std::exception& e) {
@@ -371,7 +394,10 @@ void KServeHandler::decode_and_submit(std::shared_ptr<const ModelVersion> v, Htt
   const std::string version = std::to_string(v->version);
   ModelMetrics& mm = metrics_.model(v->name, version);
   try {
-    auto ir = std::make_shared<InferRequest>(decode_infer_request(req.body, header_length(req), opt_.limits));
+    WireLimits limits = opt_.limits;
+    limits.max_inputs = v->model->spec().inputs.size();
+    limits.max_outputs = v->model->spec().outputs.size();
+    auto ir = std::make_shared<InferRequest>(decode_infer_request(req.body, header_length(req), limits));
     req.body = std::string();  // the tensors hold their own copies now
     auto in = std::make_shared<ModelInputs>(bind_inputs(*ir, v->model->spec(), v->config.max_batch_size, v->name));
     auto job = std::make_shared<BatchJob>();
@@ -389,6 +415,7 @@ void KServeHandler::decode_and_submit(std::shared_ptr<const ModelVersion> v, Htt
       timeout_us = timeout_us == 0 ? *ir->timeout_us : std::min(timeout_us, *ir->timeout_us);
     constexpr uint64_t kLongest = uint64_t{1} << 50;  // about 35 years: the deadline cannot overflow
     if (timeout_us > 0) job->deadline = received + std::chrono::microseconds(std::min(timeout_us, kLongest));
+    job->cancelled = req.cancelled;
     const Clock::time_point parsed = Clock::now();
     job->done = [v, ir, in, reply, received, parsed, &mm, version](BatchJob& j) {
       if (j.status != 200) {
@@ -401,6 +428,7 @@ void KServeHandler::decode_and_submit(std::shared_ptr<const ModelVersion> v, Htt
         HttpResponse r;
         r.body = std::move(e.body);
         r.content_type = std::move(e.content_type);
+        r.request_id = ir->id.value_or("");
         if (e.header_length) r.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*e.header_length));
         const Clock::time_point end = Clock::now();
         RequestTimes t;

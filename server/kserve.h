@@ -46,6 +46,7 @@ struct KServeOptions {
   size_t parse_inline_bytes = 64 << 10;    // bodies up to this are decoded on the I/O thread
   size_t max_parse_queue = 4096;           // large bodies waiting for a parse thread; beyond: 503
   WireLimits limits;                       // JSON nesting and elements per tensor
+  size_t max_control_body_bytes = 1 << 20;  // bodies of every endpoint but infer and generate (more: 413)
   std::string auth_token;                  // non-empty: required for repository load/unload
   bool auth_all = false;                   // ... and for every endpoint but the health probes
   std::string server_name = "hgraph";
@@ -62,6 +63,9 @@ class KServeHandler {
   // Answers a request now or later, from any thread.
   void operator()(HttpRequest&& req, Reply reply);
   HttpHandler http_handler();
+  // HttpServerOptions::on_head: route, method, token and model name are checked (and
+  // answered) before a body is read; non-tensor endpoints get max_control_body_bytes.
+  std::function<HeadCheck(const HttpRequest&)> http_head_check();
   // Answers a request and waits for the answer (tests and tools without a socket). A
   // streamed response comes back with its `stream` callback unset and `body` holding the
   // whole event stream.
@@ -74,6 +78,7 @@ class KServeHandler {
   void shutdown();
 
  private:
+  void check_head(const Route& route, const HttpRequest& req) const;
   void dispatch(const Route& route, HttpRequest&& req, Reply reply);
   void infer(const Route& route, HttpRequest&& req, Reply reply, Clock::time_point received);
   void decode_and_submit(std::shared_ptr<const ModelVersion> v, HttpRequest&& req, Reply reply,

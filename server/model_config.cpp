@@ -20,6 +20,7 @@ using json = nlohmann::json;
 
 constexpr int64_t kMaxBatchSize = int64_t{1} << 16;
 constexpr int64_t kMaxInstances = 64;
+constexpr size_t kMaxConfigBuckets = 64;  // graphs captured per model version (each holds an arena)
 constexpr int64_t kMaxPriorityLevels = 255;
 constexpr int64_t kMaxMicroseconds = int64_t{1} << 40;  // about 12.7 days
 constexpr int64_t kMaxDim = int64_t{1} << 31;
@@ -102,10 +103,7 @@ class Fields {
     return Fields(e, file_, name(field) + "[" + std::to_string(i) + "]");
   }
 
-  static std::string brief(const json& v) {
-    std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-    return s.size() > 60 ? s.substr(0, 57) + "..." : s;
-  }
+  static std::string brief(const json& v) { return json_excerpt(v, 60); }
 
  private:
   const json& j_;
@@ -305,6 +303,9 @@ ModelConfig ModelConfig::parse(const json& j, const std::string& file, const std
     c.platform = b;
   }
   c.batch_buckets = parse_buckets(f);
+  if (c.batch_buckets.size() > kMaxConfigBuckets)
+    f.fail("batch_buckets", "names " + std::to_string(c.batch_buckets.size()) + " buckets; a model captures at most " +
+                                std::to_string(kMaxConfigBuckets) + " (one graph and arena each)");
   if (auto m = f.integer("max_batch_size", 0, kMaxBatchSize)) c.max_batch_size = *m;
   else if (!c.batch_buckets.empty()) c.max_batch_size = c.batch_buckets.back();
   if (c.max_batch_size == 0 && !c.batch_buckets.empty() && c.batch_buckets != std::vector<int64_t>{1})
@@ -336,17 +337,7 @@ ModelConfig ModelConfig::load(const std::filesystem::path& model_dir) {
     c.name = name;
     return c;
   }
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in) throw IoError(path.string() + ": cannot be read");
-  json j;
-  try {
-    j = json::parse(text.str());
-  } catch (const json::exception& e) {
-    throw FormatError(path.string() + ": is not valid JSON: " + e.what());
-  }
-  return parse(j, path.string(), name);
+  return parse(read_json_file(path, kConfigJsonLimits), path.string(), name);
 }
 
 std::vector<int64_t> ModelConfig::buckets(const std::vector<int64_t>& fallback) const {

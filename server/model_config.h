@@ -22,9 +22,13 @@
 #include <string>
 #include <vector>
 
+#include "engine/json_reader.h"
 #include "models/package.h"
 
 namespace hg::server {
+
+// A config.json (a file or a load request's parameters.config) is small: these bound it.
+inline constexpr JsonLimits kConfigJsonLimits{.max_depth = 16, .max_values = 65536, .max_bytes = size_t{1} << 20};
 
 struct VersionPolicy {
   enum class Kind { Latest, All, Specific } kind = Kind::Latest;

@@ -41,6 +41,8 @@ const char* model_name_problem(std::string_view name) {
   if (name.find('/') != std::string_view::npos || name.find('\\') != std::string_view::npos)
     return "it contains a path separator";
   if (name.find('\0') != std::string_view::npos) return "it contains a NUL character";
+  for (char c : name)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return "it contains a control character";
   return nullptr;
 }
 
@@ -164,9 +166,7 @@ ControlMode parse_control_mode(std::string_view s) {
 void check_model_name(std::string_view name) {
   const char* why = model_name_problem(name);
   if (!why) return;
-  std::string shown(name.substr(0, 64));
-  std::replace(shown.begin(), shown.end(), '\0', '?');
-  throw InvalidArgument("invalid model name '" + shown + (name.size() > 64 ? "...'" : "'") + ": " + why);
+  throw InvalidArgument("invalid model name '" + printable(name, 64) + "': " + why);
 }
 
 struct ModelRepository::Impl {
@@ -189,7 +189,7 @@ struct ModelRepository::Impl {
   void log(const std::string& line) {
     if (!opt.log) return;
     std::lock_guard lk(log_mu);
-    *opt.log << "hgraph-serve: " << line << std::endl;
+    *opt.log << "hgraph-serve: " << printable(line, 4096) << std::endl;
   }
 
   static void finish(const Done& done, const Outcome& o) {
@@ -293,9 +293,9 @@ struct ModelRepository::Impl {
       if (config_json) {
         nlohmann::json j;
         try {
-          j = nlohmann::json::parse(*config_json);
-        } catch (const nlohmann::json::exception& e) {
-          throw FormatError(std::string("load request parameters.config: is not valid JSON: ") + e.what());
+          j = read_json(*config_json, kConfigJsonLimits, "load request parameters.config");
+        } catch (const InvalidArgument& e) {
+          throw FormatError(e.what());
         }
         config = ModelConfig::parse(j, "load request parameters.config", name);
       } else {
@@ -520,9 +520,14 @@ struct ModelRepository::Impl {
   void enqueue(Task t) {
     {
       std::lock_guard lk(queue_mu);
-      if (!quit) {
+      if (!quit && queue.size() < opt.max_pending_tasks) {
         queue.push_back(std::move(t));
         queue_cv.notify_all();
+        return;
+      }
+      if (!quit) {
+        finish(t.done, {503, "model '" + t.name + "': " + std::to_string(queue.size()) +
+                                 " load and unload requests are already waiting for the loader; retry later"});
         return;
       }
     }

@@ -74,6 +74,7 @@ struct RepositoryOptions {
   std::filesystem::path dir;
   models::PredictorOptions predictor;  // device; batch buckets when a config names none
   ControlMode mode = ControlMode::None;
+  size_t max_pending_tasks = 16;  // load/unload requests waiting for the loader; more get 503
   std::chrono::milliseconds poll_interval{std::chrono::seconds(15)};
   std::vector<std::string> startup_models;  // explicit mode: loaded at start ("*": all)
   std::ostream* log = nullptr;

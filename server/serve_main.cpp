@@ -6,9 +6,20 @@
 //
 // Loads and warms up (captures every batch bucket of) each model before listening, then
 // prints "hgraph-serve listening on http://HOST:PORT" on stdout. SIGINT/SIGTERM: readiness
-// off, stop accepting, finish the requests in flight (up to --drain-timeout), exit 0.
+// off, stop accepting, finish the requests in flight (up to --drain-timeout), exit 0; during
+// the start-up loading they exit 0 at once (nothing has been served, files are written
+// atomically). Binding a non-loopback address in explicit mode without a token is refused
+// unless --allow-unauthenticated-management says so.
+#include <pthread.h>
+#include <signal.h>
+
+#include <boost/asio/ip/address.hpp>
 #include <boost/program_options.hpp>
 #include <cstdlib>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -19,6 +30,7 @@
 #include "engine/error.h"
 #include "graphs/graph_dump.h"
 #include "models/buckets.h"
+#include "server/access_log.h"
 #include "server/http_server.h"
 #include "server/kserve.h"
 #include "server/model_repository.h"
@@ -49,16 +61,67 @@ std::string read_token(const std::string& file) {
   return token;
 }
 
+bool is_loopback(const std::string& host) {
+  if (host == "localhost") return true;
+  boost::system::error_code ec;
+  const auto a = boost::asio::ip::make_address(host, ec);
+  return !ec && a.is_loopback();
+}
+
+// SIGINT and SIGTERM go to one thread (blocked everywhere else, from before any thread starts):
+// during the start-up loading they end the process at once; afterwards they begin the drain.
+class SignalWatch {
+ public:
+  SignalWatch() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    std::thread([this] {
+      int sig = 0;
+      while (sigwait(&set_, &sig) == 0) {
+        const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+        std::lock_guard lk(mu_);
+        if (!server_) {
+          std::cerr << "hgraph-serve: " << name << " before serving: exiting" << std::endl;
+          std::_Exit(0);
+        }
+        if (!stopped_at_) stopped_at_ = std::chrono::steady_clock::now();
+        server_->stop(name);
+      }
+    }).detach();
+  }
+  // When the first signal began the drain (now, if none did).
+  std::chrono::steady_clock::time_point stopped_at() {
+    std::lock_guard lk(mu_);
+    return stopped_at_.value_or(std::chrono::steady_clock::now());
+  }
+  void serving(hg::server::HttpServer* s) {
+    std::lock_guard lk(mu_);
+    server_ = s;
+  }
+
+ private:
+  sigset_t set_;
+  std::mutex mu_;
+  hg::server::HttpServer* server_ = nullptr;
+  std::optional<std::chrono::steady_clock::time_point> stopped_at_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  SignalWatch signals;
   std::string repository, host = "127.0.0.1", device = "hpu:0", batch_sizes, dump_graph, control = "none",
                           token_file;
   std::vector<std::string> load_models;
+  std::string access_log;
   int port = 8000, http_threads = 2, parse_threads = 2, drain_seconds = 30, poll_seconds = 15;
-  size_t max_body = size_t{64} << 20, max_depth = 100;
+  size_t max_body = size_t{64} << 20, max_depth = 100, max_control_body = size_t{1} << 20,
+         max_inflight = size_t{512} << 20, max_connections = 1024, min_body_rate = 16 << 10, max_loads = 16;
+  int64_t idle_ms = 60000, header_ms = 10000;
   uint64_t max_elements = uint64_t{1} << 26;
-  bool auth_all = false;
+  bool auth_all = false, open_management = false;
   po::options_description desc("hgraph-serve options");
   desc.add_options()
       ("help,h", "show this help")
@@ -74,7 +137,23 @@ int main(int argc, char** argv) {
       ("http-threads", po::value(&http_threads)->default_value(http_threads), "HTTP I/O threads")
       ("parse-threads", po::value(&parse_threads)->default_value(parse_threads),
        "threads decoding inference bodies over 64 KiB (smaller ones are decoded on the I/O thread)")
-      ("max-body-bytes", po::value(&max_body)->default_value(max_body), "request body limit (larger: 413)")
+      ("max-body-bytes", po::value(&max_body)->default_value(max_body), "infer and generate body limit (larger: 413)")
+      ("max-control-body-bytes", po::value(&max_control_body)->default_value(max_control_body),
+       "body limit of every other endpoint (repository, ...; larger: 413)")
+      ("max-inflight-bytes", po::value(&max_inflight)->default_value(max_inflight),
+       "request bodies being read or handled, all connections together (more: 503)")
+      ("max-connections", po::value(&max_connections)->default_value(max_connections),
+       "open connections served (16 more are kept for health probes; capped by the file descriptor limit)")
+      ("idle-timeout-ms", po::value(&idle_ms)->default_value(idle_ms), "a connection's wait for the next request")
+      ("header-timeout-ms", po::value(&header_ms)->default_value(header_ms),
+       "time to send the rest of a request header once its first byte came")
+      ("min-body-rate", po::value(&min_body_rate)->default_value(min_body_rate),
+       "bytes per second a body must average after 5 s (slower: disconnected; 0: no minimum)")
+      ("max-pending-loads", po::value(&max_loads)->default_value(max_loads),
+       "repository load/unload requests waiting for the loader (more: 503)")
+      ("access-log", po::value(&access_log), "append one JSON line per request to FILE (- : stderr)")
+      ("allow-unauthenticated-management", po::bool_switch(&open_management),
+       "allow explicit mode on a non-loopback address without a token (anyone who reaches it can load models)")
       ("max-json-depth", po::value(&max_depth)->default_value(max_depth), "nesting limit of tensor 'data' (deeper: 400)")
       ("max-elements", po::value(&max_elements)->default_value(max_elements), "elements per tensor (more: 400)")
       ("auth-token-file", po::value(&token_file),
@@ -111,7 +190,17 @@ int main(int argc, char** argv) {
     ropt.predictor.device = hg::Device::parse(device);
     if (!batch_sizes.empty()) ropt.predictor.batch_buckets = hg::models::parse_buckets(batch_sizes);
     ropt.dir = repository.empty() ? default_repository() : std::filesystem::path(repository);
+    if (idle_ms < 1 || header_ms < 1) throw hg::InvalidArgument("--idle-timeout-ms and --header-timeout-ms must be positive");
+    if (max_connections < 1) throw hg::InvalidArgument("--max-connections must be at least 1");
+    if (max_loads < 1) throw hg::InvalidArgument("--max-pending-loads must be at least 1");
+    ropt.max_pending_tasks = max_loads;
     kopt.auth_token = read_token(token_file);
+    if (ropt.mode == hg::server::ControlMode::Explicit && kopt.auth_token.empty() && !is_loopback(host) &&
+        !open_management)
+      throw hg::InvalidArgument("--host " + host + " with --model-control-mode explicit and no token would let anyone "
+                                "who reaches the port load and unload models: give a token (--auth-token-file or "
+                                "HG_AUTH_TOKEN), bind a loopback address, or pass --allow-unauthenticated-management");
+    kopt.max_control_body_bytes = max_control_body;
     kopt.auth_all = auth_all;
     if (auth_all && kopt.auth_token.empty()) throw hg::InvalidArgument("--auth-all needs a token (--auth-token-file or HG_AUTH_TOKEN)");
     kopt.parse_threads = parse_threads;
@@ -141,20 +230,42 @@ int main(int argc, char** argv) {
     hopt.port = static_cast<uint16_t>(port);
     hopt.threads = http_threads;
     hopt.max_body_bytes = max_body;
+    hopt.max_inflight_body_bytes = max_inflight;
+    hopt.max_connections = max_connections;
+    hopt.idle_timeout = std::chrono::milliseconds(idle_ms);
+    hopt.header_timeout = std::chrono::milliseconds(header_ms);
+    hopt.min_body_bytes_per_sec = min_body_rate;
     hopt.drain_timeout = std::chrono::seconds(drain_seconds);
+    hopt.handle_signals = false;  // SignalWatch
     hopt.log = &std::cerr;
     hopt.on_stop = [&kserve] { kserve.begin_drain(); };
-    hopt.on_response = [&metrics](int status) { metrics.http_response(status); };
+    hopt.on_head = kserve.http_head_check();
+    std::unique_ptr<hg::server::AccessLog> alog;
+    if (!access_log.empty()) alog = std::make_unique<hg::server::AccessLog>(access_log);
+    hopt.on_response = [&metrics, log = alog.get()](const hg::server::ResponseRecord& r) {
+      metrics.http_response(r.status);
+      if (log) log->write(r);
+    };
     {
       hg::server::HttpServer server(hopt, kserve.http_handler());
       uint16_t bound = server.listen();
       server.start();
+      signals.serving(&server);
       const bool ipv6 = host.find(':') != std::string::npos;
       std::cout << "hgraph-serve listening on http://" << (ipv6 ? "[" + host + "]" : host) << ":" << bound
                 << std::endl;
       if (!repo.all_ready()) std::cerr << "hgraph-serve: not ready: some models are not READY" << std::endl;
       server.wait();
-      repo.shutdown();    // batchers finish what they hold while the handler still exists
+      signals.serving(nullptr);  // a second signal now ends the process at once
+      const auto give_up = signals.stopped_at() + std::chrono::seconds(drain_seconds);
+      // Batchers finish what they hold while the handler still exists; a model load still
+      // running (it cannot be interrupted) is not waited for beyond --drain-timeout.
+      auto repo_done = std::async(std::launch::async, [&repo] { repo.shutdown(); });
+      if (repo_done.wait_until(give_up) != std::future_status::ready) {
+        std::cerr << "hgraph-serve: a model load is still running after --drain-timeout: exiting without it"
+                  << std::endl;
+        std::_Exit(0);
+      }
       kserve.shutdown();  // parse threads end before the server's io_context goes away
     }
     std::cerr << "hgraph-serve: stopped" << std::endl;

@@ -8,7 +8,7 @@
 #include <type_traits>
 
 #include "engine/error.h"
-#include "server/json_reader.h"
+#include "engine/json_reader.h"
 
 namespace hg::server {
 

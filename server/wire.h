@@ -43,6 +43,10 @@ std::optional<DType> engine_dtype(WireType t);
 struct WireLimits {
   size_t max_json_depth = 100;              // nesting of `data` arrays (Triton's cap)
   uint64_t max_elements = uint64_t{1} << 26;  // elements of one tensor
+  size_t max_json_values = size_t{1} << 25;   // JSON values in one request (the parsed document's memory)
+  // Entries of a request's "inputs" and "outputs": the server sets them to what the model
+  // declares, so a request naming more is refused before any per-entry work.
+  size_t max_inputs = SIZE_MAX, max_outputs = SIZE_MAX;
 };
 
 struct WireTensor {

@@ -116,7 +116,7 @@ TEST_F(CheckpointTest, DamagedFilesAreClearErrors) {
     f.metadata["checkpoint"] = "{\"epoch\": 1,";
     bad_json = safetensors::serialize(f);
   }
-  EXPECT_THAT(parse_error(bad_json), HasSubstr("metadata 'checkpoint' is not valid JSON"));
+  EXPECT_THAT(parse_error(bad_json), HasSubstr("malformed JSON in run.ckpt metadata 'checkpoint'"));
   EXPECT_THAT(error_of<NotFoundError>([&] { read_checkpoint(dir / "missing.ckpt"); }), HasSubstr("missing.ckpt"));
 }
 

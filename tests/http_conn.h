@@ -111,8 +111,8 @@ class HttpConn {
     send_raw(req);
   }
 
-  // Reads one complete response.
-  HttpReply read() {
+  // Reads one complete response (of a HEAD request: no body, whatever Content-Length says).
+  HttpReply read(bool head_request = false) {
     HttpReply r;
     reading_ = true;
     size_t end;
@@ -135,7 +135,8 @@ class HttpConn {
       }
       eol = next;
     }
-    if (strcasecmp(r.header("Transfer-Encoding").c_str(), "chunked") == 0) {
+    if (head_request) {
+    } else if (strcasecmp(r.header("Transfer-Encoding").c_str(), "chunked") == 0) {
       read_chunked(r.body);
     } else if (!r.header("Content-Length").empty()) {
       const size_t len = std::stoull(r.header("Content-Length"));
@@ -156,7 +157,18 @@ class HttpConn {
   HttpReply request(const std::string& method, const std::string& path, std::string_view body = {},
                     const Headers& headers = {}) {
     send(method, path, body, headers);
-    return read();
+    return read(method == "HEAD");
+  }
+
+  // Reads and drops whatever comes until the peer closes: true; false when the connection's
+  // I/O timeout passes first (the peer kept it open) or it was reset.
+  bool closed_by_peer() {
+    char chunk[16384];
+    for (;;) {
+      const ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
+      if (n == 0) return true;
+      if (n < 0) return errno == ECONNRESET;
+    }
   }
 
  private:

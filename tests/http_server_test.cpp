@@ -189,9 +189,9 @@ struct TestServer {
     opt.port = 0;
     opt.handle_signals = false;
     opt.on_stop = [this] { ++stops; };
-    opt.on_response = [this](int s) {
+    opt.on_response = [this](const ResponseRecord& r) {
       std::lock_guard lk(mu);
-      statuses.push_back(s);
+      statuses.push_back(r.status);
     };
     HttpHandler h = custom ? std::move(custom) : [this](HttpRequest&& req, Reply reply) {
       if (req.target == "/stream") {
@@ -503,6 +503,8 @@ TEST(HttpServerTest, HandlerThatThrowsOrDropsItsReplyGets500) {
 TEST(HttpServerTest, SlowClientsAreDisconnected) {
   HttpServerOptions opt;
   opt.idle_timeout = 300ms;
+  opt.header_timeout = 300ms;
+  opt.body_grace = 300ms;  // then 16 KiB/s on average: 3 bytes of 100 are cut off after about 1.3 s
   opt.request_timeout = 300ms;
   TestServer ts(opt);
   auto t0 = Clock::now();

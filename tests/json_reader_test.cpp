@@ -1,11 +1,15 @@
-// The server's JSON parser (server/json_reader.h) against nlohmann::json::parse: the same
+// The JSON reader for untrusted text (engine/json_reader.h) against nlohmann::json::parse: the same
 // values for valid documents, a rejection for every invalid one (fixed cases and random
 // mutations of a request body), and the nesting cap.
-#include "server/json_reader.h"
+#include "engine/json_reader.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "tests/errors.h"
@@ -25,7 +29,7 @@ std::optional<json> nlohmann_parse(std::string_view s) {
 
 std::optional<json> ours(std::string_view s) {
   try {
-    return hg::server::read_json(s, 1000, "the body");
+    return hg::read_json(s, {.max_depth = 1000}, "the body");
   } catch (const hg::InvalidArgument&) {
     return std::nullopt;
   }
@@ -65,26 +69,68 @@ TEST(JsonReader, InvalidDocumentsAreRejected) {
 }
 
 TEST(JsonReader, ErrorsNameTheTextAndByteOffset) {
-  EXPECT_EQ(hg::test::error_of<hg::InvalidArgument>([] { hg::server::read_json("[1,2 3]", 10, "the request body"); }),
+  EXPECT_EQ(hg::test::error_of<hg::InvalidArgument>([] { hg::read_json("[1,2 3]", {.max_depth = 10}, "the request body"); }),
             "malformed JSON in the request body: expected ',' or ']' at byte offset 5");
-  EXPECT_EQ(hg::test::error_of<hg::InvalidArgument>([] { hg::server::read_json("[1e999]", 10, "the body"); }),
+  EXPECT_EQ(hg::test::error_of<hg::InvalidArgument>([] { hg::read_json("[1e999]", {.max_depth = 10}, "the body"); }),
             "malformed JSON in the body: number out of range at byte offset 1");
-  EXPECT_EQ(hg::test::error_of<hg::InvalidArgument>([] { hg::server::read_json("\"\xff\"", 10, "the body"); }),
+  EXPECT_EQ(hg::test::error_of<hg::InvalidArgument>([] { hg::read_json("\"\xff\"", {.max_depth = 10}, "the body"); }),
             "malformed JSON in the body: invalid UTF-8 in a string at byte offset 1");
 }
 
 TEST(JsonReader, NestingIsCappedWhileParsing) {
   const auto nest = [](size_t n) { return std::string(n, '[') + std::string(n, ']'); };
-  EXPECT_EQ(hg::server::read_json(nest(10), 10, "x"), json::parse(nest(10)));
-  EXPECT_EQ(hg::test::error_of<hg::InvalidArgument>([&] { hg::server::read_json(nest(11), 10, "the body"); }),
+  EXPECT_EQ(hg::read_json(nest(10), {.max_depth = 10}, "x"), json::parse(nest(10)));
+  EXPECT_EQ(hg::test::error_of<hg::InvalidArgument>([&] { hg::read_json(nest(11), {.max_depth = 10}, "the body"); }),
             "the body is nested deeper than 10 levels (at byte offset 10)");
   EXPECT_THAT(hg::test::error_of<hg::InvalidArgument>(
                   [] {
                     std::string deep;
                     for (int i = 0; i < 200000; ++i) deep += R"({"k":[)";
-                    hg::server::read_json(deep, 100, "the body");
+                    hg::read_json(deep, {.max_depth = 100}, "the body");
                   }),
               HasSubstr("nested deeper than 100 levels"));
+}
+
+TEST(JsonReader, ValuesAndBytesAreCappedBeforeTheWork) {
+  const hg::JsonLimits limits{.max_depth = 8, .max_values = 5, .max_bytes = 64};
+  EXPECT_EQ(hg::read_json("[1,2,3,4]", limits, "x"), json::parse("[1,2,3,4]"));  // 5 values: the array and 4
+  EXPECT_EQ(hg::test::error_of<hg::InvalidArgument>([&] { hg::read_json("[1,2,3,4,5]", limits, "the body"); }),
+            "the body has more than 5 JSON values (at byte offset 9)");
+  EXPECT_EQ(hg::test::error_of<hg::InvalidArgument>([&] { hg::read_json(std::string(65, ' ') + "1", limits, "the body"); }),
+            "the body is 66 bytes, over the limit of 64 bytes");
+  // Keys do not count as values; objects do.
+  EXPECT_NO_THROW(hg::read_json(R"({"a":{"b":1},"c":[2]})", limits, "x"));
+}
+
+TEST(JsonReader, FilesAreSizeCheckedAndNamed) {
+  const auto dir = std::filesystem::temp_directory_path() / ("hg_json_reader_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "config.json";
+  std::ofstream(path) << R"({"a": [1, 2})";
+  EXPECT_THAT(hg::test::error_of<hg::FormatError>([&] { hg::read_json_file(path, {}); }),
+              HasSubstr("malformed JSON in " + path.string() + ": expected ',' or ']' at byte offset 11"));
+  std::ofstream(path) << std::string(100, ' ') << "{}";
+  EXPECT_THAT(hg::test::error_of<hg::FormatError>([&] { hg::read_json_file(path, {.max_bytes = 50}); }),
+              HasSubstr("is 102 bytes, over the limit of 50 bytes"));
+  EXPECT_THAT(hg::test::error_of<hg::IoError>([&] { hg::read_json_file(dir / "missing.json", {}); }),
+              HasSubstr("missing.json: cannot be read"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(JsonReader, ExcerptsAreBoundedWhateverTheValue) {
+  EXPECT_EQ(hg::json_excerpt(json::parse(R"({"a":[1,"x"],"b":null})")), R"({"a":[1,"x"],"b":null})");
+  json big = json::array();
+  for (int i = 0; i < 1000000; ++i) big.push_back(i);
+  const std::string e = hg::json_excerpt(big, 20);
+  EXPECT_EQ(e, "[0,1,2,3,4,5,6,7,8,9...");
+  json deep = json::array();
+  for (int i = 0; i < 5000; ++i) {
+    json outer = json::array();
+    outer.push_back(std::move(deep));
+    deep = std::move(outer);
+  }
+  EXPECT_EQ(hg::json_excerpt(deep, 200), std::string(17, '[') + "..." + std::string(17, ']'));
+  EXPECT_EQ(hg::json_excerpt(json(std::string(10000, 'a')), 10), "\"aaaaaaaaa...");
 }
 
 // Random byte edits of a request body: whatever nlohmann accepts we accept with the same

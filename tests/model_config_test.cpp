@@ -240,7 +240,7 @@ TEST(ModelConfigTest, LoadFromFolder) {
   EXPECT_EQ(ModelConfig::load(dir).max_batch_size, 4);
   std::ofstream(dir / "config.json") << R"({"max_batch_size": 4,})";
   const std::string bad = hg::test::error_of<hg::FormatError>([&] { ModelConfig::load(dir); });
-  EXPECT_THAT(bad, HasSubstr((dir / "config.json").string() + ": is not valid JSON"));
+  EXPECT_THAT(bad, HasSubstr("malformed JSON in " + (dir / "config.json").string() + ": expected a string key"));
   std::ofstream(dir / "config.json") << R"({"max_batch_size": -4})";
   EXPECT_THAT(hg::test::error_of<hg::FormatError>([&] { ModelConfig::load(dir); }),
               HasSubstr((dir / "config.json").string() + ": max_batch_size must be"));

@@ -122,7 +122,7 @@ TEST(ModelRepositoryTest, ExplicitModeLoadUnloadReload) {
   EXPECT_THAT(a.message, HasSubstr("load request parameters.config: max_batch_size must be a non-negative integer, got -1"));
   a = load(repo, "b", "{not json");
   EXPECT_EQ(a.status, 400);
-  EXPECT_THAT(a.message, HasSubstr("parameters.config: is not valid JSON"));
+  EXPECT_THAT(a.message, HasSubstr("malformed JSON in load request parameters.config"));
   EXPECT_EQ(served_versions(repo, "b"), (std::vector<int64_t>{2, 1}));  // still serving
 
   a = unload(repo, "a");

@@ -68,7 +68,7 @@ TEST(Package, ErrorsNameTheFileAndField) {
       EXPECT_THAT(e.what(), HasSubstr("model.json"));
     }
   };
-  expect_error(good.substr(0, good.size() / 2), "invalid JSON at byte");
+  expect_error(good.substr(0, good.size() / 2), "malformed JSON in");
   auto j = nlohmann::json::parse(good);
   auto with = [&](auto edit) {
     auto c = j;

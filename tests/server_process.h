@@ -32,10 +32,11 @@ class ServerProcess {
  public:
   // Runs `binary --host 127.0.0.1 --port 0 extra_args...` and waits up to `startup` for it to
   // listen (models load and capture every bucket before that). Throws std::runtime_error with
-  // what the process printed if it exits or stays silent.
+  // what the process printed if it exits or stays silent. With `wait_listening` false it
+  // returns at once (the process is still loading; see stdout_after_exit).
   explicit ServerProcess(const std::vector<std::string>& extra_args,
                          std::chrono::milliseconds startup = std::chrono::seconds(180),
-                         const std::string& binary = HG_SERVE_BIN) {
+                         const std::string& binary = HG_SERVE_BIN, bool wait_listening = true) {
     std::vector<std::string> args = {binary, "--host", "127.0.0.1", "--port", "0"};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     std::vector<char*> argv;
@@ -61,6 +62,7 @@ class ServerProcess {
     }
     close(fds[1]);
     out_fd_ = fds[0];
+    if (!wait_listening) return;
     try {
       read_port(startup);
     } catch (...) {
@@ -81,6 +83,16 @@ class ServerProcess {
   int port() const { return port_; }
   pid_t pid() const { return pid_; }
   bool running() const { return pid_ > 0; }
+
+  // Everything the process wrote to stdout (not yet consumed by the constructor), once it has
+  // exited (wait_exit first).
+  std::string stdout_after_exit() {
+    std::string out;
+    char buf[512];
+    ssize_t n;
+    while (out_fd_ >= 0 && (n = read(out_fd_, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+    return out;
+  }
 
   void signal(int sig) const {
     if (pid_ > 0) ::kill(pid_, sig);

@@ -5,6 +5,7 @@
 
 #include "engine/atomic_file.h"
 #include "engine/error.h"
+#include "engine/json_reader.h"
 #include "models/safetensors.h"
 #include "models/state_dict.h"
 
@@ -124,11 +125,13 @@ Checkpoint parse_checkpoint(std::span<const uint8_t> bytes, const std::string& s
   if (meta("format_version") != kCheckpointFormatVersion)
     throw FormatError(source + ": checkpoint format_version '" + meta("format_version") + "' is not supported (this build reads " +
                       kCheckpointFormatVersion + ")");
+  const std::string& text = meta("checkpoint");
   json j;
   try {
-    j = json::parse(meta("checkpoint"));
-  } catch (const json::parse_error& e) {
-    throw FormatError(source + ": metadata 'checkpoint' is not valid JSON (byte " + std::to_string(e.byte) + " of it)");
+    j = read_json(text, {.max_depth = 64, .max_values = text.size(), .max_bytes = text.size()},
+                  source + " metadata 'checkpoint'");
+  } catch (const InvalidArgument& e) {
+    throw FormatError(e.what());
   }
   const Fields F(source);
   if (!j.is_object()) F.fail("checkpoint", "must be a JSON object");

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
+#include "engine/json_reader.h"
 
 namespace hg::training {
 
@@ -57,7 +58,9 @@ std::vector<Tensor> gather_predictions(const std::vector<Tensor>& outputs, Proce
   int64_t total = 0;
   for (int r = 0; r < world; ++r) {
     const size_t nul = parts[r].find('\0');
-    heads.push_back(nlohmann::json::parse(parts[r].substr(0, nul)));
+    if (nul == std::string::npos) throw FormatError("predict: rank " + std::to_string(r) + "'s outputs have no header");
+    heads.push_back(read_json(std::string_view(parts[r]).substr(0, nul), {.max_depth = 8},
+                              "rank " + std::to_string(r) + "'s predict outputs header"));
     data.push_back(parts[r].data() + nul + 1);
     if (!heads[r].contains("dtype")) continue;
     if (first.is_null()) first = heads[r];

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "engine/error.h"
+#include "engine/json_reader.h"
 #include "training/callbacks.h"
 #include "training/config_reader.h"
 #include "training/loggers.h"
@@ -158,12 +159,10 @@ TrainerOptions read_trainer(ConfigReader& r) {
 }  // namespace
 
 json read_config_file(const std::filesystem::path& file) {
-  std::ifstream in(file);
-  if (!in) throw IoError(file.string() + ": cannot open the config file");
   try {
-    return json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw InvalidArgument(file.string() + ": not valid JSON (" + e.what() + ")");
+    return read_json_file(file, {.max_depth = 32, .max_values = size_t{1} << 20, .max_bytes = size_t{16} << 20});
+  } catch (const FormatError& e) {
+    throw InvalidArgument(e.what());
   }
 }
 
@@ -172,8 +171,12 @@ void apply_override(json& config, const std::string& assignment) {
   if (eq == std::string::npos || eq == 0)
     throw InvalidArgument("--set " + assignment + ": expected key.path=value");
   const std::string path = assignment.substr(0, eq), text = assignment.substr(eq + 1);
-  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded()) value = text;
+  json value;
+  try {
+    value = read_json(text, {.max_depth = 32}, "--set " + path);
+  } catch (const InvalidArgument&) {  // not JSON: the text itself is the value
+    value = text;
+  }
   json* node = &config;
   std::stringstream parts(path);
   std::string part, walked;

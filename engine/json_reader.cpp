@@ -1,14 +1,18 @@
-#include "server/json_reader.h"
+#include "engine/json_reader.h"
 
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
+#include <type_traits>
+#include <unordered_set>
+#include <vector>
 
 #include "engine/error.h"
 
-namespace hg::server {
+namespace hg {
 
 namespace {
 
@@ -41,11 +45,21 @@ void append_utf8(std::string& s, uint32_t cp) {
   }
 }
 
-// Recursive descent; the recursion is bounded by max_depth.
+std::string quoted_key(const std::string& key) {
+  return nlohmann::json(key).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// Recursive descent; the recursion is bounded by max_depth. Json is nlohmann::json (objects
+// sorted by key) or nlohmann::ordered_json (objects in document order; keys must be unique,
+// checked through a hash set so that a large object costs linear time).
+template <class Json>
 class Reader {
+  using json = Json;
+  static constexpr bool kOrdered = std::is_same_v<Json, nlohmann::ordered_json>;
+
  public:
-  Reader(std::string_view text, size_t max_depth, std::string_view what)
-      : begin_(text.data()), p_(text.data()), end_(text.data() + text.size()), max_depth_(max_depth), what_(what) {}
+  Reader(std::string_view text, const JsonLimits& limits, std::string_view what)
+      : begin_(text.data()), p_(text.data()), end_(text.data() + text.size()), limits_(limits), what_(what) {}
 
   json document() {
     json v = value(0);
@@ -58,7 +72,8 @@ class Reader {
   const char* begin_;
   const char* p_;
   const char* end_;
-  size_t max_depth_;
+  JsonLimits limits_;
+  size_t values_ = 0;
   std::string_view what_;
 
   [[noreturn]] void fail(const std::string& why) const {
@@ -79,6 +94,9 @@ class Reader {
   json value(size_t depth) {
     skip_ws();
     if (p_ == end_) fail("unexpected end of input, expected a value");
+    if (++values_ > limits_.max_values)
+      throw InvalidArgument(std::string(what_) + " has more than " + std::to_string(limits_.max_values) +
+                            " JSON values (at byte offset " + std::to_string(p_ - begin_) + ")");
     switch (*p_) {
       case '{': return object(depth + 1);
       case '[': return array(depth + 1);
@@ -93,8 +111,8 @@ class Reader {
   }
 
   void enter(size_t depth) const {
-    if (depth > max_depth_)
-      throw InvalidArgument(std::string(what_) + " is nested deeper than " + std::to_string(max_depth_) +
+    if (depth > limits_.max_depth)
+      throw InvalidArgument(std::string(what_) + " is nested deeper than " + std::to_string(limits_.max_depth) +
                             " levels (at byte offset " + std::to_string(p_ - begin_) + ")");
   }
 
@@ -102,7 +120,7 @@ class Reader {
     enter(depth);
     ++p_;
     json a = json::array();
-    auto& items = *a.get_ptr<json::array_t*>();
+    auto& items = *a.template get_ptr<typename json::array_t*>();
     skip_ws();
     if (p_ < end_ && *p_ == ']') {
       ++p_;
@@ -125,7 +143,8 @@ class Reader {
     enter(depth);
     ++p_;
     json o = json::object();
-    auto& members = *o.get_ptr<json::object_t*>();
+    auto& members = *o.template get_ptr<typename json::object_t*>();
+    std::unordered_set<std::string> keys;  // ordered objects only
     skip_ws();
     if (p_ < end_ && *p_ == '}') {
       ++p_;
@@ -136,7 +155,13 @@ class Reader {
       if (p_ == end_ || *p_ != '"') fail("expected a string key");
       std::string key = string();
       expect(':', "expected ':'");
-      members[std::move(key)] = value(depth);  // a repeated key: the last one wins
+      if constexpr (kOrdered) {
+        if (!keys.insert(key).second) fail("duplicate key " + quoted_key(key));
+        using Pairs = std::vector<std::pair<const std::string, Json>>;
+        static_cast<Pairs&>(members).emplace_back(std::move(key), value(depth));  // no linear lookup
+      } else {
+        members[std::move(key)] = value(depth);  // a repeated key: the last one wins
+      }
       skip_ws();
       if (p_ == end_) fail("unexpected end of input in an object");
       if (*p_ == '}') {
@@ -268,8 +293,81 @@ class Reader {
 
 }  // namespace
 
-json read_json(std::string_view text, size_t max_depth, std::string_view what) {
-  return Reader(text, max_depth, what).document();
+json read_json(std::string_view text, const JsonLimits& limits, std::string_view what) {
+  if (text.size() > limits.max_bytes)
+    throw InvalidArgument(std::string(what) + " is " + std::to_string(text.size()) + " bytes, over the limit of " +
+                          std::to_string(limits.max_bytes) + " bytes");
+  return Reader<json>(text, limits, what).document();
+}
+
+nlohmann::ordered_json read_ordered_json(std::string_view text, const JsonLimits& limits, std::string_view what) {
+  if (text.size() > limits.max_bytes)
+    throw InvalidArgument(std::string(what) + " is " + std::to_string(text.size()) + " bytes, over the limit of " +
+                          std::to_string(limits.max_bytes) + " bytes");
+  return Reader<nlohmann::ordered_json>(text, limits, what).document();
+}
+
+json read_json_file(const std::filesystem::path& path, const JsonLimits& limits) {
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) throw IoError(path.string() + ": cannot be read: " + ec.message());
+  if (size > limits.max_bytes)
+    throw FormatError(path.string() + ": is " + std::to_string(size) + " bytes, over the limit of " +
+                      std::to_string(limits.max_bytes) + " bytes for a JSON file");
+  std::ifstream in(path, std::ios::binary);
+  std::string text(static_cast<size_t>(size), '\0');
+  if (!in.read(text.data(), static_cast<std::streamsize>(size)) || in.gcount() != static_cast<std::streamsize>(size))
+    throw IoError(path.string() + ": cannot be read");
+  try {
+    return read_json(text, limits, path.string());
+  } catch (const InvalidArgument& e) {
+    throw FormatError(e.what());
+  }
+}
+
+namespace {
+
+// Appends at most `budget` characters of `v`'s compact JSON text; false once it ran out.
+template <class J>
+bool excerpt(const J& v, std::string& out, size_t budget, size_t depth) {
+  auto room = [&] { return out.size() < budget; };
+  auto put = [&](std::string_view s) {
+    out.append(s.substr(0, budget - std::min(budget, out.size())));
+    return room();
+  };
+  if (v.is_array() || v.is_object()) {
+    const bool object = v.is_object();
+    if (!put(object ? "{" : "[")) return false;
+    if (depth >= 16 && !v.empty()) return put("...") && put(object ? "}" : "]");
+    bool first = true;
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (!first && !put(",")) return false;
+      first = false;
+      if (object && !(put(quoted_key(it.key())) && put(":")))
+        return false;
+      if (!excerpt(*it, out, budget, depth + 1)) return false;
+    }
+    return put(object ? "}" : "]");
+  }
+  if (v.is_string()) {
+    const auto& s = v.template get_ref<const std::string&>();
+    return put(quoted_key(s.substr(0, budget)));
+  }
+  return put(v.dump());
+}
+
+}  // namespace
+
+std::string json_excerpt(const json& v, size_t max_chars) {
+  std::string out;
+  if (!excerpt(v, out, max_chars, 0)) out += "...";
+  return out;
+}
+
+std::string json_excerpt(const nlohmann::ordered_json& v, size_t max_chars) {
+  std::string out;
+  if (!excerpt(v, out, max_chars, 0)) out += "...";
+  return out;
 }
 
 size_t utf8_sequence(std::string_view s, size_t i) {
@@ -297,4 +395,4 @@ size_t utf8_sequence(std::string_view s, size_t i) {
   return n;
 }
 
-}  // namespace hg::server
+}  // namespace hg

@@ -1,0 +1,251 @@
+// The HTTP layer (server/http_server.h) against hostile clients, over real sockets on
+// 127.0.0.1: HEAD framing, on_head answering before a body is read, the body budget, the
+// connection limit with its probe reserve, header and body deadlines, cancellation of a
+// request whose client left, and the response records.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "server/http_server.h"
+#include "tests/http_conn.h"
+
+using namespace hg::server;
+using namespace std::chrono_literals;
+using hg::test::HttpConn;
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// A server whose handler echoes "METHOD TARGET BODY", holds /hold requests until released,
+// and records every ResponseRecord and every handled request.
+struct Server {
+  std::mutex mu;
+  std::vector<ResponseRecord> records;
+  std::vector<std::string> targets;  // copies: a record's views die with its response
+  std::vector<std::pair<std::shared_ptr<const std::atomic<bool>>, Reply>> held;
+  std::unique_ptr<HttpServer> srv;
+  uint16_t port = 0;
+
+  explicit Server(HttpServerOptions opt = {}) {
+    opt.host = "127.0.0.1";
+    opt.port = 0;
+    opt.handle_signals = false;
+    opt.on_response = [this](const ResponseRecord& r) {
+      std::lock_guard lk(mu);
+      targets.emplace_back(r.target);
+      records.push_back(r);
+      records.back().method = {};
+      records.back().target = {};
+      records.back().request_id = {};
+    };
+    srv = std::make_unique<HttpServer>(opt, [this](HttpRequest&& req, Reply reply) {
+      if (req.target == "/hold") {
+        std::lock_guard lk(mu);
+        held.emplace_back(req.cancelled, std::move(reply));
+        return;
+      }
+      reply({200, req.method + " " + req.target + " " + req.body, "text/plain", {}});
+    });
+    port = srv->listen();
+    srv->start();
+  }
+  ~Server() {
+    {
+      std::lock_guard lk(mu);
+      for (auto& [c, r] : held) r({200, "released", "text/plain", {}});
+      held.clear();
+    }
+    srv.reset();
+  }
+  size_t held_count() {
+    std::lock_guard lk(mu);
+    return held.size();
+  }
+};
+
+// Polls `f` every 5 ms for up to `limit`; the failure names what was awaited.
+template <class F>
+void wait_for(F&& f, const char* what, std::chrono::milliseconds limit = 60s) {
+  const auto end = Clock::now() + limit;
+  while (!f()) {
+    ASSERT_LT(Clock::now(), end) << "timed out after " << limit.count() << " ms waiting for " << what;
+    std::this_thread::sleep_for(5ms);
+  }
+}
+
+TEST(HttpLimits, HeadIsGetWithoutABodyAndKeepsTheConnectionFramed) {
+  Server s;
+  HttpConn c(s.port);
+  const auto get = c.request("GET", "/x");
+  const auto head = c.request("HEAD", "/x");
+  EXPECT_EQ(head.status, 200);
+  EXPECT_TRUE(head.body.empty());
+  EXPECT_EQ(get.body, "GET /x ");
+  EXPECT_EQ(head.header("Content-Length"), std::to_string(std::string("HEAD /x ").size()));  // what GET would send
+  // The next answer on the same connection starts where it should: no stray body bytes.
+  const auto after = c.request("GET", "/y");
+  EXPECT_EQ(after.status, 200);
+  EXPECT_EQ(after.body, "GET /y ");
+}
+
+TEST(HttpLimits, OnHeadAnswersWithoutReadingTheBody) {
+  HttpServerOptions opt;
+  std::atomic<int> heads{0};
+  opt.on_head = [&](const HttpRequest& h) {
+    ++heads;
+    HeadCheck c;
+    if (h.header("Authorization") != "Bearer ok") c.answer = json_error(401, "no token");
+    if (h.target == "/small") c.max_body_bytes = 10;
+    return c;
+  };
+  Server s(opt);
+  {
+    // Declares 1 GB and sends none of it: the answer comes at once, and the connection closes.
+    HttpConn c(s.port, 60s);
+    c.send_raw("POST /load HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n");
+    const auto r = c.read();
+    EXPECT_EQ(r.status, 401);
+    EXPECT_THAT(r.body, HasSubstr("no token"));
+    EXPECT_EQ(r.header("Connection"), "close");
+    EXPECT_TRUE(c.closed_by_peer());
+  }
+  {
+    HttpConn c(s.port, 60s);
+    const auto r = c.request("POST", "/small", std::string(11, 'x'), {{"Authorization", "Bearer ok"}});
+    EXPECT_EQ(r.status, 413);
+    EXPECT_THAT(r.body, HasSubstr("request body of 11 bytes exceeds the limit of 10 bytes for POST /small"));
+  }
+  HttpConn c(s.port, 60s);
+  EXPECT_EQ(c.request("POST", "/small", "0123456789", {{"Authorization", "Bearer ok"}}).body, "POST /small 0123456789");
+  EXPECT_EQ(heads.load(), 3);
+}
+
+TEST(HttpLimits, BodiesInFlightAreBoundedInBytes) {
+  HttpServerOptions opt;
+  opt.max_inflight_body_bytes = 1000;
+  Server s(opt);
+  HttpConn a(s.port, 60s);
+  a.send_raw("POST /hold HTTP/1.1\r\nHost: x\r\nContent-Length: 600\r\n\r\n" + std::string(600, 'a'));
+  wait_for([&] { return s.held_count() == 1; }, "the first request to reach the handler");
+  HttpConn b(s.port, 60s);
+  const auto r = b.request("POST", "/x", std::string(600, 'b'));
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.header("Retry-After"), "1");
+  EXPECT_THAT(r.body, HasSubstr("too many request bytes in flight (limit 1000 bytes)"));
+  HttpConn small(s.port, 60s);
+  EXPECT_EQ(small.request("POST", "/x", std::string(300, 'c')).status, 200);  // what is left still serves
+}
+
+TEST(HttpLimits, ConnectionsBeyondTheLimitGetTheProbeReserveThenAreClosed) {
+  HttpServerOptions opt;
+  opt.max_connections = 3;
+  opt.reserve_connections = 2;
+  opt.reserve_paths = {"/live"};
+  Server s(opt);
+  std::vector<std::unique_ptr<HttpConn>> idle;
+  for (int i = 0; i < 3; ++i) {
+    idle.push_back(std::make_unique<HttpConn>(s.port, 60s));
+    EXPECT_EQ(idle.back()->request("GET", "/x").status, 200);  // served, kept open
+  }
+  {
+    HttpConn probe(s.port, 60s);  // the fourth: a reserve connection
+    const auto r = probe.request("GET", "/live");
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.header("Connection"), "close");
+  }
+  {
+    HttpConn other(s.port, 60s);
+    const auto r = other.request("GET", "/x");
+    EXPECT_EQ(r.status, 503);
+    EXPECT_THAT(r.body, HasSubstr("connection limit (3)"));
+  }
+  {
+    // Both reserve slots held open: a sixth connection is closed without an answer.
+    HttpConn r1(s.port, 60s), r2(s.port, 60s);
+    r1.send_raw("G");
+    r2.send_raw("G");
+    HttpConn extra(s.port, 60s);
+    EXPECT_TRUE(extra.closed_by_peer());
+  }
+  // A slot that frees up serves again.
+  idle.pop_back();
+  wait_for(
+      [&] {
+        try {
+          HttpConn again(s.port, 60s);
+          return again.request("GET", "/x").status == 200;
+        } catch (const hg::test::HttpConnError&) {
+          return false;
+        }
+      },
+      "a freed connection slot to serve a request");
+}
+
+TEST(HttpLimits, HeaderAndIdleDeadlinesCloseSilentClients) {
+  HttpServerOptions opt;
+  opt.idle_timeout = 200ms;
+  opt.header_timeout = 200ms;
+  Server s(opt);
+  HttpConn idle(s.port, 60s);
+  const auto t0 = Clock::now();
+  EXPECT_TRUE(idle.closed_by_peer());
+  HttpConn partial(s.port, 60s);
+  partial.send_raw("GET /x HTTP/1.1\r\nHost:");  // a header that never ends
+  EXPECT_TRUE(partial.closed_by_peer());
+  EXPECT_LT(Clock::now() - t0, 30s);
+  HttpConn ok(s.port, 60s);
+  EXPECT_EQ(ok.request("GET", "/x").status, 200);  // the server still answers
+}
+
+TEST(HttpLimits, TricklingABodyIsCutOffAtTheMinimumRate) {
+  HttpServerOptions opt;
+  opt.min_body_bytes_per_sec = 1000;
+  opt.body_grace = 200ms;
+  Server s(opt);
+  HttpConn slow(s.port, 60s);
+  slow.send_raw("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nab");
+  const auto t0 = Clock::now();
+  EXPECT_TRUE(slow.closed_by_peer());  // 2 bytes in, 1 s + 0.2 s allowed for the next 1000
+  EXPECT_LT(Clock::now() - t0, 30s);
+  EXPECT_EQ(s.held_count(), 0u);
+  HttpConn fast(s.port, 60s);
+  EXPECT_EQ(fast.request("POST", "/x", std::string(5000, 'z')).status, 200);
+}
+
+TEST(HttpLimits, AClientThatLeavesCancelsItsRequest) {
+  Server s;
+  {
+    HttpConn c(s.port, 60s);
+    c.send("POST", "/hold", "work");
+    wait_for([&] { return s.held_count() == 1; }, "the request to reach the handler");
+    EXPECT_FALSE(s.held[0].first->load());
+  }  // the client closes its connection
+  wait_for([&] { return s.held[0].first->load(); }, "HttpRequest::cancelled after the client closed");
+}
+
+TEST(HttpLimits, EveryResponseIsRecorded) {
+  Server s;
+  HttpConn c(s.port, 60s);
+  c.request("POST", "/rec?q=1", "12345");
+  c.request("HEAD", "/h");
+  wait_for(
+      [&] {
+        std::lock_guard lk(s.mu);
+        return s.records.size() == 2;
+      },
+      "two response records");
+  std::lock_guard lk(s.mu);
+  EXPECT_EQ(s.targets[0], "/rec?q=1");
+  EXPECT_EQ(s.records[0].status, 200);
+  EXPECT_EQ(s.records[0].request_bytes, 5u);
+  EXPECT_EQ(s.records[0].response_bytes, std::string("POST /rec?q=1 12345").size());
+  EXPECT_EQ(s.records[1].response_bytes, 0u);  // HEAD sends no body
+}
+
+}  // namespace
