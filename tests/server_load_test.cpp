@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tests/server_e2e.h"
+#include "tests/wait.h"
 
 namespace hg::test {
 namespace {
@@ -136,8 +137,15 @@ TEST(E2eLoadTest, ReloadUnderLoadDropsNothing) {
       }
     });
   });
+  // Traffic flows between the reloads: each waits until every client thread's worth of
+  // requests more were answered.
+  auto traffic = [&](const std::string& when) {
+    const int before = ok.load();
+    EXPECT_TRUE(wait_until([&] { return ok.load() >= before + kThreads; }, kWaitLimit,
+                           std::to_string(kThreads) + " more answered requests " + when));
+  };
   auto load = [&] {
-    std::this_thread::sleep_for(300ms);
+    traffic("before a reload");
     HttpConn admin(server.port());
     HttpReply r = admin.request("POST", "/v2/repository/models/digits_mlp/load", "");
     EXPECT_EQ(r.status, 200) << r.body;
@@ -146,7 +154,7 @@ TEST(E2eLoadTest, ReloadUnderLoadDropsNothing) {
   TempRepo::copy_folder(kBundledRepository / "digits_mlp" / "1", repo.dir() / "digits_mlp" / "2");
   load();  // version 2 replaces version 1
   load();  // and reloads
-  std::this_thread::sleep_for(300ms);
+  traffic("after the last reload");
   clients.join();
   EXPECT_TRUE(failures.empty()) << failures.size() << " failed, first: " << failures.front();
   EXPECT_GT(ok.load(), kThreads * 4);
@@ -176,9 +184,8 @@ TEST(E2eLoadTest, ProbesAnswerWithin100msWhileSaturated) {
     });
   });
   // Saturated: every client has had an answer, so every one is now queued or running.
-  const auto deadline = Clock::now() + 120s;
-  while (done.load() < clients && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
-  ASSERT_GE(done.load(), clients) << "the load never got going";
+  ASSERT_TRUE(wait_until([&] { return done.load() >= clients; }, kWaitLimit,
+                         std::to_string(clients) + " answered requests (the load getting going)"));
 
   // Windows of 50 rounds of the four probes; the bound holds when one window's slowest answers
   // stay under 100 ms (up to 3 windows: the test machine's other load may stall a window, a
