@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/golden.h"
 #include "tests/server_e2e.h"
 #include "tests/wait.h"
 
@@ -44,11 +45,19 @@ std::vector<std::vector<float>> reference_logits(HttpConn& c, int n) {
   return ref;
 }
 
+// Within 1e-4 (1 + |want|) element-wise, all finite.
 bool close_to(const std::vector<float>& got, const std::vector<float>& want) {
   if (got.size() != want.size()) return false;
   for (size_t i = 0; i < got.size(); ++i)
-    if (std::fabs(got[i] - want[i]) > 1e-4f * (1 + std::fabs(want[i]))) return false;
+    if (!within_tolerance(got[i], want[i], 1e-4, 1e-4)) return false;
   return true;
+}
+
+TEST(E2eLoadHelpers, CloseToFailsOnNaNAndInfinity) {
+  EXPECT_TRUE(close_to({1.f, -2.f}, {1.f, -2.f}));
+  EXPECT_FALSE(close_to({1.f, NAN}, {1.f, -2.f}));
+  EXPECT_FALSE(close_to({1.f, INFINITY}, {1.f, -2.f}));
+  EXPECT_FALSE(close_to({1.f, -2.f}, {1.f, -INFINITY}));
 }
 
 TEST(E2eLoadTest, ConcurrentClientsEachGetTheirOwnAnswerWhileBatched) {
