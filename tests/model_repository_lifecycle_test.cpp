@@ -199,11 +199,23 @@ TEST(ModelRepositoryTest, DestroyedWhileLoadingAnswersEveryRequest) {
   TempRepo r("RepoDestroyLoading");
   r.add_model("mlp", {1});
   std::atomic<int> started{0};
-  std::atomic<bool> release{false};
+  // The build holds until the repository's destruction has begun: its destructor calls
+  // shutdown() first, after which resolve() answers "shutting down" (the loader thread the
+  // build runs on is joined later in the destructor, so the object is still whole).
+  std::atomic<ModelRepository*> self{nullptr};
+  auto shutting_down = [&] {
+    try {
+      self.load()->resolve("mlp", std::nullopt);
+    } catch (const hg::server::HttpError& e) {
+      return std::string(e.what()).find("shutting down") != std::string::npos;
+    } catch (const std::exception&) {
+    }
+    return false;
+  };
   RepositoryOptions o = options(r, ControlMode::Explicit);
   o.factory = [&](const std::string&, int64_t, const fs::path& dir, const hg::server::ModelConfig&) {
     ++started;
-    (void)eventually([&] { return release.load(); }, "the test to release the build");
+    (void)eventually(shutting_down, "the repository's destruction to begin");
     hg::models::PredictorOptions popt;
     popt.batch_buckets = {1};
     return hg::server::make_served_model(hg::models::Predictor::load(dir, popt));
@@ -215,15 +227,11 @@ TEST(ModelRepositoryTest, DestroyedWhileLoadingAnswersEveryRequest) {
     statuses.push_back(status);
   };
   auto repo = std::make_unique<ModelRepository>(o);
+  self = repo.get();
   repo->load("mlp", std::nullopt, record);
   repo->load("mlp", std::nullopt, record);
   ASSERT_TRUE(eventually([&] { return started == 1; }, "the first load's build to start"));
-  std::thread releaser([&] {
-    std::this_thread::sleep_for(100ms);
-    release = true;
-  });
   repo.reset();
-  releaser.join();
   EXPECT_EQ(started, 1);
   EXPECT_EQ(statuses, (std::vector<int>{503, 503}));
 }
