@@ -472,13 +472,19 @@ TEST(GptGenerator, GreedyEqualsEagerAndPyTorch) {
   EXPECT_EQ(r.tokens, f.eager_ids("Once upon a time", 200));
   GenerateRequest sampled = request("Hello", 60);
   sampled.sampling = {.greedy = false, .temperature = 0.8, .top_k = 40, .top_p = 0.95, .seed = 9};
-  EXPECT_EQ(generate_within(*gen, sampled).tokens, f.eager_ids("Hello", 60, sampled.sampling));
+  // TextGenerator::generate itself (submit, then an unbounded wait): bounded from outside.
+  EXPECT_EQ(test::call_within(test::kWaitLimit, "TextGenerator::generate of a sampled request",
+                              [&] { return gen->generate(sampled, any_piece()); })
+                .tokens,
+            f.eager_ids("Hello", 60, sampled.sampling));
 }
 
 TEST(GptGenerator, ChecksTheRequestAgainstTheModel) {
   auto gen = generator();
   auto error = [&](const GenerateRequest& r) {
-    return test::error_of<InvalidArgument>([&] { generate_within(*gen, r); });
+    return test::error_of<InvalidArgument>([&] {
+      test::call_within(test::kWaitLimit, "TextGenerator::generate", [&] { return gen->generate(r, any_piece()); });
+    });
   };
   EXPECT_THAT(error(request(std::string(250, 'a'), 7)),
               HasSubstr("field 'parameters.max_tokens' is 7: the prompt's 250 tokens + max_tokens exceed model 'gpt''s "
