@@ -3,6 +3,7 @@
 // on cpu, hpu eager and hpu lazy; F64 finite differences; dropout's generator; index checks;
 // error messages.
 #include <gmock/gmock.h>
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -124,16 +125,43 @@ Tensor bools(const std::vector<int64_t>& v, const Shape& s) { return Tensor::fro
 
 // ---- the F32 SIMD math behind the activations (engine/act_math.h) ----
 
-// Largest relative error of f against ref on [lo, hi] (step 7e-4).
+// Largest relative error of f against ref on [lo, hi] (step 7e-4); NaN as soon as one error is
+// not finite (f gave NaN or an infinity where ref is finite), so EXPECT_LT(max_rel_error(...),
+// bound) fails then: std::max(worst, NaN) would have kept worst.
 template <class F, class R>
 double max_rel_error(float lo, float hi, F f, R ref) {
   double worst = 0;
   for (double v = lo; v <= hi; v += 7e-4) {
     const float x = static_cast<float>(v);
     const double want = ref(static_cast<double>(x));
-    worst = std::max(worst, std::fabs(f(act::splat4(x))[0] - want) / std::fabs(want));
+    const double err = std::fabs(f(act::splat4(x))[0] - want) / std::fabs(want);
+    if (!std::isfinite(err)) return std::numeric_limits<double>::quiet_NaN();
+    worst = std::max(worst, err);
   }
   return worst;
+}
+
+TEST(ActMath, MaxRelErrorFailsOnNaNAndInfinity) {
+  using act::f32x4;
+  auto exp_ref = [](double x) { return std::exp(x); };
+  auto exact = [](f32x4 v) { return act::exp4(v); };
+  EXPECT_LT(max_rel_error(-1, 1, exact, exp_ref), 2e-7);
+  auto nan_at_zero = [](f32x4 v) {
+    f32x4 r = act::exp4(v);
+    if (std::fabs(v[0]) < 1e-3f) r[0] = std::numeric_limits<float>::quiet_NaN();
+    return r;
+  };
+  auto inf_at_zero = [](f32x4 v) {
+    f32x4 r = act::exp4(v);
+    if (std::fabs(v[0]) < 1e-3f) r[0] = std::numeric_limits<float>::infinity();
+    return r;
+  };
+  // Static: EXPECT_NONFATAL_FAILURE's statement cannot use the test's locals.
+  static double with_nan, with_inf;
+  with_nan = max_rel_error(-1, 1, nan_at_zero, exp_ref);
+  with_inf = max_rel_error(-1, 1, inf_at_zero, exp_ref);
+  EXPECT_NONFATAL_FAILURE(EXPECT_LT(with_nan, 2e-7), "with_nan");
+  EXPECT_NONFATAL_FAILURE(EXPECT_LT(with_inf, 2e-7), "with_inf");
 }
 
 // oneDNN's failures: a descriptor it rejects falls back to our loop (no dnnl::error out of

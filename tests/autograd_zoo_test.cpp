@@ -3,6 +3,7 @@
 // training step of the zoo MLP, LeNet-5 and a small BERT classifier (loss and every parameter
 // gradient), on the cpu, eagerly on hpu:0 and lazily on hpu:0; then bf16-mixed (AutocastGuard)
 // gradients on the F32 master weights against F32.
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -285,14 +286,31 @@ struct Deviation {
   double l2, max;  // |got - want| / |want| in L2, and the largest element error over max |want|
 };
 
+// Both NaN when a value on either side is NaN or infinite (std::max(err, NaN) would keep err),
+// so every EXPECT_LE on them fails.
 Deviation deviation(const std::vector<float>& got, const std::vector<float>& want) {
   double diff = 0, norm = 0, err = 0, absmax = 0;
   for (size_t j = 0; j < got.size(); ++j) {
+    if (!std::isfinite(got[j]) || !std::isfinite(want[j])) return {NAN, NAN};
     const double d = double(got[j]) - want[j];
     diff += d * d, norm += double(want[j]) * want[j];
     err = std::max(err, std::fabs(d)), absmax = std::max(absmax, double(std::fabs(want[j])));
   }
   return {std::sqrt(diff / norm), err / absmax};
+}
+
+TEST(AutogradZooHelpers, DeviationFailsOnNaNAndInfinity) {
+  static Deviation nan_got, inf_got, inf_want;
+  nan_got = deviation({1.f, NAN}, {1.f, 2.f});
+  inf_got = deviation({1.f, INFINITY}, {1.f, 2.f});
+  inf_want = deviation({1.f, 2.f}, {1.f, -INFINITY});
+  EXPECT_EQ(deviation({1.f, 2.f}, {1.f, 2.f}).max, 0.0);
+  EXPECT_NONFATAL_FAILURE(EXPECT_LE(nan_got.l2, 3e-2), "nan_got.l2");
+  EXPECT_NONFATAL_FAILURE(EXPECT_LE(nan_got.max, 3e-2), "nan_got.max");
+  EXPECT_NONFATAL_FAILURE(EXPECT_LE(inf_got.l2, 3e-2), "inf_got.l2");
+  EXPECT_NONFATAL_FAILURE(EXPECT_LE(inf_got.max, 3e-2), "inf_got.max");
+  EXPECT_NONFATAL_FAILURE(EXPECT_LE(inf_want.l2, 3e-2), "inf_want.l2");
+  EXPECT_NONFATAL_FAILURE(EXPECT_LE(inf_want.max, 3e-2), "inf_want.max");
 }
 
 std::vector<float> strided(const std::vector<float>& v, size_t stride) {

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <future>
 #include <map>
 #include <mutex>
 #include <random>
@@ -18,6 +19,7 @@
 #include "server/batcher.h"
 #include "server/http_error.h"
 #include "tests/errors.h"
+#include "tests/wait.h"
 
 namespace hg::server {
 namespace {
@@ -25,7 +27,7 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
-constexpr auto kWait = 60s;  // bound on every wait for a done(): generous for ASan on a loaded machine
+constexpr auto kWait = hg::test::kWaitLimit;  // bound on every wait: generous for ASan on a loaded machine
 
 // Opens and closes around run(): a test holds the model inside a run to line up the queue.
 class Gate {
@@ -34,11 +36,11 @@ class Gate {
     std::unique_lock lk(mu_);
     ++entered_;
     cv_.notify_all();
-    cv_.wait(lk, [&] { return open_; });
+    (void)hg::test::wait_for(cv_, lk, kWait, "the test to open the gate in the model's run", [&] { return open_; });
   }
   bool wait_entered(int n) {
     std::unique_lock lk(mu_);
-    return cv_.wait_for(lk, kWait, [&] { return entered_ >= n; });
+    return hg::test::wait_for(cv_, lk, kWait, std::to_string(n) + " run(s) to enter the gate", [&] { return entered_ >= n; });
   }
   void open() {
     std::lock_guard lk(mu_);
@@ -171,7 +173,7 @@ class Tracker {
   }
   bool wait(size_t n) {
     std::unique_lock lk(mu_);
-    return cv_.wait_for(lk, kWait, [&] { return order_.size() >= n; });
+    return hg::test::wait_for(cv_, lk, kWait, std::to_string(n) + " done() call(s)", [&] { return order_.size() >= n; });
   }
   std::vector<int64_t> order() {
     std::lock_guard lk(mu_);
@@ -482,8 +484,8 @@ TEST(Batcher, DrainRunsEveryQueuedJobThenRefuses) {
     ASSERT_EQ(batcher.submit(accepted.back()), DynamicBatcher::Submit::Queued);
   }
   ASSERT_TRUE(gate.wait_entered(1));
-  std::jthread drainer([&] { batcher.drain(); });
-  OpenAtExit open_at_exit{gate};
+  auto drained = std::async(std::launch::async, [&] { batcher.drain(); });
+  OpenAtExit open_at_exit{gate};  // declared after `drained`, whose destructor waits for drain()
   // Probe until drain() has stopped intake; probes taken before that must complete as well.
   auto until = Clock::now() + kWait;
   for (int64_t tag = 100;; ++tag) {
@@ -492,11 +494,11 @@ TEST(Batcher, DrainRunsEveryQueuedJobThenRefuses) {
     if (r == DynamicBatcher::Submit::Stopped) break;
     ASSERT_EQ(r, DynamicBatcher::Submit::Queued);
     accepted.push_back(probe);
-    ASSERT_LT(Clock::now(), until);
+    ASSERT_LT(Clock::now(), until) << "drain() did not stop intake within " << kWait.count() << " s";
     std::this_thread::sleep_for(1ms);
   }
   gate.open();
-  drainer.join();
+  hg::test::get_within(drained, kWait, "drain() to return");
   EXPECT_EQ(tracker.order().size(), accepted.size()) << "every accepted job was done before drain() returned";
   for (auto& j : accepted) EXPECT_EQ(wrong_outputs(*j), "");
   EXPECT_TRUE(tracker.each_once());

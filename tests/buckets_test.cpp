@@ -16,6 +16,7 @@
 #include "engine/error.h"
 #include "golden.h"
 #include "test_env.h"
+#include "wait.h"
 #include "graphs/disk_cache.h"
 #include "graphs/graph_cache.h"
 #include "models/buckets.h"
@@ -186,15 +187,11 @@ TEST(BucketsPredictor, SecondPredictorCapturesFromTheDiskCache) {
   fs::remove_all(dir);
 }
 
+// hgraph-capture's stdout; *status its exit code (-1 when killed or timed out: a test failure).
 std::string run_command(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* f = ::popen(cmd.c_str(), "r");
-  if (!f) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  *status = ::pclose(f);
-  return out;
+  const test::CommandRun r = test::run_command(cmd, std::chrono::seconds(300), "hgraph-capture");
+  *status = r.exit_code;
+  return r.output;
 }
 
 TEST(BucketsCaptureTool, CapturesEveryBucketWritesTheCacheAndStartsWarm) {

@@ -20,6 +20,7 @@
 #include "server/http_server.h"
 #include "server/sse_parser.h"
 #include "tests/client_fake_server.h"
+#include "tests/wait.h"
 
 namespace {
 
@@ -366,17 +367,22 @@ TEST(ClientTest, GenerateStreamEventThatIsNotJson) {
 }
 
 // The thread a streamed response is written from: started by the server's stream callback,
-// joined by the test (or at the latest when it ends).
+// joined by the test (or at the latest when it ends). Its waits are bounded, so joining it is.
 class StreamWriter {
  public:
   void start(std::function<void()> write) { thread_.set_value(std::thread(std::move(write))); }
-  // True once the thread has been started and has finished.
+  // True once the thread has been started (a bounded wait; a test failure if it never is) and
+  // has finished.
   bool join() {
-    if (!started_.valid() || started_.wait_for(10s) != std::future_status::ready) return false;
+    if (!started_.valid() || !hg::test::ready_within(started_, hg::test::kWaitLimit, "the server to start the stream writer"))
+      return false;
     started_.get().join();
     return true;
   }
-  ~StreamWriter() { join(); }
+  // Joins a writer that was started (the FakeServer, declared after this, is gone: none starts later).
+  ~StreamWriter() {
+    if (started_.valid() && started_.wait_for(0s) == std::future_status::ready) started_.get().join();
+  }
 
  private:
   std::promise<std::thread> thread_;
@@ -398,7 +404,9 @@ TEST(ClientTest, GenerateStreamDeliversEachEventAsItArrives) {
         for (int i = 0; i < 3; ++i) {
           if (i > 0) {
             std::unique_lock<std::mutex> lock(mu);
-            client_had_it.push_back(cv.wait_for(lock, 10s, [&] { return seen == i; }));
+            client_had_it.push_back(hg::test::wait_for(cv, lock, hg::test::kWaitLimit,
+                                                       "the client to receive event " + std::to_string(i - 1),
+                                                       [&] { return seen == i; }));
           }
           out->write("data: {\"text_output\":\"" + std::to_string(i) + "\"}\n\n");
         }
@@ -429,7 +437,8 @@ TEST(ClientTest, GenerateStreamEarlyStopClosesTheConnection) {
     HttpResponse r = answer(200, "", "text/event-stream");
     r.stream = [&](std::shared_ptr<hg::server::ResponseStream> out) {
       writer.start([&, out] {
-        for (int i = 0; i < 10000 && !refused; ++i) {  // at most ~10 s
+        const auto give_up = std::chrono::steady_clock::now() + hg::test::kWaitLimit;
+        while (!refused && std::chrono::steady_clock::now() < give_up) {
           refused = !out->write("data: {\"text_output\":\"x\"}\n\n");
           std::this_thread::sleep_for(1ms);
         }

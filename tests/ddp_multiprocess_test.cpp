@@ -28,6 +28,7 @@
 #include "engine/error.h"
 #include "tests/ddp_test_util.h"
 #include "tests/test_env.h"
+#include "tests/wait.h"
 #include "training/ddp_strategy.h"
 #include "training/sgd.h"
 #include "training/trainer.h"
@@ -220,18 +221,12 @@ class Worker {
   }
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
-  // The wait status, or nullopt when it ran past `limit` (it is killed then).
+  // The wait status, or nullopt when it ran past `limit` (the caller reports it with the
+  // output; the destructor kills it).
   std::optional<int> wait(std::chrono::seconds limit) {
-    const auto end = std::chrono::steady_clock::now() + limit;
-    for (;;) {
-      int st = 0;
-      if (::waitpid(pid_, &st, WNOHANG) == pid_) {
-        pid_ = -1;
-        return st;
-      }
-      if (std::chrono::steady_clock::now() > end) return std::nullopt;
-      std::this_thread::sleep_for(20ms);
-    }
+    const std::optional<int> st = hg::test::exit_status_within(pid_, limit);
+    if (st) pid_ = -1;
+    return st;
   }
   std::string output() const {
     std::ifstream f(log_);
@@ -364,10 +359,9 @@ TEST(DDPMultiProcess, KilledRankMakesTheOtherExitWithAClearMessage) {
     ASSERT_TRUE(st.has_value()) << rank0.output();
     EXPECT_TRUE(WIFSIGNALED(*st) && WTERMSIG(*st) == SIGKILL) << rank0.output();
     std::string out;
-    for (int i = 0; i < 600 && out.find("hgraph DDP rank 1: ") == std::string::npos; ++i) {  // up to 60 s
-      std::this_thread::sleep_for(100ms);
-      out = rank0.output();
-    }
+    EXPECT_TRUE(hg::test::wait_until([&] { return (out = rank0.output()).find("hgraph DDP rank 1: ") != std::string::npos; },
+                                     hg::test::kWaitLimit, "the orphaned rank 1 to report rank 0's death in the log"))
+        << out;
     EXPECT_THAT(out, ::testing::ContainsRegex("hgraph DDP rank 1: (the process that launched this rank|.*peer rank 0)"));
   }
   // 3. Two independent processes (two nodes of one device): the survivor's all-reduce fails.
@@ -384,8 +378,8 @@ TEST(DDPMultiProcess, KilledRankMakesTheOtherExitWithAClearMessage) {
     EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 1) << rank0.output();
     EXPECT_THAT(rank0.output(), HasSubstr("hgraph DDP rank 0: "));
     EXPECT_THAT(rank0.output(), HasSubstr("failed"));
-    const auto st1 = rank1.wait(10s);
-    ASSERT_TRUE(st1.has_value());
+    const auto st1 = rank1.wait(hg::test::kWaitLimit);
+    ASSERT_TRUE(st1.has_value()) << "rank 1 (the one that SIGKILLs itself) still running:\n" << rank1.output();
     EXPECT_TRUE(WIFSIGNALED(*st1) && WTERMSIG(*st1) == SIGKILL) << rank1.output();
   }
   std::filesystem::remove_all(dir);
@@ -408,13 +402,14 @@ class VethPair {
         "ip -n " + ns_[0] + " link set " + va + " up", "ip -n " + ns_[1] + " link set " + vb + " up",
         "ip -n " + ns_[0] + " link set lo up", "ip -n " + ns_[1] + " link set lo up"};
     for (const auto& c : cmds)
-      if (std::system((c + " 2>/dev/null").c_str()) != 0) {
+      if (hg::test::run_command(c + " 2>/dev/null", 60s, "'" + c + "'").exit_code != 0) {
         error_ = "'" + c + "' failed";
         return;
       }
   }
   ~VethPair() {
-    for (const auto& n : ns_) (void)!std::system(("ip netns del " + n + " 2>/dev/null").c_str());  // takes the veth along
+    for (const auto& n : ns_)  // takes the veth along
+      (void)hg::test::run_command("ip netns del " + n + " 2>/dev/null", 60s, "'ip netns del " + n + "'");
   }
   const std::string& error() const { return error_; }
   const std::string& ns(int i) const { return ns_[i]; }

@@ -21,6 +21,7 @@
 #include "models/zoo.h"
 #include "tests/ddp_test_util.h"
 #include "tests/errors.h"
+#include "tests/wait.h"
 #include "training/ddp_reducer.h"
 #include "training/ddp_strategy.h"
 #include "training/sgd.h"
@@ -151,7 +152,7 @@ TEST_P(DDPReducerTest, FirstBucketIsReducedWhileBackwardStillRuns) {
   Tensor loss = t.loss();
   r.prepare_for_backward(loss, true);
   auto h = register_post_accumulate_grad_hook(t.w1, [&](const Tensor&) {
-    overlapped = f.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+    overlapped = hg::test::ready_within(f, hg::test::kWaitLimit, "bucket 0's all-reduce to start while backward still runs");
   });
   loss.backward();
   r.finish();

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -131,14 +132,26 @@ inline std::vector<float> train(const std::string& optimizer, Strategy* s, int a
   return out;
 }
 
+// The largest |a[k] - b[k]|; NaN when any element of either is NaN or infinite, so that both
+// max_diff(...) <= tol and max_diff(...) > tol fail then (std::max(worst, NaN) would keep
+// worst, and a NaN weight would pass as equal).
 inline float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   float worst = 0;
-  for (size_t k = 0; k < a.size() && k < b.size(); ++k) worst = std::max(worst, std::abs(a[k] - b[k]));
+  for (size_t k = 0; k < a.size() && k < b.size(); ++k) {
+    if (!std::isfinite(a[k]) || !std::isfinite(b[k])) return std::numeric_limits<float>::quiet_NaN();
+    worst = std::max(worst, std::abs(a[k] - b[k]));
+  }
   return worst;
 }
 
+// Equal within 1e-5, every value finite.
 inline void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t k = 0; k < got.size(); ++k)
+    if (!std::isfinite(got[k]) || !std::isfinite(want[k])) {
+      ADD_FAILURE() << what << ": element " << k << " is not finite: got " << got[k] << ", want " << want[k];
+      return;
+    }
   EXPECT_LE(max_diff(got, want), 1e-5f) << what;
 }
 

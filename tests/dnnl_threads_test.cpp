@@ -2,10 +2,12 @@
 // as a run alone (primitives take their scratchpad from the running thread).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <thread>
 
 #include "engine/op.h"
+#include "tests/golden.h"
 
 using namespace hg;
 
@@ -19,6 +21,21 @@ std::vector<float> random_floats(size_t n, unsigned seed) {
   return v;
 }
 
+// out matches ref within 1e-4 (1 + |ref|) element-wise, all finite.
+bool matches(const std::vector<float>& out, const std::vector<float>& ref) {
+  if (out.size() != ref.size()) return false;
+  for (size_t i = 0; i < out.size(); ++i)
+    if (!hg::test::within_tolerance(out[i], ref[i], 1e-4, 1e-4)) return false;
+  return true;
+}
+
+TEST(DnnlThreadsHelpers, MatchesFailsOnNaNAndInfinity) {
+  EXPECT_TRUE(matches({1.f, -2.f}, {1.f, -2.f}));
+  EXPECT_FALSE(matches({1.f, NAN}, {1.f, -2.f}));
+  EXPECT_FALSE(matches({1.f, -INFINITY}, {1.f, -2.f}));
+  EXPECT_FALSE(matches({1.f, -2.f}, {1.f, INFINITY}));
+}
+
 // Runs `k` on `in` from two threads, `reps` times each, and counts results differing from `ref`.
 int wrong_results(const Kernel& k, const std::vector<const void*>& in, const std::vector<float>& ref, int reps) {
   std::atomic<int> wrong{0};
@@ -26,11 +43,7 @@ int wrong_results(const Kernel& k, const std::vector<const void*>& in, const std
     std::vector<float> out(ref.size());
     for (int r = 0; r < reps; ++r) {
       k(in.data(), out.data());
-      for (size_t i = 0; i < out.size(); ++i)
-        if (std::abs(out[i] - ref[i]) > 1e-4f * (1.f + std::abs(ref[i]))) {
-          ++wrong;
-          break;
-        }
+      if (!matches(out, ref)) ++wrong;
     }
   };
   std::thread a(worker), b(worker);

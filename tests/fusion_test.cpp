@@ -2,6 +2,7 @@
 // linear, matmul, conv2d): golden before/after dumps per pattern, fused == unfused numerically,
 // cases that must not fuse, the post-op kernels run eagerly, prepacked == plain kernels.
 // HG_UPDATE_GOLDEN=1 rewrites tests/golden/fusion/*.txt from the current pass.
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -39,19 +40,30 @@ std::vector<float> random_vec(int64_t n, uint32_t seed, float scale = 1.0f) {
 }
 
 // |got - want| <= 1e-5 |want| + 1e-5 max|want|: relative, with a floor at the scale of the
-// tensor for elements that cancel to near zero.
+// tensor for elements that cancel to near zero. NaN or an infinity on either side fails (a
+// non-finite want makes the floor non-finite, which fails every element).
 void expect_rel_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   double peak = 0;
-  for (float w : want) peak = std::max(peak, std::fabs(double(w)));
+  for (float w : want) peak = std::isfinite(w) ? std::max(peak, std::fabs(double(w))) : HUGE_VAL;
   int bad = 0;
   for (size_t i = 0; i < got.size() && bad < 5; ++i) {
-    const double err = std::fabs(double(got[i]) - want[i]);
-    if (err > 1e-5 * std::fabs(double(want[i])) + 1e-5 * peak) {
+    if (!test::within_tolerance(got[i], want[i], 1e-5, 1e-5 * peak)) {
       ADD_FAILURE() << what << " element " << i << ": got " << got[i] << " want " << want[i];
       ++bad;
     }
   }
+}
+
+TEST(FusionHelpers, ExpectRelCloseFailsOnNaNAndInfinity) {
+  static const std::vector<float> want = {1.f, -2.f, 3.f}, nan_got = {1.f, NAN, 3.f}, inf_got = {1.f, -INFINITY, 3.f},
+                                  nan = {NAN}, one = {1.f}, inf_want = {INFINITY};
+  expect_rel_close(want, want, "equal");
+  EXPECT_NONFATAL_FAILURE(expect_rel_close(nan_got, want, "nan got"), "nan got element 1");
+  EXPECT_NONFATAL_FAILURE(expect_rel_close(inf_got, want, "inf got"), "inf got element 1");
+  // A non-finite want fails the elements beside it too (its scale floor is infinite).
+  EXPECT_NONFATAL_FAILURE(expect_rel_close(nan, nan, "nan both"), "nan both element 0");
+  EXPECT_NONFATAL_FAILURE(expect_rel_close(one, inf_want, "inf want"), "inf want element 0");
 }
 
 // ---- graph patterns ----

@@ -30,11 +30,13 @@
 #include "server/http_error.h"
 #include "server/sse_parser.h"
 #include "test_env.h"
+#include "wait.h"
 
 using namespace hg;
 using namespace hg::server;
 using ::testing::HasSubstr;
 using json = nlohmann::json;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -90,6 +92,116 @@ GenerateRequest request(const std::string& text, int64_t max_tokens, std::vector
   r.stop = std::move(stop);
   return r;
 }
+
+PieceCallback any_piece() {
+  return [](std::string_view) { return true; };
+}
+
+// gen.generate(req, on_piece) with a bound: the result, the generation's error rethrown, or a
+// test::WaitTimeout naming `what`. Errors submit() throws (400, 503) are thrown at once.
+GenerateResult generate_within(TextGenerator& gen, const GenerateRequest& req, PieceCallback on_piece = any_piece(),
+                               std::string_view what = "a generation") {
+  auto promise = std::make_shared<std::promise<GenerateResult>>();
+  std::future<GenerateResult> result = promise->get_future();
+  gen.submit(req, std::move(on_piece), [promise](std::exception_ptr error, GenerateResult r) {
+    if (error) promise->set_exception(error);
+    else promise->set_value(std::move(r));
+  });
+  return test::get_within(result, test::kWaitLimit, what);
+}
+
+// A generation that holds the generator's instance: its first piece's callback signals that it
+// runs and then waits until release() (bounded). Declare it after the generator: its
+// destructor releases it and waits (bounded) for it to end, so a test that fails early does not
+// leave the generator's thread waiting. Its state is shared with the callbacks, which may
+// outlive the object when a wait timed out.
+class HeldGeneration {
+ public:
+  HeldGeneration(TextGenerator& gen, const std::string& prompt, int64_t max_tokens) : state_(std::make_shared<State>()) {
+    gen.submit(
+        request(prompt, max_tokens),
+        [s = state_](std::string_view) {
+          std::unique_lock lk(s->mu);
+          if (!s->started) {
+            s->started = true;
+            s->cv.notify_all();
+            (void)test::wait_for(s->cv, lk, test::kWaitLimit, "the test to release the held generation",
+                                 [&] { return s->released; });
+          }
+          return true;
+        },
+        [s = state_](std::exception_ptr error, GenerateResult r) {
+          std::lock_guard lk(s->mu);
+          s->error = error;
+          s->result = std::move(r);
+          s->finished = true;
+          s->cv.notify_all();
+        });
+  }
+  ~HeldGeneration() {
+    release();
+    std::unique_lock lk(state_->mu);
+    (void)test::wait_for(state_->cv, lk, test::kWaitLimit, "the held generation to end", [&] { return state_->finished; });
+  }
+  HeldGeneration(const HeldGeneration&) = delete;
+  HeldGeneration& operator=(const HeldGeneration&) = delete;
+
+  // Waits (bounded) until it runs (true), or until it ended without running (false: its
+  // request expired in the queue, say; error() tells).
+  bool wait_started() {
+    std::unique_lock lk(state_->mu);
+    const bool either = test::wait_for(state_->cv, lk, test::kWaitLimit, "the held generation to start",
+                                       [&] { return state_->started || state_->finished; });
+    return either && state_->started;
+  }
+  void release() {
+    std::lock_guard lk(state_->mu);
+    state_->released = true;
+    state_->cv.notify_all();
+  }
+  // Its result once it ended (bounded wait); a test failure naming the error if it failed.
+  GenerateResult result() {
+    std::unique_lock lk(state_->mu);
+    if (!test::wait_for(state_->cv, lk, test::kWaitLimit, "the held generation's result", [&] { return state_->finished; }))
+      return {};
+    if (state_->error) ADD_FAILURE() << "the held generation failed: " << error_text(state_->error);
+    return state_->result;
+  }
+  std::string error() {
+    std::lock_guard lk(state_->mu);
+    return state_->error ? error_text(state_->error) : "";
+  }
+  int error_status() {
+    std::lock_guard lk(state_->mu);
+    try {
+      if (state_->error) std::rethrow_exception(state_->error);
+    } catch (const HttpError& e) {
+      return e.status();
+    } catch (...) {
+      return -1;
+    }
+    return 0;
+  }
+
+ private:
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool started = false, released = false, finished = false;
+    std::exception_ptr error;
+    GenerateResult result;
+  };
+  static std::string error_text(std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      return x.what();
+    } catch (...) {
+      return "an unknown exception";
+    }
+  }
+  std::shared_ptr<State> state_;
+};
 
 bool whole_utf8(const std::string& s) {
   const models::Utf8Text t = models::decode_utf8(s);
@@ -160,14 +272,14 @@ class RecordedReply : public ResponseStream {
     ASSERT_TRUE(s) << "no streamed response to attach to";
     s(std::move(self));
   }
-  // Waits (bounded) until the response ended; false on timeout.
+  // Waits (bounded) until the response ended; false (and a test failure) on timeout.
   bool wait_closed() {
     std::unique_lock lk(mu_);
-    return cv_.wait_for(lk, std::chrono::seconds(60), [&] { return closed_; });
+    return test::wait_for(cv_, lk, test::kWaitLimit, "the generate response to end", [&] { return closed_; });
   }
   bool wait_response() {
     std::unique_lock lk(mu_);
-    return cv_.wait_for(lk, std::chrono::seconds(60), [&] { return status_ != 0; });
+    return test::wait_for(cv_, lk, test::kWaitLimit, "the generate response's status", [&] { return status_ != 0; });
   }
   int status() {
     std::lock_guard lk(mu_);
@@ -345,28 +457,34 @@ TEST(GptGenerator, GreedyEqualsEagerAndPyTorch) {
   const std::vector<int64_t> prompt = io.at("prompt").to_indices(), greedy = io.at("greedy").to_indices();
   const std::vector<int64_t> want(greedy.begin() + static_cast<std::ptrdiff_t>(prompt.size()), greedy.end());
   std::string streamed;
-  GenerateResult r = gen->generate(request(models::decode_bytes(prompt), static_cast<int64_t>(want.size())),
-                                   [&](std::string_view p) {
-                                     streamed += p;
-                                     return true;
-                                   });
+  GenerateResult r = generate_within(*gen, request(models::decode_bytes(prompt), static_cast<int64_t>(want.size())),
+                                     [&](std::string_view p) {
+                                       streamed += p;
+                                       return true;
+                                     });
   EXPECT_EQ(r.tokens, want);
   EXPECT_EQ(r.text, models::decode_utf8(models::decode_bytes(want)).text);
   EXPECT_EQ(streamed, r.text);
   EXPECT_EQ(r.finish_reason, "length");
   EXPECT_EQ(r.prompt_tokens, static_cast<int64_t>(prompt.size()));
 
-  r = gen->generate(request("Once upon a time", 200), [](std::string_view) { return true; });
+  r = generate_within(*gen, request("Once upon a time", 200));
   EXPECT_EQ(r.tokens, f.eager_ids("Once upon a time", 200));
   GenerateRequest sampled = request("Hello", 60);
   sampled.sampling = {.greedy = false, .temperature = 0.8, .top_k = 40, .top_p = 0.95, .seed = 9};
-  EXPECT_EQ(gen->generate(sampled, [](std::string_view) { return true; }).tokens, f.eager_ids("Hello", 60, sampled.sampling));
+  // TextGenerator::generate itself (submit, then an unbounded wait): bounded from outside.
+  EXPECT_EQ(test::call_within(test::kWaitLimit, "TextGenerator::generate of a sampled request",
+                              [&] { return gen->generate(sampled, any_piece()); })
+                .tokens,
+            f.eager_ids("Hello", 60, sampled.sampling));
 }
 
 TEST(GptGenerator, ChecksTheRequestAgainstTheModel) {
   auto gen = generator();
   auto error = [&](const GenerateRequest& r) {
-    return test::error_of<InvalidArgument>([&] { gen->generate(r, [](std::string_view) { return true; }); });
+    return test::error_of<InvalidArgument>([&] {
+      test::call_within(test::kWaitLimit, "TextGenerator::generate", [&] { return gen->generate(r, any_piece()); });
+    });
   };
   EXPECT_THAT(error(request(std::string(250, 'a'), 7)),
               HasSubstr("field 'parameters.max_tokens' is 7: the prompt's 250 tokens + max_tokens exceed model 'gpt''s "
@@ -377,7 +495,7 @@ TEST(GptGenerator, ChecksTheRequestAgainstTheModel) {
   GenerateRequest r = request("a", 3);
   r.sampling = {.greedy = false, .top_p = 2};
   EXPECT_THAT(error(r), HasSubstr("top_p must be in (0, 1]"));
-  EXPECT_EQ(gen->generate(request(std::string(250, 'a'), 6), [](std::string_view) { return true; }).tokens.size(), 6u);
+  EXPECT_EQ(generate_within(*gen, request(std::string(250, 'a'), 6)).tokens.size(), 6u);
 }
 
 TEST(GptGenerator, ConcurrentRequestsOnTwoInstancesEachGetTheirOwnTokens) {
@@ -389,34 +507,25 @@ TEST(GptGenerator, ConcurrentRequestsOnTwoInstancesEachGetTheirOwnTokens) {
   std::vector<std::future<GenerateResult>> got;
   for (const auto& p : prompts)
     got.push_back(std::async(std::launch::async, [&, p] {
-      return gen->generate(request(p, 24 + static_cast<int64_t>(p.size())), [](std::string_view) { return true; });
+      return generate_within(*gen, request(p, 24 + static_cast<int64_t>(p.size())), any_piece(), "the generation of '" + p + "'");
     }));
-  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[i].get().tokens, want[i]) << prompts[i];
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(test::get_within(got[i], test::kWaitLimit, "the thread generating '" + prompts[i] + "'").tokens, want[i])
+        << prompts[i];
 }
 
 // One instance, a queue of one: with a generation running (held in its callback) and one
 // waiting, the next is refused with 503 at once; the held ones then finish.
 TEST(GptGenerator, FullQueueAnswers503) {
   auto gen = generator(1, 1);
-  std::promise<void> running, release;
-  std::shared_future<void> released = release.get_future().share();
-  std::atomic<bool> first{true};
-  auto a = std::async(std::launch::async, [&] {
-    return gen->generate(request("held", 8), [&](std::string_view) {
-      if (first.exchange(false)) {
-        running.set_value();
-        released.wait();
-      }
-      return true;
-    });
-  });
-  running.get_future().wait();
+  HeldGeneration held(*gen, "held", 8);
+  ASSERT_TRUE(held.wait_started()) << "the held generation failed: " << held.error();
   auto waiting = serve(gen, R"({"text_input": "queued", "parameters": {"max_tokens": 4}})", false);
   EXPECT_EQ(waiting->status(), 0) << "the second request waits in the queue";
   EXPECT_EQ(gen->queue_depth(), 1u);
   const HttpError e = [&] {
     try {
-      gen->generate(request("third", 4), [](std::string_view) { return true; });
+      generate_within(*gen, request("third", 4));
     } catch (const HttpError& e) {
       return e;
     }
@@ -429,8 +538,8 @@ TEST(GptGenerator, FullQueueAnswers503) {
   EXPECT_EQ(refused->status(), 503);
   EXPECT_EQ(refused->response().headers, (std::vector<std::pair<std::string, std::string>>{{"Retry-After", "1"}}));
   EXPECT_THAT(refused->body(), HasSubstr("generate queue is full"));
-  release.set_value();
-  EXPECT_EQ(a.get().tokens.size(), 8u);
+  held.release();
+  EXPECT_EQ(held.result().tokens.size(), 8u);
   ASSERT_TRUE(waiting->wait_closed());
   EXPECT_EQ(waiting->status(), 200);
   EXPECT_EQ(gen->queue_depth(), 0u);
@@ -438,27 +547,35 @@ TEST(GptGenerator, FullQueueAnswers503) {
 
 // A request whose timeout (its own, or the model's default it may only lower) expires while it
 // waits is never run: 504. Without one it waits as long as it takes.
+//
+// The model's default applies to the generation that holds the only instance too: it must be
+// running before its own timeout expires (with 2 ms, a loaded machine's scheduler let it expire
+// in the queue; the test then waited forever for it to start). The default is long enough for
+// that (and should the held request still expire, which is a correct 504, another is
+// submitted); the queued requests are released only after their deadlines passed.
 TEST(GptGenerator, QueuedPastItsTimeoutIs504) {
-  for (uint64_t default_timeout_us : {uint64_t{0}, uint64_t{2000}}) {
+  for (uint64_t default_timeout_us : {uint64_t{0}, uint64_t{500'000}}) {
+    SCOPED_TRACE("default_timeout_us " + std::to_string(default_timeout_us));
     auto gen = generator(1, 0, default_timeout_us);
-    std::promise<void> running, release;
-    std::shared_future<void> released = release.get_future().share();
-    std::atomic<bool> first{true};
-    auto a = std::async(std::launch::async, [&] {
-      return gen->generate(request("held", 4), [&](std::string_view) {
-        if (first.exchange(false)) {
-          running.set_value();
-          released.wait();
-        }
-        return true;
-      });
-    });
-    running.get_future().wait();
+    std::unique_ptr<HeldGeneration> held;
+    const auto give_up = std::chrono::steady_clock::now() + test::kWaitLimit;
+    for (;;) {
+      held = std::make_unique<HeldGeneration>(*gen, "held", 4);
+      if (held->wait_started()) break;
+      ASSERT_EQ(held->error_status(), 504) << "the held generation failed: " << held->error();
+      ASSERT_NE(default_timeout_us, 0u) << "a request without a timeout expired";
+      ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "no held generation started within its timeout";
+    }
     auto expiring = serve(gen, R"({"text_input": "late", "parameters": {"max_tokens": 4, "timeout": 1000}})", true);
     auto longer = serve(gen, R"({"text_input": "later", "parameters": {"max_tokens": 4, "timeout": 50000000}})", false);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    release.set_value();
-    EXPECT_EQ(a.get().tokens.size(), 4u);
+    // Both are queued (serve_generate submits before it returns); their deadlines were set then.
+    const auto queued = std::chrono::steady_clock::now();
+    EXPECT_EQ(gen->queue_depth(), 2u);
+    // What is under test is a deadline passing in the queue: wait for the later of the two
+    // (the default for `longer`, else expiring's 1 ms), then let the instance go.
+    std::this_thread::sleep_until(queued + std::chrono::microseconds(std::max<uint64_t>(default_timeout_us, 1000)) + 5ms);
+    held->release();
+    EXPECT_EQ(held->result().tokens.size(), 4u);
     ASSERT_TRUE(expiring->wait_closed());
     EXPECT_EQ(expiring->status(), 504);
     EXPECT_THAT(expiring->body(), HasSubstr("model 'gpt': request timeout expired after"));
@@ -471,7 +588,7 @@ TEST(GptGenerator, QueuedPastItsTimeoutIs504) {
 TEST(GptGenerator, ClientGoneStopsEarly) {
   auto gen = generator();
   int pieces = 0;
-  const GenerateResult r = gen->generate(request("Hello", 200), [&](std::string_view) { return ++pieces < 1; });
+  const GenerateResult r = generate_within(*gen, request("Hello", 200), [&](std::string_view) { return ++pieces < 1; });
   EXPECT_EQ(pieces, 1);
   EXPECT_EQ(r.finish_reason, "cancelled");
   EXPECT_LE(r.tokens.size(), 4u) << "the first piece comes within 4 bytes; nothing is generated after it";
@@ -491,7 +608,7 @@ TEST(ServeGenerate, JsonResponse) {
   EXPECT_EQ(rec->status(), 200);
   EXPECT_EQ(rec->response().content_type, "application/json");
   const json j = json::parse(rec->body());
-  const std::string want = gen->generate(request("Once", 30), [](std::string_view) { return true; }).text;
+  const std::string want = generate_within(*gen, request("Once", 30)).text;
   EXPECT_EQ(j, (json{{"id", "42"}, {"model_name", "gpt"}, {"model_version", "1"}, {"text_output", want}, {"finish_reason", "length"}}));
 }
 
@@ -510,7 +627,8 @@ TEST(ServeGenerate, StreamPiecesConcatenateToTheJsonText) {
     serve(gen, body, true, rec);
     ASSERT_TRUE(rec->wait_response());
     if (deferred) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the generation run ahead
+      // The generator has one instance: a generation queued behind this one returns after it ended.
+      generate_within(*gen, request("x", 1), any_piece(), "a generation queued behind the deferred one");
       rec->attach(rec);
     }
     ASSERT_TRUE(rec->wait_closed());

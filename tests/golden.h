@@ -3,7 +3,7 @@
 //
 //   auto cases = hg::test::load_json("ops.json");
 //   hg::Tensor t = hg::test::tensor_from(cases[0]["inputs"][0], hg::Device::cpu());
-//   hg::test::expect_close(t.to_vector(), expected, 1e-5, "matmul output");
+//   hg::test::expect_close(t.to_vector(), expected, 1e-5, "matmul output");   // NaN, inf: failures
 #pragma once
 #include <gtest/gtest.h>
 
@@ -41,13 +41,33 @@ inline Tensor tensor_from(const nlohmann::json& j, Device d) {
   return Tensor::from_vector(j["data"].get<std::vector<float>>(), shape, d);
 }
 
-// |a - b| <= atol + rtol * |b| element-wise.
+// The tolerance test of the numeric checks: |got - want| <= atol + rtol * |want|, and false
+// whenever got, want or the bound is not finite. (A NaN compares false with everything, so
+// `if (err > tol) fail`, std::max(worst, err) or EXPECT_LE(err, tol) with an infinite want
+// would each let a NaN or an infinity through.)
+inline bool within_tolerance(double got, double want, double rtol, double atol) {
+  if (!std::isfinite(got) || !std::isfinite(want)) return false;
+  const double bound = atol + rtol * std::fabs(want);
+  return std::isfinite(bound) && std::fabs(got - want) <= bound;
+}
+
+// The same for a reference that may itself be non-finite (a graph against its rewrite on the
+// same inputs): there got must be the same value, NaN for NaN or the same infinity.
+inline bool matches_reference(double got, double want, double rtol, double atol) {
+  if (std::isnan(want)) return std::isnan(got);
+  if (std::isinf(want)) return got == want;
+  return within_tolerance(got, want, rtol, atol);
+}
+
+// |got - want| <= atol + rtol * |want| element-wise, all finite (NaN or an infinity on either
+// side is a failure).
 inline void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rtol,
                          const std::string& what, double atol = 1e-6) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_LE(std::fabs(double(got[i]) - want[i]), atol + rtol * std::fabs(double(want[i])))
-        << what << " element " << i << ": got " << got[i] << " want " << want[i];
+    EXPECT_TRUE(within_tolerance(got[i], want[i], rtol, atol))
+        << what << " element " << i << ": got " << got[i] << " want " << want[i] << " (rtol " << rtol << ", atol "
+        << atol << ")";
 }
 
 }  // namespace hg::test

@@ -21,6 +21,7 @@
 #include "engine/error.h"
 #include "golden.h"
 #include "test_env.h"
+#include "wait.h"
 #include "graphs/disk_cache.h"
 #include "graphs/graph_cache.h"
 #include "graphs/graph_serialize.h"
@@ -420,6 +421,7 @@ TEST_F(DiskCacheTest, TwoProcessesWritingTheSameKeyLeaveAValidEntry) {
   }
   int seen = 0;
   size_t running = kids.size();
+  const auto give_up = std::chrono::steady_clock::now() + test::kWaitLimit;
   while (running > 0) {  // read while the writers write
     if (std::optional<Graph> r = dc.load(key)) {
       EXPECT_EQ(serialize_graph(*r), want);
@@ -432,6 +434,16 @@ TEST_F(DiskCacheTest, TwoProcessesWritingTheSameKeyLeaveAValidEntry) {
         pid = -1;
         --running;
       }
+    }
+    if (running > 0 && std::chrono::steady_clock::now() >= give_up) {
+      for (pid_t pid : kids) {
+        if (pid <= 0) continue;
+        ADD_FAILURE() << "timed out after " << test::kWaitLimit.count() << " s waiting for writer process " << pid
+                      << " (200 stores and loads) to exit; killed it";
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+      }
+      return;
     }
   }
   EXPECT_EQ(dc.stats().invalid, 0u);

@@ -4,7 +4,7 @@
 // its answer separately (in flight across a SIGTERM), custom headers (auth, binary tensors),
 // telling a refused connection from one cut mid-answer, and timing single round trips.
 //
-//   hg::test::HttpConn c(server.port());                       // 127.0.0.1, 30 s I/O timeout
+//   hg::test::HttpConn c(server.port());                       // 127.0.0.1, 120 s I/O timeout
 //   hg::test::HttpReply r = c.request("POST", "/v2/models/m/infer", body,
 //                                     {{"Authorization", "Bearer tok"}});
 //   r.status;  r.header("Retry-After");  r.body;
@@ -30,6 +30,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "tests/wait.h"
 
 namespace hg::test {
 
@@ -59,7 +61,8 @@ struct HttpReply {
 
 class HttpConn {
  public:
-  explicit HttpConn(int port, std::chrono::milliseconds timeout = std::chrono::seconds(30)) : port_(port) {
+  // `timeout` bounds every send and receive (tests/wait.h's kWaitLimit by default).
+  explicit HttpConn(int port, std::chrono::milliseconds timeout = kWaitLimit) : port_(port), timeout_(timeout) {
     fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd_ < 0) throw std::runtime_error("socket failed");
     timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
@@ -181,7 +184,10 @@ class HttpConn {
     const int err = errno;
     const bool timeout = err == EAGAIN || err == EWOULDBLOCK;
     throw HttpConnError(timeout ? HttpConnError::Kind::Timeout : cut_kind(),
-                        std::string(what) + ": " + (timeout ? "timed out" : std::strerror(err)));
+                        std::string(what) + ": " +
+                            (timeout ? "timed out after " + std::to_string(timeout_.count()) + " ms waiting for 127.0.0.1:" +
+                                           std::to_string(port_)
+                                     : std::string(std::strerror(err))));
   }
 
   bool fill_or_eof() {
@@ -211,6 +217,7 @@ class HttpConn {
   }
 
   int port_;
+  std::chrono::milliseconds timeout_;
   int fd_ = -1;
   std::string buf_;        // received, not yet consumed
   bool reading_ = false;   // inside read()

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "server/http_server.h"
+#include "tests/wait.h"
 
 using namespace hg::server;
 using namespace std::chrono_literals;
@@ -33,10 +34,11 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// A raw client connection that reads responses byte-exactly, chunk by chunk.
+// A raw client connection that reads responses byte-exactly, chunk by chunk; every read is
+// bounded by `timeout` (SO_RCVTIMEO).
 class Conn {
  public:
-  explicit Conn(uint16_t port, std::chrono::milliseconds timeout = 10s) {
+  explicit Conn(uint16_t port, std::chrono::milliseconds timeout = hg::test::kWaitLimit) : timeout_(timeout) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     if (fd_ < 0) throw std::runtime_error("socket failed");
     timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>((timeout.count() % 1000) * 1000)};
@@ -71,7 +73,8 @@ class Conn {
       buf_.append(tmp, static_cast<size_t>(n));
       return true;
     }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) throw std::runtime_error("read timed out");
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      throw std::runtime_error("timed out after " + std::to_string(timeout_.count()) + " ms waiting for the server to send (or close)");
     return false;
   }
   // True when the peer closed the connection (nothing more to read).
@@ -147,6 +150,7 @@ class Conn {
   size_t buffered() const { return buf_.size(); }
 
  private:
+  std::chrono::milliseconds timeout_;
   int fd_ = -1;
   std::string buf_;
 };
@@ -165,7 +169,9 @@ struct Sinks {
   }
   std::shared_ptr<ResponseStream> wait(size_t i = 0) {
     std::unique_lock lk(mu);
-    if (!cv.wait_for(lk, 10s, [&] { return got.size() > i; })) throw std::runtime_error("no stream started");
+    if (!hg::test::wait_for(cv, lk, hg::test::kWaitLimit, "streamed response " + std::to_string(i) + " to start",
+                            [&] { return got.size() > i; }))
+      throw hg::test::WaitTimeout("no stream started");
     return got[i];
   }
   void clear() {
@@ -218,16 +224,6 @@ struct TestServer {
     return statuses;
   }
 };
-
-template <class F>
-bool eventually(F&& f, std::chrono::milliseconds limit = 5s) {
-  auto end = Clock::now() + limit;
-  while (Clock::now() < end) {
-    if (f()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return f();
-}
 
 }  // namespace
 
@@ -305,7 +301,8 @@ TEST(HttpServerStreamTest, ClientDisconnectMakesWriteReturnFalse) {
     c.read_head();
   }  // gone mid-stream
   auto sink = ts.sinks.wait();
-  EXPECT_TRUE(eventually([&] { return !sink->write("tick\n"); })) << "write() kept accepting after the client left";
+  EXPECT_TRUE(hg::test::wait_until([&] { return !sink->write("tick\n"); }, hg::test::kWaitLimit,
+                                   "write() to fail after the client left"));
   sink->close();
   // The server carries on.
   Conn c2(ts.port);
@@ -346,7 +343,7 @@ TEST(HttpServerStreamTest, DrainWaitsForAnOpenStreamAndOnStopRunsOnce) {
   sink->close();
   EXPECT_EQ(c.read_chunk(), "");
   EXPECT_TRUE(c.peer_closed());  // then the connection closes
-  EXPECT_EQ(waited.wait_for(10s), std::future_status::ready);
+  EXPECT_TRUE(hg::test::ready_within(waited, hg::test::kWaitLimit, "HttpServer::wait() to return after the last stream closed"));
   EXPECT_THROW(Conn refused(ts.port, 1s), std::runtime_error);  // the listener is closed now
   EXPECT_EQ(ts.stops.load(), 1);
 }
@@ -356,7 +353,7 @@ TEST(HttpServerTest, StopWithNothingInFlightClosesTheListenerAtOnce) {
   Conn idle(ts.port);
   EXPECT_EQ(idle.request("GET", "/x").head.status, 200);
   ts.srv->stop();
-  ts.srv->wait();
+  hg::test::call_within(hg::test::kWaitLimit, "HttpServer::wait() after stop() with nothing in flight", [&] { ts.srv->wait(); });
   EXPECT_TRUE(idle.peer_closed());
   EXPECT_THROW(Conn refused(ts.port, 1s), std::runtime_error);
   EXPECT_EQ(ts.stops.load(), 1);
@@ -372,7 +369,8 @@ TEST(HttpServerStreamTest, DrainTimeoutCutsAStreamThatNeverEnds) {
   auto sink = ts.sinks.wait();
   auto t0 = Clock::now();
   ts.srv->stop();
-  ts.srv->wait();
+  hg::test::call_within(hg::test::kWaitLimit, "HttpServer::wait() to cut the stream after the drain timeout",
+                        [&] { ts.srv->wait(); });
   EXPECT_LT(Clock::now() - t0, 10s);
   EXPECT_FALSE(sink->write("after the cut"));
   EXPECT_EQ(c.read_chunk(), "first");
@@ -397,7 +395,8 @@ TEST(HttpServerTest, InFlightRequestFinishesWithConnectionCloseAfterOnStop) {
   srv.start();
   Conn c(srv.port());
   c.send(get("/slow"));
-  Reply reply = held.get_future().get();
+  auto handed = held.get_future();
+  Reply reply = hg::test::get_within(handed, hg::test::kWaitLimit, "the handler to get the request");
   srv.stop();
   EXPECT_TRUE(stop_seen.load());  // before the drain, synchronously in stop()
   reply({200, R"({"done":true})"});
@@ -407,7 +406,7 @@ TEST(HttpServerTest, InFlightRequestFinishesWithConnectionCloseAfterOnStop) {
   EXPECT_EQ(r.head.header("Connection"), "close");
   EXPECT_TRUE(c.peer_closed());
   c.close();  // the server waits (briefly) for the client's end of a connection it announced closing
-  srv.wait();
+  hg::test::call_within(hg::test::kWaitLimit, "HttpServer::wait() after the in-flight request", [&] { srv.wait(); });
   EXPECT_EQ(on_stop_calls, 1);
 }
 
@@ -575,11 +574,12 @@ TEST(HttpServerTest, ClientGoneMidResponseLeavesTheServerServing) {
   {
     Conn c(ts.port);  // leaves before its answer exists
     c.send(get("/later"));
-    Reply r = held.get_future().get();
+    auto handed = held.get_future();
+    Reply r = hg::test::get_within(handed, hg::test::kWaitLimit, "the handler to get /later");
     c.close();
     r({200, "too late", "text/plain", {}});
   }
   Conn ok(ts.port);
   EXPECT_EQ(ok.request("GET", "/fine").body, "ok");
-  EXPECT_TRUE(eventually([&] { return ts.seen().size() == 3; }));
+  EXPECT_TRUE(hg::test::wait_until([&] { return ts.seen().size() == 3; }, hg::test::kWaitLimit, "on_response for all 3 requests"));
 }

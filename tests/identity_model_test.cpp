@@ -11,6 +11,7 @@
 #include "server/batcher.h"
 #include "server/identity_model.h"
 #include "tests/errors.h"
+#include "tests/wait.h"
 
 namespace hg::server {
 namespace {
@@ -65,7 +66,7 @@ TEST(IdentityModel, EveryFixedSizeDatatypeComesBackUnchangedThroughTheBatcher) {
   }
   {
     std::unique_lock lk(mu);
-    ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(60), [&] { return done == 4; }));
+    ASSERT_TRUE(hg::test::wait_for(cv, lk, hg::test::kWaitLimit, "the 4 jobs' done() calls", [&] { return done == 4; }));
   }
   for (auto& job : jobs) {
     EXPECT_EQ(job->status, 200) << job->error;

@@ -42,13 +42,13 @@ TEST(ModelRepositoryTest, ReloadUnderLoadFailsNoRequest) {
   std::vector<std::shared_ptr<const ModelVersion>> seen;  // held, so no address is reused
   for (int i = 0; i < 5; ++i) {
     const int before = ok;
-    EXPECT_TRUE(eventually([&] { return ok > before + 20; }));  // traffic flows between reloads
+    EXPECT_TRUE(eventually([&] { return ok > before + 20; }, "20 more answered requests before reload " + std::to_string(i)));
     Answer a = load(repo, "mlp");
     EXPECT_EQ(a.status, 200) << a.message;
     seen.push_back(repo.resolve("mlp", std::nullopt));
   }
   const int before = ok;
-  EXPECT_TRUE(eventually([&] { return ok > before + 20; }));
+  EXPECT_TRUE(eventually([&] { return ok > before + 20; }, "20 more answered requests after the last reload"));
   stop = true;
   for (auto& c : clients) c.join();
   EXPECT_EQ(failed, 0) << first_failure;
@@ -112,7 +112,7 @@ TEST(ModelRepositoryTest, LoadingIsVisibleAndReloadKeepsServing) {
   RepositoryOptions o = options(r, ControlMode::Explicit);
   o.factory = [&](const std::string&, int64_t, const fs::path& dir, const hg::server::ModelConfig&) {
     const int me = ++started;
-    eventually([&] { return released >= me; });
+    (void)eventually([&] { return released >= me; }, "the test to release build " + std::to_string(me));
     hg::models::PredictorOptions popt;
     popt.batch_buckets = {1};
     return hg::server::make_served_model(hg::models::Predictor::load(dir, popt));
@@ -123,7 +123,7 @@ TEST(ModelRepositoryTest, LoadingIsVisibleAndReloadKeepsServing) {
     return p->get_future();
   };
   auto first = load_async(std::make_shared<std::promise<Answer>>());
-  ASSERT_TRUE(eventually([&] { return started == 1; }));
+  ASSERT_TRUE(eventually([&] { return started == 1; }, "the first build to start"));
   std::vector<IndexEntry> idx = repo.index();
   ASSERT_EQ(idx.size(), 1u);
   EXPECT_EQ(idx[0].state, ModelState::Loading);
@@ -131,20 +131,20 @@ TEST(ModelRepositoryTest, LoadingIsVisibleAndReloadKeepsServing) {
   EXPECT_THAT(hg::test::error_of<hg::server::HttpError>([&] { repo.resolve("slow", std::nullopt); }),
               HasSubstr("model 'slow' is LOADING"));
   released = 1;
-  ASSERT_EQ(first.wait_for(60s), std::future_status::ready);
+  ASSERT_TRUE(hg::test::ready_within(first, hg::test::kWaitLimit, "the answer to the first load"));
   EXPECT_EQ(first.get().status, 200);
   EXPECT_TRUE(repo.all_ready());
   auto v1 = repo.resolve("slow", std::nullopt);
 
   // While a reload builds, the old version answers.
   auto second = load_async(std::make_shared<std::promise<Answer>>());
-  ASSERT_TRUE(eventually([&] { return started == 2; }));
+  ASSERT_TRUE(eventually([&] { return started == 2; }, "the reload's build to start"));
   EXPECT_EQ(repo.resolve("slow", std::nullopt).get(), v1.get());
   EXPECT_EQ(infer(*repo.resolve("slow", std::nullopt), sample(7)).first, 200);
   EXPECT_TRUE(repo.all_ready());
   EXPECT_EQ(repo.index()[0].state, ModelState::Ready);
   released = 2;
-  ASSERT_EQ(second.wait_for(60s), std::future_status::ready);
+  ASSERT_TRUE(hg::test::ready_within(second, hg::test::kWaitLimit, "the answer to the reload"));
   EXPECT_EQ(second.get().status, 200);
   EXPECT_NE(repo.resolve("slow", std::nullopt).get(), v1.get());
 }
@@ -161,13 +161,13 @@ TEST(ModelRepositoryTest, UnloadLetsHeldRequestsFinish) {
   auto answer = std::make_shared<std::promise<Answer>>();
   auto answered = answer->get_future();
   repo.unload("mlp", [answer](int status, std::string m) { answer->set_value({status, std::move(m)}); });
-  ASSERT_TRUE(eventually([&] { return repo.index()[0].state == ModelState::Unloading; }));
+  ASSERT_TRUE(eventually([&] { return repo.index()[0].state == ModelState::Unloading; }, "the model to be UNLOADING"));
   EXPECT_THAT(hg::test::error_of<hg::server::HttpError>([&] { repo.resolve("mlp", std::nullopt); }),
               HasSubstr("model 'mlp' is UNLOADING"));
   EXPECT_EQ(answered.wait_for(50ms), std::future_status::timeout);
   EXPECT_EQ(infer(*held, sample(8)).first, 200);  // the holder's request still runs
   held.reset();
-  ASSERT_EQ(answered.wait_for(60s), std::future_status::ready);
+  ASSERT_TRUE(hg::test::ready_within(answered, hg::test::kWaitLimit, "the unload's answer after the holder let go"));
   EXPECT_EQ(answered.get().status, 200);
   EXPECT_THAT(hg::test::error_of<hg::NotFoundError>([&] { repo.resolve("mlp", std::nullopt); }),
               HasSubstr("model 'mlp' is not loaded (unloaded)"));
@@ -199,11 +199,23 @@ TEST(ModelRepositoryTest, DestroyedWhileLoadingAnswersEveryRequest) {
   TempRepo r("RepoDestroyLoading");
   r.add_model("mlp", {1});
   std::atomic<int> started{0};
-  std::atomic<bool> release{false};
+  // The build holds until the repository's destruction has begun: its destructor calls
+  // shutdown() first, after which resolve() answers "shutting down" (the loader thread the
+  // build runs on is joined later in the destructor, so the object is still whole).
+  std::atomic<ModelRepository*> self{nullptr};
+  auto shutting_down = [&] {
+    try {
+      self.load()->resolve("mlp", std::nullopt);
+    } catch (const hg::server::HttpError& e) {
+      return std::string(e.what()).find("shutting down") != std::string::npos;
+    } catch (const std::exception&) {
+    }
+    return false;
+  };
   RepositoryOptions o = options(r, ControlMode::Explicit);
   o.factory = [&](const std::string&, int64_t, const fs::path& dir, const hg::server::ModelConfig&) {
     ++started;
-    eventually([&] { return release.load(); });
+    (void)eventually(shutting_down, "the repository's destruction to begin");
     hg::models::PredictorOptions popt;
     popt.batch_buckets = {1};
     return hg::server::make_served_model(hg::models::Predictor::load(dir, popt));
@@ -215,15 +227,11 @@ TEST(ModelRepositoryTest, DestroyedWhileLoadingAnswersEveryRequest) {
     statuses.push_back(status);
   };
   auto repo = std::make_unique<ModelRepository>(o);
+  self = repo.get();
   repo->load("mlp", std::nullopt, record);
   repo->load("mlp", std::nullopt, record);
-  ASSERT_TRUE(eventually([&] { return started == 1; }));
-  std::thread releaser([&] {
-    std::this_thread::sleep_for(100ms);
-    release = true;
-  });
+  ASSERT_TRUE(eventually([&] { return started == 1; }, "the first load's build to start"));
   repo.reset();
-  releaser.join();
   EXPECT_EQ(started, 1);
   EXPECT_EQ(statuses, (std::vector<int>{503, 503}));
 }

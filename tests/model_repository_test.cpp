@@ -167,29 +167,35 @@ TEST(ModelRepositoryTest, PollModeFollowsTheFolder) {
   EXPECT_EQ(load(repo, "mlp").status, 400);  // poll mode takes no load requests
 
   r.add_version("mlp", 2);  // a new version: served after a poll
-  EXPECT_TRUE(eventually([&] { return repo.resolve("mlp", std::nullopt)->version == 2; }));
+  EXPECT_TRUE(eventually([&] { return repo.resolve("mlp", std::nullopt)->version == 2; }, "a poll to serve version 2"));
   EXPECT_THAT(hg::test::error_of<hg::NotFoundError>([&] { repo.resolve("mlp", "1"); }), HasSubstr("unknown version '1'"));
 
   r.write_config("mlp", R"({"batch_buckets": [1], "version_policy": {"all": {}}})");  // a changed config.json
-  EXPECT_TRUE(eventually([&] { return served_versions(repo, "mlp") == std::vector<int64_t>{2, 1}; }));
+  EXPECT_TRUE(eventually([&] { return served_versions(repo, "mlp") == std::vector<int64_t>{2, 1}; },
+                         "a poll to serve versions 2 and 1 after the config changed"));
 
   r.add_model("second", {4});  // a new model
-  EXPECT_TRUE(eventually([&] { return served_versions(repo, "second") == std::vector<int64_t>{4}; }));
+  EXPECT_TRUE(eventually([&] { return served_versions(repo, "second") == std::vector<int64_t>{4}; },
+                         "a poll to serve the new model 'second'"));
 
   fs::remove_all(r.dir() / "second");  // a removed model
-  EXPECT_TRUE(eventually([&] {
-    for (const IndexEntry& e : repo.index())
-      if (e.name == "second") return false;
-    return true;
-  }));
+  EXPECT_TRUE(eventually(
+      [&] {
+        for (const IndexEntry& e : repo.index())
+          if (e.name == "second") return false;
+        return true;
+      },
+      "a poll to drop the removed model 'second'"));
   EXPECT_THAT(hg::test::error_of<hg::NotFoundError>([&] { repo.resolve("second", std::nullopt); }),
               HasSubstr("unknown model 'second'"));
 
   r.corrupt_weights("mlp", 2);  // a broken change keeps the old versions serving
-  EXPECT_TRUE(eventually([&] {
-    auto idx = repo.index();
-    return !idx.empty() && idx[0].reason.find("reload failed") != std::string::npos;
-  }));
+  EXPECT_TRUE(eventually(
+      [&] {
+        auto idx = repo.index();
+        return !idx.empty() && idx[0].reason.find("reload failed") != std::string::npos;
+      },
+      "a poll to report the failed reload of the corrupted version 2"));
   EXPECT_EQ(served_versions(repo, "mlp"), (std::vector<int64_t>{2, 1}));
   EXPECT_TRUE(repo.all_ready());
 }
@@ -347,10 +353,12 @@ TEST(ModelRepositoryTest, OnBatchNamesModelAndVersion) {
   };
   ModelRepository repo(o);
   EXPECT_EQ(infer(*repo.resolve("mlp", std::nullopt), sample(9)).first, 200);
-  ASSERT_TRUE(eventually([&] {
-    std::lock_guard lk(mu);
-    return !runs.empty();
-  }));
+  ASSERT_TRUE(eventually(
+      [&] {
+        std::lock_guard lk(mu);
+        return !runs.empty();
+      },
+      "on_batch to hear the run"));
   std::lock_guard lk(mu);
   EXPECT_EQ(runs[0], std::make_tuple(std::string("mlp"), int64_t{2}, int64_t{1}));
 }

@@ -23,6 +23,7 @@
 #include "server/http_error.h"
 #include "server/model_repository.h"
 #include "test_env.h"
+#include "wait.h"
 
 #ifndef HG_SOURCE_DIR
 #error "HG_SOURCE_DIR must be defined as the repository root"
@@ -88,21 +89,24 @@ struct Answer {
   std::string message;
 };
 
-// Waits (bounded) for a load or unload request's answer.
+// Waits (bounded) for a load or unload request's answer; on timeout a test failure naming
+// `what` and status 0.
 template <class Request>
-Answer await(Request&& request) {
+Answer await(Request&& request, const std::string& what) {
   auto p = std::make_shared<std::promise<Answer>>();
   auto f = p->get_future();
   request([p](int status, std::string message) { p->set_value({status, std::move(message)}); });
-  if (f.wait_for(120s) != std::future_status::ready) return {0, "no answer within 120 s"};
+  if (!hg::test::ready_within(f, hg::test::kWaitLimit, what)) return {0, "no " + what};
   return f.get();
 }
 
 inline Answer load(ModelRepository& repo, const std::string& name, std::optional<std::string> config = std::nullopt) {
-  return await([&](ModelRepository::Done done) { repo.load(name, config, std::move(done)); });
+  return await([&](ModelRepository::Done done) { repo.load(name, config, std::move(done)); },
+               "the answer to load('" + name + "')");
 }
 inline Answer unload(ModelRepository& repo, const std::string& name) {
-  return await([&](ModelRepository::Done done) { repo.unload(name, std::move(done)); });
+  return await([&](ModelRepository::Done done) { repo.unload(name, std::move(done)); },
+               "the answer to unload('" + name + "')");
 }
 
 inline std::vector<int64_t> served_versions(const ModelRepository& repo, const std::string& name) {
@@ -126,7 +130,9 @@ inline std::pair<int, std::vector<float>> infer(const ModelVersion& v, const std
   auto finished = done->get_future();
   job->done = [done](BatchJob&) { done->set_value(); };
   if (v.batcher->submit(job) != DynamicBatcher::Submit::Queued) return {503, {}};
-  if (finished.wait_for(60s) != std::future_status::ready) return {0, {}};
+  if (!hg::test::ready_within(finished, hg::test::kWaitLimit, "an inference through the batcher of version " +
+                                                                 std::to_string(v.version)))
+    return {0, {}};
   std::vector<float> out;
   if (job->status == 200) {
     out.resize(job->outputs[0].size() / sizeof(float));
@@ -135,15 +141,10 @@ inline std::pair<int, std::vector<float>> infer(const ModelVersion& v, const std
   return {job->status, out};
 }
 
-// Polls `pred` every 10 ms for at most `limit`.
+// Polls `pred` until it holds; false and a test failure naming `what` after `limit`.
 template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = 60s) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return pred();
+bool eventually(Pred pred, std::string_view what, std::chrono::milliseconds limit = hg::test::kWaitLimit) {
+  return hg::test::wait_until(pred, limit, what);
 }
 
 

@@ -3,6 +3,7 @@
 // BF16 runs against the F32 goldens; finite differences (F32 for the oneDNN ops, F64 for our
 // own loops); error messages; concurrency of prepared oneDNN kernels.
 #include <gmock/gmock.h>
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -91,13 +92,23 @@ double tolerance(const std::string& op) {
   return 5e-5;
 }
 
-// |got - want| <= atol + rtol * |want| element-wise.
+// |got - want| <= atol + rtol * |want| element-wise, all finite.
 void expect_close(const std::vector<double>& got, const std::vector<float>& want, double rtol, double atol,
                   const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_LE(std::fabs(got[i] - want[i]), atol + rtol * std::fabs(double(want[i])))
+    EXPECT_TRUE(test::within_tolerance(got[i], want[i], rtol, atol))
         << what << " element " << i << ": got " << got[i] << " want " << want[i];
+}
+
+TEST(NnHelpers, ExpectCloseFailsOnNaNAndInfinity) {
+  static const std::vector<float> want = {1.f, 2.f};
+  static const std::vector<double> ok = {1.0, 2.0}, nan_got = {1.0, NAN}, inf_got = {1.0, INFINITY};
+  static const std::vector<float> inf_want = {1.f, INFINITY};
+  expect_close(ok, want, 1e-6, 1e-6, "equal");
+  EXPECT_NONFATAL_FAILURE(expect_close(nan_got, want, 1e-6, 1e-6, "nan got"), "nan got element 1");
+  EXPECT_NONFATAL_FAILURE(expect_close(inf_got, want, 1e-6, 1e-6, "inf got"), "inf got element 1");
+  EXPECT_NONFATAL_FAILURE(expect_close(ok, inf_want, 1e-6, 1e-6, "inf want"), "inf want element 1");
 }
 
 std::vector<int64_t> grad_inputs(const json& c) {
@@ -202,8 +213,8 @@ void finite_difference_check(const json& c, DType t, double eps, double rtol, do
       const double lm = loss();
       set(xv[k]);
       const double numeric = (lp - lm) / (2 * eps);
-      EXPECT_NEAR(analytic[k], numeric, atol + rtol * std::fabs(numeric))
-          << "input " << i << " element " << k;
+      EXPECT_TRUE(test::within_tolerance(analytic[k], numeric, rtol, atol))
+          << "input " << i << " element " << k << ": analytic " << analytic[k] << ", numeric " << numeric;
     }
   }
 }

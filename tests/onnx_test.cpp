@@ -23,6 +23,7 @@
 #include "models/safetensors.h"
 #include "server/kserve.h"
 #include "server/model_repository.h"
+#include "wait.h"
 
 #ifndef HG_TESTDATA_DIR
 #error "HG_TESTDATA_DIR must be defined (tests/CMakeLists.txt)"
@@ -232,7 +233,7 @@ TEST(OnnxConvertTest, ConvertedPackageRoundTrips) {
   fs::create_directories(out.parent_path());
   const std::string cmd = std::string(HG_CONVERT_BIN) + " " + (data_dir() / "bert_op17.onnx").string() + " " +
                           out.string() + " --name bert > " + (out.parent_path() / "log.txt").string() + " 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  ASSERT_EQ(hg::test::run_command(cmd, std::chrono::seconds(300), "hgraph-convert of bert_op17.onnx").exit_code, 0) << cmd;
   const auto pkg = hg::models::load_package(out);
   EXPECT_EQ(pkg.spec.name, "bert");
   EXPECT_EQ(pkg.spec.graph["type"], "ops");
@@ -243,7 +244,7 @@ TEST(OnnxConvertTest, ConvertedPackageRoundTrips) {
   // A bad argument: exit status 1 and the error on stderr.
   const std::string bad = std::string(HG_CONVERT_BIN) + " " + (data_dir() / "unsupported.onnx").string() + " " +
                           (out.parent_path() / "x").string() + " 2> " + (out.parent_path() / "err.txt").string();
-  EXPECT_NE(std::system(bad.c_str()), 0);
+  EXPECT_NE(hg::test::run_command(bad, std::chrono::seconds(300), "hgraph-convert of unsupported.onnx").exit_code, 0);
   std::ifstream err(out.parent_path() / "err.txt");
   const std::string text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("Det"), std::string::npos) << text;

@@ -4,6 +4,7 @@
 //
 // Regenerate the goldens after a deliberate change to a pass or to Graph::dump():
 //   HG_UPDATE_GOLDENS=1 build/tests/hg_tests --gtest_filter='Passes*'   # then review `git diff tests/golden`
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -204,15 +205,25 @@ void expect_equal(const std::vector<std::vector<float>>& got, const std::vector<
 // the 1e-5 that batch-norm folding alone keeps.
 constexpr double kPipelineTol = 1e-4, kBnFoldTol = 1e-5;
 
+// |got - want| <= atol + rtol * |want| element-wise, all finite.
 void expect_close(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want,
                   double rtol, double atol) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t k = 0; k < got.size(); ++k) {
     ASSERT_EQ(got[k].size(), want[k].size()) << "output " << k;
     for (size_t i = 0; i < got[k].size(); ++i)
-      ASSERT_LE(std::fabs(double(got[k][i]) - want[k][i]), atol + rtol * std::fabs(double(want[k][i])))
+      ASSERT_TRUE(hg::test::within_tolerance(got[k][i], want[k][i], rtol, atol))
           << "output " << k << " element " << i << ": got " << got[k][i] << " want " << want[k][i];
   }
+}
+
+TEST(PassesHelpers, ExpectCloseFailsOnNaNAndInfinity) {
+  static const std::vector<std::vector<float>> want = {{1.f, 2.f}}, nan_got = {{1.f, NAN}}, inf_got = {{1.f, INFINITY}},
+                                               inf_want = {{1.f, INFINITY}};
+  expect_close(want, want, 1e-6, 1e-6);
+  EXPECT_FATAL_FAILURE(expect_close(nan_got, want, 1e-6, 1e-6), "output 0 element 1");
+  EXPECT_FATAL_FAILURE(expect_close(inf_got, want, 1e-6, 1e-6), "output 0 element 1");
+  EXPECT_FATAL_FAILURE(expect_close(want, inf_want, 1e-6, 1e-6), "output 0 element 1");
 }
 
 int count_ops(const Graph& g, const char* name) {

@@ -11,10 +11,12 @@
 
 #include <atomic>
 #include <functional>
+#include <future>
 #include <optional>
 #include <thread>
 
 #include "tests/errors.h"
+#include "tests/wait.h"
 #include "training/cluster_env.h"
 #include "training/tcp_store.h"
 
@@ -24,6 +26,10 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
+
+// The rendezvous and collective timeout of groups that are expected to work: it bounds every
+// wait of theirs (normally milliseconds), generously for ASan on a loaded machine.
+constexpr std::chrono::milliseconds kGroupTimeout = hg::test::kWaitLimit;
 
 ProcessGroupOptions options(int rank, int world, std::chrono::milliseconds timeout, int port = 0) {
   ProcessGroupOptions o;
@@ -52,12 +58,12 @@ void run_ranks(int world, const std::shared_ptr<TcpStore>& server, std::chrono::
   for (auto& t : ts) t.join();
 }
 
-std::shared_ptr<TcpStore> local_store(std::chrono::milliseconds timeout = 20s) {
+std::shared_ptr<TcpStore> local_store(std::chrono::milliseconds timeout = kGroupTimeout) {
   return std::make_shared<TcpStore>("127.0.0.1", 0, true, timeout);
 }
 
 TEST(ProcessGroupTest, AllreduceSumMeanMaxMin) {
-  run_ranks(3, local_store(), 20s, [](ProcessGroup& pg) {
+  run_ranks(3, local_store(), kGroupTimeout, [](ProcessGroup& pg) {
     float r = static_cast<float>(pg.rank());
     std::vector<float> v{r, 10 * r, -r, 1.5f};
     pg.allreduce(v.data(), v.size());
@@ -83,7 +89,7 @@ TEST(ProcessGroupTest, AllreduceSumMeanMaxMin) {
 }
 
 TEST(ProcessGroupTest, BroadcastFloatsAndLargeStringsAllGatherBarrier) {
-  run_ranks(3, local_store(), 20s, [](ProcessGroup& pg) {
+  run_ranks(3, local_store(), kGroupTimeout, [](ProcessGroup& pg) {
     std::vector<float> w{1, 2, 3};
     if (pg.rank() != 1) w = {0, 0, 0};
     pg.broadcast(w.data(), w.size(), /*root=*/1);
@@ -112,7 +118,7 @@ TEST(ProcessGroupTest, ConsecutiveGroupsOnOneStoreHaveTheirOwnKeys) {
   auto server = local_store();
   std::vector<std::string> runs(3);
   for (int round = 0; round < 2; ++round) {
-    run_ranks(3, server, 20s, [&](ProcessGroup& pg) {
+    run_ranks(3, server, kGroupTimeout, [&](ProcessGroup& pg) {
       runs[pg.rank()] = pg.run_id();
       float v = 1.f + round;
       pg.allreduce(&v, 1);
@@ -134,7 +140,7 @@ TEST(ProcessGroupTest, OwnStoreOnMasterPortPortInUseAndWorldOfOne) {
   for (int r = 0; r < 2; ++r) {
     ts.emplace_back([&, r] {
       try {
-        ProcessGroup pg(options(r, 2, 20s, port));
+        ProcessGroup pg(options(r, 2, kGroupTimeout, port));
         EXPECT_DOUBLE_EQ(pg.allreduce_scalar(r + 1, ReduceOp::Sum), 3.0);
       } catch (const std::exception& e) {
         ADD_FAILURE() << e.what();
@@ -155,7 +161,7 @@ TEST(ProcessGroupTest, OwnStoreOnMasterPortPortInUseAndWorldOfOne) {
 // The DDP reducer's communication thread allreduces with tags >= 1000 while the main thread runs
 // its own collectives on tag 0: both finish with the right values.
 TEST(ProcessGroupTest, ConcurrentCollectivesOnDistinctTags) {
-  run_ranks(3, local_store(), 20s, [](ProcessGroup& pg) {
+  run_ranks(3, local_store(), kGroupTimeout, [](ProcessGroup& pg) {
     std::vector<float> grads(300000, 1.f + pg.rank());
     std::thread comm([&] {
       for (uint32_t step = 0; step < 5; ++step) pg.allreduce(grads.data(), grads.size(), ReduceOp::Mean, 1000 + step);
@@ -174,21 +180,23 @@ TEST(ProcessGroupTest, ConcurrentCollectivesOnDistinctTags) {
 TEST(ProcessGroupTest, CollectiveTimesOutWhenAPeerDoesNotTakePart) {
   auto server = local_store();
   std::string e;
-  std::atomic<bool> done{false};
-  std::thread absent([&] {
+  hg::test::Event done;
+  // Rank 1 joins the group and then waits (bounded) for rank 0's verdict without taking part.
+  auto absent = std::async(std::launch::async, [&] {
     try {
-      ProcessGroup pg(options(1, 2, 1s), std::make_shared<TcpStore>("127.0.0.1", server->port(), false, 5s));
-      while (!done) std::this_thread::sleep_for(10ms);
+      ProcessGroup pg(options(1, 2, 1s), std::make_shared<TcpStore>("127.0.0.1", server->port(), false, kGroupTimeout));
+      (void)done.wait(hg::test::kWaitLimit, "rank 0's allreduce to time out");
     } catch (const std::exception& ex) {
       ADD_FAILURE() << ex.what();
     }
   });
+  hg::test::SetOnExit release_absent(done);  // also when the rendezvous below throws
   {
     ProcessGroup pg(options(0, 2, 1s), server);
     std::vector<float> v(10, 1.f);
     e = hg::test::error_of<DistError>([&] { pg.allreduce(v.data(), v.size()); });
-    done = true;
-    absent.join();
+    done.set();
+    hg::test::get_within(absent, hg::test::kWaitLimit, "the absent rank's thread to leave the group");
   }
   EXPECT_THAT(e, HasSubstr("allreduce of 10 floats (tag 0) failed on rank 0 of 2"));
   EXPECT_THAT(e, HasSubstr("timed out after 1000 ms"));
@@ -224,11 +232,11 @@ TEST(ProcessGroupTest, KilledPeerMakesAllreduceThrowNamingIt) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    ::alarm(60);  // bound even if the parent never kills it
+    ::alarm(3 * hg::test::kWaitLimit.count());  // bound even if the parent never kills it
     ::close(ready[0]);
     int code = 1;
     try {
-      ProcessGroup pg(options(1, 2, 10s, port));
+      ProcessGroup pg(options(1, 2, kGroupTimeout, port));
       float v = 1;
       pg.allreduce(&v, 1);
       char c = v == 3.f ? 'y' : 'n';
@@ -247,17 +255,18 @@ TEST(ProcessGroupTest, KilledPeerMakesAllreduceThrowNamingIt) {
   } reap{child};
   std::string e;
   {
-    ProcessGroup pg(options(0, 2, 10s, port));
+    ProcessGroup pg(options(0, 2, kGroupTimeout, port));
     float v = 2;
     pg.allreduce(&v, 1);
     EXPECT_EQ(v, 3.f);
     char c = 0;
+    ASSERT_TRUE(hg::test::readable_within(ready[0], hg::test::kWaitLimit, "rank 1's result byte on the pipe"));
     EXPECT_EQ(::read(ready[0], &c, 1), 1);
     EXPECT_EQ(c, 'y');
     ::kill(child, SIGKILL);
-    int status = 0;
-    EXPECT_EQ(::waitpid(child, &status, 0), child);
-    EXPECT_TRUE(WIFSIGNALED(status));
+    const std::optional<int> status = hg::test::waitpid_within(child, hg::test::kWaitLimit, "the SIGKILLed rank 1");
+    ASSERT_TRUE(status.has_value());
+    EXPECT_TRUE(WIFSIGNALED(*status));
     std::vector<float> g(1000, 1.f);
     e = hg::test::error_of<DistError>([&] { pg.allreduce(g.data(), g.size()); });
   }
@@ -364,7 +373,7 @@ TEST(LauncherTest, ReexecutedChildJoinsTheGroupAsLocalRankOne) {
     ClusterEnv env = ClusterEnv::from_environment();
     ASSERT_EQ(env.local_rank, 1);
     ASSERT_STREQ(std::getenv("WORLD_SIZE"), "2");
-    ProcessGroup pg(options(env.global_rank(2), 2, 60s, env.master_port));
+    ProcessGroup pg(options(env.global_rank(2), 2, kGroupTimeout, env.master_port));
     EXPECT_DOUBLE_EQ(pg.allreduce_scalar(10.0 * pg.rank() + 1, ReduceOp::Sum), 12.0);
     EXPECT_THAT(pg.all_gather(std::to_string(::getpid())), ::testing::Contains(std::to_string(::getppid())));
     return;
@@ -373,19 +382,19 @@ TEST(LauncherTest, ReexecutedChildJoinsTheGroupAsLocalRankOne) {
   ScopedEnv s{{"MASTER_ADDR", nullptr}, {"MASTER_PORT", nullptr}, {"NODE_RANK", nullptr}, {"GROUP_RANK", nullptr},
               {"LOCAL_RANK", nullptr}, {"WORLD_SIZE", nullptr}, {kRoleVar, name}, {"GTEST_FILTER", name}};
   ClusterEnv env = ClusterEnv::from_environment();
-  auto launcher = launch_local_ranks(env, 2, 1);  // 60 s bounds: a broad filter runs other tests in the child first
+  auto launcher = launch_local_ranks(env, 2, 1);  // generous bounds: a broad filter runs other tests in the child first
   EXPECT_GT(env.master_port, 0);
   EXPECT_STREQ(std::getenv("LOCAL_RANK"), "0");
   EXPECT_STREQ(std::getenv("MASTER_PORT"), std::to_string(env.master_port).c_str());
   {
-    ProcessGroup pg(options(env.global_rank(2), 2, 60s, env.master_port));
+    ProcessGroup pg(options(env.global_rank(2), 2, kGroupTimeout, env.master_port));
     EXPECT_DOUBLE_EQ(pg.allreduce_scalar(10.0 * pg.rank() + 1, ReduceOp::Sum), 12.0);
     auto pids = pg.all_gather(std::to_string(::getpid()));
     ASSERT_EQ(pids.size(), 2u);
     EXPECT_EQ(pids[0], std::to_string(::getpid()));
     EXPECT_NE(pids[1], pids[0]);
   }
-  EXPECT_THAT(launcher->wait_all(60000), ::testing::IsEmpty());  // the child's gtest run passed
+  EXPECT_THAT(launcher->wait_all(static_cast<int>(std::chrono::milliseconds(hg::test::kWaitLimit).count())), ::testing::IsEmpty());  // the child's gtest run passed
 }
 
 TEST(LauncherTest, FailingAndHangingChildrenAreReported) {
@@ -401,10 +410,9 @@ TEST(LauncherTest, FailingAndHangingChildrenAreReported) {
   ClusterEnv env = ClusterEnv::from_environment();
   auto launcher = launch_local_ranks(env, 3, 1);
   std::string f;
-  for (int i = 0; i < 6000 && f.empty(); ++i) {  // up to 60 s: with a broad filter the child runs other tests first
-    f = launcher->failure();
-    if (f.empty()) std::this_thread::sleep_for(10ms);
-  }
+  // With a broad filter the child runs other tests first.
+  EXPECT_TRUE(hg::test::wait_until([&] { return !(f = launcher->failure()).empty(); }, hg::test::kWaitLimit,
+                                   "the launcher to report local rank 1's exit"));
   EXPECT_THAT(f, ::testing::MatchesRegex("local rank 1 \\(pid [0-9]+\\) exited with code 3"));
   auto all = launcher->wait_all(300);
   ASSERT_EQ(all.size(), 2u);

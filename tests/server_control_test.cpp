@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tests/server_e2e.h"
+#include "tests/wait.h"
 
 namespace hg::test {
 namespace {
@@ -28,15 +29,6 @@ json model_stats(HttpConn& c, const std::string& model) {
   return j.contains("model_stats") && !j["model_stats"].empty() ? j["model_stats"][0] : json::object();
 }
 
-// Polls `check` every 50 ms until it holds or `timeout` passes.
-bool eventually(const std::function<bool()>& check, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (check()) return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return check();
-}
 
 // ---- 503 queue full, 504 timeout, 503 not ready ----------------------------------------------
 
@@ -289,14 +281,15 @@ TEST(E2eRepositoryTest, PollModePicksUpNewVersionsAndModels) {
   auto version_served = [&] { return json_of(c.request("POST", kInfer, digits_body({1})))["model_version"]; };
   EXPECT_EQ(version_served(), "1");
   TempRepo::copy_folder(kBundledRepository / "digits_mlp" / "1", repo.dir() / "digits_mlp" / "2");
-  EXPECT_TRUE(eventually([&] { return version_served() == "2"; }, 20s)) << "version 2 never served";
+  EXPECT_TRUE(wait_until([&] { return version_served() == "2"; }, kWaitLimit, "a poll to serve version 2"));
   TempRepo staging("poll_staging");  // built beside the repository, then moved in whole
   staging.add_digits("newcomer");
   fs::rename(staging.dir() / "newcomer", repo.dir() / "newcomer");
-  EXPECT_TRUE(eventually([&] { return c.request("GET", "/v2/models/newcomer/ready").status == 200; }, 20s));
+  EXPECT_TRUE(wait_until([&] { return c.request("GET", "/v2/models/newcomer/ready").status == 200; }, kWaitLimit,
+                         "a poll to load the new model folder 'newcomer'"));
   fs::remove_all(repo.dir() / "newcomer");
-  EXPECT_TRUE(eventually([&] { return c.request("GET", "/v2/models/newcomer/ready").status != 200; }, 20s))
-      << "a removed model folder is unloaded";
+  EXPECT_TRUE(wait_until([&] { return c.request("GET", "/v2/models/newcomer/ready").status != 200; }, kWaitLimit,
+                         "a poll to unload the removed model folder 'newcomer'"));
   EXPECT_EQ(c.request("POST", kInfer, digits_body({1})).status, 200);
   EXPECT_EQ(server.terminate(30s), 0);
 }

@@ -18,7 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "tests/golden.h"
 #include "tests/server_e2e.h"
+#include "tests/wait.h"
 
 namespace hg::test {
 namespace {
@@ -43,11 +45,19 @@ std::vector<std::vector<float>> reference_logits(HttpConn& c, int n) {
   return ref;
 }
 
+// Within 1e-4 (1 + |want|) element-wise, all finite.
 bool close_to(const std::vector<float>& got, const std::vector<float>& want) {
   if (got.size() != want.size()) return false;
   for (size_t i = 0; i < got.size(); ++i)
-    if (std::fabs(got[i] - want[i]) > 1e-4f * (1 + std::fabs(want[i]))) return false;
+    if (!within_tolerance(got[i], want[i], 1e-4, 1e-4)) return false;
   return true;
+}
+
+TEST(E2eLoadHelpers, CloseToFailsOnNaNAndInfinity) {
+  EXPECT_TRUE(close_to({1.f, -2.f}, {1.f, -2.f}));
+  EXPECT_FALSE(close_to({1.f, NAN}, {1.f, -2.f}));
+  EXPECT_FALSE(close_to({1.f, INFINITY}, {1.f, -2.f}));
+  EXPECT_FALSE(close_to({1.f, -2.f}, {1.f, -INFINITY}));
 }
 
 TEST(E2eLoadTest, ConcurrentClientsEachGetTheirOwnAnswerWhileBatched) {
@@ -136,8 +146,15 @@ TEST(E2eLoadTest, ReloadUnderLoadDropsNothing) {
       }
     });
   });
+  // Traffic flows between the reloads: each waits until every client thread's worth of
+  // requests more were answered.
+  auto traffic = [&](const std::string& when) {
+    const int before = ok.load();
+    EXPECT_TRUE(wait_until([&] { return ok.load() >= before + kThreads; }, kWaitLimit,
+                           std::to_string(kThreads) + " more answered requests " + when));
+  };
   auto load = [&] {
-    std::this_thread::sleep_for(300ms);
+    traffic("before a reload");
     HttpConn admin(server.port());
     HttpReply r = admin.request("POST", "/v2/repository/models/digits_mlp/load", "");
     EXPECT_EQ(r.status, 200) << r.body;
@@ -146,7 +163,7 @@ TEST(E2eLoadTest, ReloadUnderLoadDropsNothing) {
   TempRepo::copy_folder(kBundledRepository / "digits_mlp" / "1", repo.dir() / "digits_mlp" / "2");
   load();  // version 2 replaces version 1
   load();  // and reloads
-  std::this_thread::sleep_for(300ms);
+  traffic("after the last reload");
   clients.join();
   EXPECT_TRUE(failures.empty()) << failures.size() << " failed, first: " << failures.front();
   EXPECT_GT(ok.load(), kThreads * 4);
@@ -176,9 +193,8 @@ TEST(E2eLoadTest, ProbesAnswerWithin100msWhileSaturated) {
     });
   });
   // Saturated: every client has had an answer, so every one is now queued or running.
-  const auto deadline = Clock::now() + 120s;
-  while (done.load() < clients && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
-  ASSERT_GE(done.load(), clients) << "the load never got going";
+  ASSERT_TRUE(wait_until([&] { return done.load() >= clients; }, kWaitLimit,
+                         std::to_string(clients) + " answered requests (the load getting going)"));
 
   // Windows of 50 rounds of the four probes; the bound holds when one window's slowest answers
   // stay under 100 ms (up to 3 windows: the test machine's other load may stall a window, a

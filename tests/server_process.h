@@ -20,7 +20,10 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <optional>
 #include <vector>
+
+#include "tests/wait.h"
 
 #ifndef HG_SERVE_BIN
 #error "HG_SERVE_BIN must be defined as the path of hgraph-serve"
@@ -102,17 +105,11 @@ class ServerProcess {
   // signal when killed by one), or -1 if it is still running (it is then left running).
   int wait_exit(std::chrono::milliseconds timeout) {
     if (pid_ <= 0) return exit_code_;
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (true) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        return exit_code_;
-      }
-      if (std::chrono::steady_clock::now() >= deadline) return -1;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    const std::optional<int> status = exit_status_within(pid_, timeout);
+    if (!status) return -1;
+    pid_ = -1;
+    exit_code_ = WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status);
+    return exit_code_;
   }
 
   // SIGTERM, then up to `timeout` to exit by itself. Returns its exit code, or -1 if it had to

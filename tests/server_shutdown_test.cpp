@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tests/server_e2e.h"
+#include "tests/wait.h"
 
 namespace hg::test {
 namespace {
@@ -96,16 +97,17 @@ TEST(E2eShutdownTest, SigtermAnswersEveryQueuedRequestThenExits0) {
   }
   {
     HttpConn c(server.port());
-    const auto deadline = Clock::now() + 10s;
     double pending = 0;
-    while ((pending = metric_sum(c.request("GET", "/metrics").body, "hg_inference_pending_requests", "digits_mlp")) <
-               kClients &&
-           Clock::now() < deadline)
-      std::this_thread::sleep_for(5ms);
-    ASSERT_EQ(pending, kClients) << "the requests never all reached the queue";
+    ASSERT_TRUE(wait_until(
+        [&] {
+          pending = metric_sum(c.request("GET", "/metrics").body, "hg_inference_pending_requests", "digits_mlp");
+          return pending >= kClients;
+        },
+        kWaitLimit, "all " + std::to_string(kClients) + " requests to reach the queue (hg_inference_pending_requests)"));
+    ASSERT_EQ(pending, kClients);
   }
   ReadinessWatch watch(server.port());
-  std::this_thread::sleep_for(20ms);  // a few probes before
+  ASSERT_TRUE(wait_until([&] { return watch.probes().size() >= 3; }, kWaitLimit, "3 readiness probes before SIGTERM"));
   const auto sigterm = Clock::now();
   server.signal(SIGTERM);
   for (int t = 0; t < kClients; ++t) {
@@ -186,11 +188,10 @@ TEST(E2eShutdownTest, SigtermUnderLoadCompletesAnswersAndReadinessFailsAtOnce) {
       }
     });
   });
-  const auto deadline = Clock::now() + 120s;
-  while (ok.load() < clients && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
-  ASSERT_GE(ok.load(), clients) << "the load never got going";
+  ASSERT_TRUE(wait_until([&] { return ok.load() >= clients; }, kWaitLimit,
+                         std::to_string(clients) + " answered requests (the load getting going)"));
   ReadinessWatch watch(server.port());
-  std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(wait_until([&] { return watch.probes().size() >= 3; }, kWaitLimit, "3 readiness probes before SIGTERM"));
   const auto sigterm = Clock::now();
   signalled = true;
   server.signal(SIGTERM);

@@ -4,14 +4,14 @@
 //   auto [rc, out] = hg::test::tb_event_check(file);                    // decode only
 //   auto [rc2, out2] = hg::test::tb_event_check(file, {{"scalars", ...}});  // rc 1: differs
 #pragma once
-#include <sys/wait.h>
-
-#include <cstdio>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
+
+#include "tests/wait.h"
 
 namespace hg::test {
 
@@ -23,13 +23,8 @@ inline std::pair<int, std::string> tb_event_check(const std::filesystem::path& e
     std::ofstream(exp) << expected.dump();
     cmd += " '" + exp.string() + "'";
   }
-  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return {-1, "popen failed"};
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  const CommandRun r = run_command(cmd + " 2>&1", std::chrono::seconds(300), "tb_event_check.py on " + events.string());
+  return {r.exit_code, r.output};
 }
 
 }  // namespace hg::test

@@ -8,10 +8,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <future>
 #include <random>
 #include <thread>
 
 #include "tests/errors.h"
+#include "tests/wait.h"
 #include "training/process_group.h"
 
 namespace hg::training {
@@ -19,6 +21,9 @@ namespace {
 
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
+
+// The timeout of stores whose waits are expected to succeed (normally within milliseconds).
+constexpr std::chrono::milliseconds kStoreTimeout = hg::test::kWaitLimit;
 
 // Sends raw bytes to the server and closes the connection.
 void send_raw(int port, const std::string& bytes) {
@@ -31,13 +36,14 @@ void send_raw(int port, const std::string& bytes) {
   ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
   ::shutdown(fd, SHUT_WR);  // a truncated frame ends here
   char c;
-  EXPECT_EQ(::recv(fd, &c, 1, 0), 0);  // the server closed the connection without answering
+  EXPECT_TRUE(hg::test::readable_within(fd, hg::test::kWaitLimit, "the store to close a connection that sent garbage"));
+  EXPECT_EQ(::recv(fd, &c, 1, MSG_DONTWAIT), 0);  // the server closed the connection without answering
   ::close(fd);
 }
 
 TEST(TcpStoreTest, SetGetAddCheckWait) {
-  TcpStore server("127.0.0.1", 0, true, 5s);
-  TcpStore client("127.0.0.1", server.port(), false, 5s);
+  TcpStore server("127.0.0.1", 0, true, kStoreTimeout);
+  TcpStore client("127.0.0.1", server.port(), false, kStoreTimeout);
   server.set("a", "alpha");
   EXPECT_EQ(client.get("a"), "alpha");
   client.set("a", std::string("b\0c", 3));
@@ -52,22 +58,25 @@ TEST(TcpStoreTest, SetGetAddCheckWait) {
 }
 
 TEST(TcpStoreTest, GetBlocksUntilAnotherClientSets) {
-  TcpStore server("127.0.0.1", 0, true, 10s);
-  TcpStore client("127.0.0.1", server.port(), false, 10s);
-  std::string got;
-  std::thread waiter([&] { got = client.get("late"); });
-  std::thread waiter2([&] { TcpStore c2("127.0.0.1", server.port(), false, 10s); c2.wait({"late", "later"}); });
+  TcpStore server("127.0.0.1", 0, true, kStoreTimeout);
+  TcpStore client("127.0.0.1", server.port(), false, kStoreTimeout);
+  auto waiter = std::async(std::launch::async, [&] { return client.get("late"); });
+  auto waiter2 = std::async(std::launch::async, [&] {
+    TcpStore c2("127.0.0.1", server.port(), false, kStoreTimeout);
+    c2.wait({"late", "later"});
+  });
+  // Not synchronisation: the gets are likelier to be blocked in the server by then; either way
+  // they must return what is set below.
   std::this_thread::sleep_for(100ms);
   EXPECT_FALSE(server.check({"late"}));
   server.set("late", "here");
-  waiter.join();
-  EXPECT_EQ(got, "here");
+  EXPECT_EQ(hg::test::get_within(waiter, hg::test::kWaitLimit, "get('late') to return after set"), "here");
   server.set("later", "x");
-  waiter2.join();
+  hg::test::get_within(waiter2, hg::test::kWaitLimit, "wait({'late', 'later'}) to return after both were set");
 }
 
 TEST(TcpStoreTest, GetTimesOutNamingTheKeyAndTheConnectionStaysUsable) {
-  TcpStore server("127.0.0.1", 0, true, 5s);
+  TcpStore server("127.0.0.1", 0, true, kStoreTimeout);
   TcpStore client("127.0.0.1", server.port(), false, 300ms);
   std::string e = hg::test::error_of<DistError>([&] { client.get("never"); });
   EXPECT_THAT(e, HasSubstr("'never'"));
@@ -84,25 +93,19 @@ TEST(TcpStoreTest, ClientRetriesUntilTheServerStarts) {
     TcpStore probe("127.0.0.1", 0, true, 1s);
     port = probe.port();
   }
-  std::string got;
-  std::thread early([&] {
-    try {
-      TcpStore client("127.0.0.1", port, false, 20s);  // nobody listens yet: retried
-      got = client.get("hello");
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << e.what();
-    }
+  auto early = std::async(std::launch::async, [&] {
+    TcpStore client("127.0.0.1", port, false, kStoreTimeout);  // nobody listens yet: retried
+    return client.get("hello");
   });
-  std::this_thread::sleep_for(300ms);
-  TcpStore server("127.0.0.1", port, true, 20s);
+  std::this_thread::sleep_for(300ms);  // what is tested: the server starts after the client
+  TcpStore server("127.0.0.1", port, true, kStoreTimeout);
   server.set("hello", "world");
-  early.join();
-  EXPECT_EQ(got, "world");
+  EXPECT_EQ(hg::test::get_within(early, hg::test::kWaitLimit, "the early client's get('hello')"), "world");
 }
 
 TEST(TcpStoreTest, PortInUseIsNamed) {
-  TcpStore first("127.0.0.1", 0, true, 5s);
-  std::string e = hg::test::error_of<DistError>([&] { TcpStore second("127.0.0.1", first.port(), true, 5s); });
+  TcpStore first("127.0.0.1", 0, true, kStoreTimeout);
+  std::string e = hg::test::error_of<DistError>([&] { TcpStore second("127.0.0.1", first.port(), true, kStoreTimeout); });
   EXPECT_THAT(e, HasSubstr("MASTER_PORT " + std::to_string(first.port()) + " on 127.0.0.1 is already in use"));
 }
 
@@ -117,7 +120,7 @@ TEST(TcpStoreTest, ClientWithoutServerTimesOut) {
 }
 
 TEST(TcpStoreTest, ServerSurvivesGarbage) {
-  TcpStore server("127.0.0.1", 0, true, 5s);
+  TcpStore server("127.0.0.1", 0, true, kStoreTimeout);
   server.set("k", "v");
   send_raw(server.port(), "GARBAGE GARBAGE GARBAGE");          // length 0x42524147: too large
   send_raw(server.port(), std::string("\0\0\0\0", 4));           // empty frame
@@ -125,14 +128,14 @@ TEST(TcpStoreTest, ServerSurvivesGarbage) {
   send_raw(server.port(), std::string("\x05\0\0\0\x01\xff\xff\xff\x7f", 9));  // SET key longer than frame
   send_raw(server.port(), std::string("\x05\0\0\0\x03\xff\xff\xff\xff", 9));  // WAIT 4G keys
   send_raw(server.port(), std::string("\x10\0\0\0\x02", 5));     // truncated frame, then close
-  TcpStore client("127.0.0.1", server.port(), false, 5s);
+  TcpStore client("127.0.0.1", server.port(), false, kStoreTimeout);
   EXPECT_EQ(client.get("k"), "v");
 }
 
 // Frames with a plausible length and random bodies (fixed seed): each is answered or makes the
 // server close that connection; the store keeps serving.
 TEST(TcpStoreTest, ServerSurvivesRandomFrames) {
-  TcpStore server("127.0.0.1", 0, true, 5s);
+  TcpStore server("127.0.0.1", 0, true, kStoreTimeout);
   server.set("k", "v");
   std::mt19937 rng(7);
   for (int i = 0; i < 200; ++i) {
@@ -151,20 +154,19 @@ TEST(TcpStoreTest, ServerSurvivesRandomFrames) {
     ASSERT_EQ(::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
     ::close(fd);  // without waiting: a GET that blocks is dropped with its connection
   }
-  TcpStore client("127.0.0.1", server.port(), false, 5s);
+  TcpStore client("127.0.0.1", server.port(), false, kStoreTimeout);
   EXPECT_EQ(client.get("k"), "v");
   EXPECT_EQ(client.add("counter", 1), 1);
 }
 
 TEST(TcpStoreTest, ServerGoneIsAnErrorForClients) {
-  auto server = std::make_unique<TcpStore>("127.0.0.1", 0, true, 5s);
-  TcpStore client("127.0.0.1", server->port(), false, 5s);
-  std::string e;
-  std::thread t([&] { e = hg::test::error_of<DistError>([&] { client.get("k"); }); });
-  std::this_thread::sleep_for(100ms);
+  auto server = std::make_unique<TcpStore>("127.0.0.1", 0, true, kStoreTimeout);
+  TcpStore client("127.0.0.1", server->port(), false, kStoreTimeout);
+  auto failed = std::async(std::launch::async, [&] { return hg::test::error_of<DistError>([&] { client.get("k"); }); });
+  std::this_thread::sleep_for(100ms);  // likelier blocked in the server by then; the outcome is the same
   server.reset();
-  t.join();
-  EXPECT_THAT(e, HasSubstr("closed the connection"));
+  EXPECT_THAT(hg::test::get_within(failed, hg::test::kWaitLimit, "get('k') to fail after the server went away"),
+              HasSubstr("closed the connection"));
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "tests/http_conn.h"
 #include "tests/server_process.h"
 #include "tests/test_env.h"
+#include "tests/wait.h"
 #include "training/optimizer_config.h"
 #include "training/schedulers.h"
 #include "training/train_config.h"
@@ -136,14 +137,14 @@ struct ProcessRun {
 // multi-process test in the same run) they would make hgraph-train wait for a rank 0 that never comes.
 ProcessRun run_binary(const std::filesystem::path& dir, const std::string& args) {
   const auto out = dir / "stdout.txt", err = dir / "stderr.txt";
-  const std::string cmd = "env -u LOCAL_RANK -u NODE_RANK -u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT timeout -s KILL 300 " +
+  const std::string cmd = "env -u LOCAL_RANK -u NODE_RANK -u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT " +
                           std::string(HG_TRAIN_BIN) + " " + args + " >" + out.string() + " 2>" + err.string();
-  const int s = std::system(cmd.c_str());
+  const test::CommandRun r = test::run_command(cmd, std::chrono::seconds(300), "hgraph-train " + args);
   auto slurp = [](const std::filesystem::path& p) {
     std::ifstream in(p);
     return std::string(std::istreambuf_iterator<char>(in), {});
   };
-  return {WIFEXITED(s) ? WEXITSTATUS(s) : -1, slurp(out), slurp(err)};
+  return {r.exit_code, slurp(out), slurp(err)};
 }
 
 TEST(TrainAppTest, BinaryTrainsAndExportsASmallConfig) {

@@ -197,6 +197,7 @@ TEST_F(TrainerLoopTest, GradientClippingBoundsTheUpdate) {
     for (size_t i = 0; i < before.size(); ++i)
       for (size_t k = 0; k < before[i].size(); ++k) {
         const double d = static_cast<double>(after[i][k]) - before[i][k];
+        ASSERT_TRUE(std::isfinite(d)) << algo << ": parameter " << i << " element " << k << " is " << after[i][k];
         max_abs = std::max(max_abs, std::abs(d));
         sq += d * d;
       }
