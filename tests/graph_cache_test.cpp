@@ -393,6 +393,26 @@ TEST(DiskCacheFormat, RejectsInconsistentGraphsNamingTheProblem) {
   }
 }
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// cpu_isa() reads cpuid itself (clang has no __builtin_cpu_supports("f16c")); on GCC builds it
+// must give the string GCC's builtins gave, which existing cache entries were written with.
+TEST(DiskCacheFormat, CpuIsaIsWhatGccBuiltinsReport) {
+  __builtin_cpu_init();
+  const std::pair<const char*, bool> features[] = {
+      {"sse4.2", __builtin_cpu_supports("sse4.2")},     {"avx", __builtin_cpu_supports("avx")},
+      {"avx2", __builtin_cpu_supports("avx2")},         {"fma", __builtin_cpu_supports("fma")},
+      {"f16c", __builtin_cpu_supports("f16c")},         {"avx512f", __builtin_cpu_supports("avx512f")},
+      {"avx512bw", __builtin_cpu_supports("avx512bw")}, {"avx512vl", __builtin_cpu_supports("avx512vl")},
+      {"avx512dq", __builtin_cpu_supports("avx512dq")}, {"avx512vnni", __builtin_cpu_supports("avx512vnni")},
+      {"avx512bf16", __builtin_cpu_supports("avx512bf16")},
+  };
+  std::string gcc = "x86_64";
+  for (auto [name, on] : features)
+    if (on) gcc += std::string(" ") + name;
+  EXPECT_EQ(cpu_isa(), gcc);
+}
+#endif
+
 TEST_F(DiskCacheTest, TwoProcessesWritingTheSameKeyLeaveAValidEntry) {
   const Graph g = mlp_graph(4, 32, false);
   const std::string key = compile_key(g, default_pass_options());
