@@ -117,6 +117,11 @@ TEST_F(CheckpointTest, DamagedFilesAreClearErrors) {
     bad_json = safetensors::serialize(f);
   }
   EXPECT_THAT(parse_error(bad_json), HasSubstr("metadata 'checkpoint' is not valid JSON"));
+  {  // a number beyond double's range: nlohmann throws out_of_range, not parse_error (found by hgraph-fuzz)
+    safetensors::File f = safetensors::parse(bad_json, "x");
+    f.metadata["checkpoint"] = "{\"epoch\": 1e999}";
+    EXPECT_THAT(parse_error(safetensors::serialize(f)), HasSubstr("metadata 'checkpoint' is not valid JSON"));
+  }
   EXPECT_THAT(error_of<NotFoundError>([&] { read_checkpoint(dir / "missing.ckpt"); }), HasSubstr("missing.ckpt"));
 }
 

@@ -129,6 +129,8 @@ Checkpoint parse_checkpoint(std::span<const uint8_t> bytes, const std::string& s
     j = json::parse(meta("checkpoint"));
   } catch (const json::parse_error& e) {
     throw FormatError(source + ": metadata 'checkpoint' is not valid JSON (byte " + std::to_string(e.byte) + " of it)");
+  } catch (const json::exception& e) {  // e.g. out_of_range: a number too large for a double
+    throw FormatError(source + ": metadata 'checkpoint' is not valid JSON: " + e.what());
   }
   const Fields F(source);
   if (!j.is_object()) F.fail("checkpoint", "must be a JSON object");
