@@ -26,6 +26,7 @@
 #include "graphs/graph_serialize.h"
 #include "graphs/hpu_graph.h"
 #include "models/zoo.h"
+#include "tests/errors.h"
 
 using namespace hg;
 using namespace hg::graphs;
@@ -34,6 +35,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using hg::test::error_of;
 using hg::test::LogCapture;
 using hg::test::temp_dir;
 
@@ -386,6 +388,13 @@ TEST(DiskCacheFormat, RejectsInconsistentGraphsNamingTheProblem) {
         g.nodes[op].inputs.clear();
       },
       "no inputs, the op takes one or more");
+  {  // reshape attributes whose product overflows int64 (found by hgraph-fuzz: UBSan in numel)
+    Graph g;
+    const int x = g.add_input({{1}, DType::F32});
+    g.outputs = {g.add_op(op_schema("reshape"), {x}, Attrs{{int64_t{1} << 32, int64_t{1} << 32, 0}, {}}, {{1}, DType::F32})};
+    EXPECT_THAT(error_of<FormatError>([&] { deserialize_graph(serialize_graph(g), "g.hgg"); }),
+                HasSubstr("cannot reshape to [4294967296, 4294967296, 0]"));
+  }
   const std::vector<uint8_t> bytes = serialize_graph(good);
   for (size_t n : {size_t{0}, size_t{3}, size_t{9}, bytes.size() / 2, bytes.size() - 1}) {
     SCOPED_TRACE(n);
