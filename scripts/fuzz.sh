@@ -27,6 +27,6 @@ for t in "${targets[@]}"; do
     echo "fuzz: $t FOUND A PROBLEM, see build-fuzz/$t.log and build-fuzz/findings/$t/"
     status=1
   fi
-  grep -E "^#[0-9]+ +DONE|^stat::number_of_executed_units|^stat::new_units_added" "build-fuzz/$t.log" | sed "s/^/  $t /"
+  grep -E "^#[0-9]+[[:space:]]+DONE|^stat::number_of_executed_units|^stat::new_units_added" "build-fuzz/$t.log" | sed "s/^/  $t /"
 done
 exit $status
