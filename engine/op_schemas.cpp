@@ -92,7 +92,10 @@ TensorMeta infer_softmax(const OpSchema& op, const Metas& in, const Attrs& a) {
 }
 
 TensorMeta infer_reshape(const OpSchema& op, const Metas& in, const Attrs& a) {
-  if (numel(a.ints) != in[0].numel()) fail(op, in, "cannot reshape to " + shape_str(a.ints));
+  int64_t n = 1;  // the target's numel, overflow-checked: the shape comes from attributes (e.g. a graph-cache file)
+  for (int64_t d : a.ints)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) fail(op, in, "cannot reshape to " + shape_str(a.ints));
+  if (n != in[0].numel()) fail(op, in, "cannot reshape to " + shape_str(a.ints));
   return {a.ints, in[0].dtype};
 }
 

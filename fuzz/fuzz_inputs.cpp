@@ -7,20 +7,20 @@
 #include <filesystem>
 #include <fstream>
 #include <span>
+#include <stdexcept>
 #include <string>
 
 #include "engine/error.h"
+#include "fuzz/fuzz_targets.h"
 #include "models/onnx_import.h"
 #include "models/package.h"
 #include "models/safetensors.h"
 #include "server/infer_codec.h"
 
 namespace hg::fuzz {
-namespace {
 
 namespace fs = std::filesystem;
 
-// One scratch directory per process for the package loader, which reads files.
 const fs::path& scratch_dir() {
   static const fs::path dir = [] {
     fs::path d = fs::temp_directory_path() / ("hgraph-fuzz-" + std::to_string(::getpid()));
@@ -34,6 +34,10 @@ void write_bytes(const fs::path& p, std::string_view bytes) {
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
+
+void round_trip_differs(const std::string& what) { throw std::logic_error("round trip: " + what); }
+
+namespace {
 
 void load_package(std::string_view input) {
   const size_t mark = input.find(kWeightsMark);
@@ -87,26 +91,31 @@ Target parse_target(std::string_view name) {
   if (name == "package") return Target::Package;
   if (name == "onnx") return Target::Onnx;
   if (name == "infer") return Target::Infer;
-  std::fprintf(stderr, "HG_FUZZ_TARGET must be safetensors, package, onnx or infer (got '%.*s')\n",
+  if (name == "http") return Target::Http;
+  if (name == "generate") return Target::Generate;
+  if (name == "config") return Target::Config;
+  if (name == "checkpoint") return Target::Checkpoint;
+  if (name == "graph_cache") return Target::GraphCache;
+  std::fprintf(stderr,
+               "HG_FUZZ_TARGET must be safetensors, package, onnx, infer, http, generate, config, checkpoint or "
+               "graph_cache (got '%.*s')\n",
                static_cast<int>(name.size()), name.data());
   std::exit(2);
 }
 
 void load(Target t, const uint8_t* data, size_t size) {
+  const std::string_view input(reinterpret_cast<const char*>(data), size);
   try {
     switch (t) {
-      case Target::Safetensors:
-        safetensors::parse(std::span<const uint8_t>(data, size), "fuzz-input");
-        break;
-      case Target::Package:
-        load_package(std::string_view(reinterpret_cast<const char*>(data), size));
-        break;
-      case Target::Onnx:
-        load_onnx(std::string_view(reinterpret_cast<const char*>(data), size));
-        break;
-      case Target::Infer:
-        decode_infer(std::string_view(reinterpret_cast<const char*>(data), size));
-        break;
+      case Target::Safetensors: safetensors::parse(std::span<const uint8_t>(data, size), "fuzz-input"); break;
+      case Target::Package: load_package(input); break;
+      case Target::Onnx: load_onnx(input); break;
+      case Target::Infer: decode_infer(input); break;
+      case Target::Http: load_http(input); break;
+      case Target::Generate: load_generate(input); break;
+      case Target::Config: load_config(input); break;
+      case Target::Checkpoint: load_checkpoint(input); break;
+      case Target::GraphCache: load_graph_cache(input); break;
     }
   } catch (const Error&) {
     // Rejected with a typed error: what bad input must get.

@@ -9,17 +9,25 @@
 
 namespace hg::fuzz {
 
-enum class Target { Safetensors, Package, Onnx, Infer };
+enum class Target { Safetensors, Package, Onnx, Infer, Http, Generate, Config, Checkpoint, GraphCache };
 
 // A package input is model.json, optionally followed by this line and weights.safetensors.
 inline constexpr std::string_view kWeightsMark = "\n--hgraph-fuzz-weights--\n";
 // An infer input is a KServe v2 infer request body; "#<N>\n" in front sets its
 // Inference-Header-Content-Length to N (binary tensor extension; 0 is raw mode).
 inline constexpr std::string_view kHeaderLengthMark = "#";
+// A graph_cache input is a disk graph-cache entry without its trailing checksum (the target
+// appends the right one, so that mutations reach the header and graph checks), written with
+// this engine version, CPU ISA and key.
+inline constexpr std::string_view kCacheEngine = "fuzz-engine", kCacheIsa = "fuzz-isa", kCacheKey = "fuzz-key";
 
-Target parse_target(std::string_view name);  // "safetensors" | "package" | "onnx" | "infer"; exits otherwise
+// "safetensors" | "package" | "onnx" | "infer" | "http" | "generate" | "config" | "checkpoint" |
+// "graph_cache"; exits with a message otherwise.
+Target parse_target(std::string_view name);
 // Runs the loader on the bytes; hg::Error is caught (the expected outcome of bad input),
-// everything else propagates.
+// everything else propagates. Where a format promises a round trip (config, checkpoint,
+// graph_cache), an accepted input is written back and read again, and a difference is thrown
+// as std::logic_error.
 void load(Target t, const uint8_t* data, size_t size);
 
 }  // namespace hg::fuzz

@@ -3,6 +3,10 @@
 #include <bit>
 #include <cstring>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include "engine/error.h"
 
 #ifndef HG_ENGINE_VERSION
@@ -124,16 +128,46 @@ const std::string& engine_version() {
 const std::string& cpu_isa() {
   static const std::string isa = [] {
 #if defined(__x86_64__) || defined(__i386__)
-    std::string s = "x86_64";
-    __builtin_cpu_init();
+    // Read with cpuid directly (clang 14's __builtin_cpu_supports knows no "f16c"), counting an
+    // AVX or AVX-512 feature only when the OS saves its registers (XCR0), as GCC's
+    // __builtin_cpu_supports does: the string is the one GCC builds wrote before.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const unsigned max_leaf = __get_cpuid_max(0, nullptr);
+    unsigned leaf1_ecx = 0, leaf7_ebx = 0, leaf7_ecx = 0, leaf7_1_eax = 0;
+    if (max_leaf >= 1 && __get_cpuid(1, &eax, &ebx, &ecx, &edx)) leaf1_ecx = ecx;
+    if (max_leaf >= 7) {
+      __cpuid_count(7, 0, eax, ebx, ecx, edx);
+      leaf7_ebx = ebx;
+      leaf7_ecx = ecx;
+      if (eax >= 1) {
+        __cpuid_count(7, 1, eax, ebx, ecx, edx);
+        leaf7_1_eax = eax;
+      }
+    }
+    uint64_t xcr0 = 0;
+    if (leaf1_ecx & bit_OSXSAVE) {
+      uint32_t lo, hi;
+      __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+      xcr0 = (uint64_t{hi} << 32) | lo;
+    }
+    constexpr uint64_t kAvxState = 0x6;     // SSE, YMM
+    constexpr uint64_t kAvx512State = 0xe6; // SSE, YMM, opmask, ZMM0-15 upper halves, ZMM16-31
+    const bool avx = (xcr0 & kAvxState) == kAvxState;
+    const bool avx512 = (xcr0 & kAvx512State) == kAvx512State;
     const std::pair<const char*, bool> features[] = {
-        {"sse4.2", __builtin_cpu_supports("sse4.2")},     {"avx", __builtin_cpu_supports("avx")},
-        {"avx2", __builtin_cpu_supports("avx2")},         {"fma", __builtin_cpu_supports("fma")},
-        {"f16c", __builtin_cpu_supports("f16c")},         {"avx512f", __builtin_cpu_supports("avx512f")},
-        {"avx512bw", __builtin_cpu_supports("avx512bw")}, {"avx512vl", __builtin_cpu_supports("avx512vl")},
-        {"avx512dq", __builtin_cpu_supports("avx512dq")}, {"avx512vnni", __builtin_cpu_supports("avx512vnni")},
-        {"avx512bf16", __builtin_cpu_supports("avx512bf16")},
+        {"sse4.2", (leaf1_ecx & bit_SSE4_2) != 0},
+        {"avx", avx && (leaf1_ecx & bit_AVX)},
+        {"avx2", avx && (leaf7_ebx & bit_AVX2)},
+        {"fma", avx && (leaf1_ecx & bit_FMA)},
+        {"f16c", avx && (leaf1_ecx & bit_F16C)},
+        {"avx512f", avx512 && (leaf7_ebx & bit_AVX512F)},
+        {"avx512bw", avx512 && (leaf7_ebx & bit_AVX512BW)},
+        {"avx512vl", avx512 && (leaf7_ebx & bit_AVX512VL)},
+        {"avx512dq", avx512 && (leaf7_ebx & bit_AVX512DQ)},
+        {"avx512vnni", avx512 && (leaf7_ecx & bit_AVX512VNNI)},
+        {"avx512bf16", avx512 && (leaf7_1_eax & bit_AVX512BF16)},
     };
+    std::string s = "x86_64";
     for (auto [name, on] : features)
       if (on) s += std::string(" ") + name;
     return s;

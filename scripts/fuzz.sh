@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(safetensors package onnx infer)
+((${#targets[@]})) || targets=(safetensors package onnx infer http generate config checkpoint graph_cache)
 bash scripts/setup.sh --with-fuzz
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHG_FUZZ=ON \
   -DCMAKE_CXX_COMPILER=clang++-14 -DHG_BUILD_BENCH=OFF > /dev/null
@@ -18,13 +18,15 @@ status=0
 for t in "${targets[@]}"; do
   mkdir -p "build-fuzz/corpus/$t" "build-fuzz/findings/$t"
   echo "fuzz: $t for ${seconds}s"
-  if ! HG_FUZZ_TARGET=$t ASAN_OPTIONS=detect_leaks=0 build-fuzz/fuzz/hgraph-fuzz \
-      -max_total_time="$seconds" -rss_limit_mb=4096 -malloc_limit_mb=1024 -print_final_stats=1 \
+  # UBSan reports are findings too (the build lets them recover; halt_on_error stops there).
+  if ! HG_FUZZ_TARGET=$t ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+      build-fuzz/fuzz/hgraph-fuzz \
+      -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 -malloc_limit_mb=1024 -print_final_stats=1 \
       -artifact_prefix="build-fuzz/findings/$t/" "build-fuzz/corpus/$t" "fuzz/corpus/$t" \
       > "build-fuzz/$t.log" 2>&1; then
     echo "fuzz: $t FOUND A PROBLEM, see build-fuzz/$t.log and build-fuzz/findings/$t/"
     status=1
   fi
-  grep -E "^stat::number_of_executed_units|^stat::new_units_added" "build-fuzz/$t.log" | sed "s/^/  $t /"
+  grep -E "^#[0-9]+[[:space:]]+DONE|^stat::number_of_executed_units|^stat::new_units_added" "build-fuzz/$t.log" | sed "s/^/  $t /"
 done
 exit $status

@@ -117,6 +117,11 @@ TEST_F(CheckpointTest, DamagedFilesAreClearErrors) {
     bad_json = safetensors::serialize(f);
   }
   EXPECT_THAT(parse_error(bad_json), HasSubstr("malformed JSON in run.ckpt metadata 'checkpoint'"));
+  {  // a number beyond double's range (found by hgraph-fuzz)
+    safetensors::File f = safetensors::parse(bad_json, "x");
+    f.metadata["checkpoint"] = "{\"epoch\": 1e999}";
+    EXPECT_THAT(parse_error(safetensors::serialize(f)), HasSubstr("number out of range"));
+  }
   EXPECT_THAT(error_of<NotFoundError>([&] { read_checkpoint(dir / "missing.ckpt"); }), HasSubstr("missing.ckpt"));
 }
 

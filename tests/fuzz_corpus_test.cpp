@@ -1,5 +1,6 @@
 // Replays the committed fuzz seed corpora (fuzz/corpus/<target>/) through the loaders, as
-// hgraph-fuzz does: every file must load or be rejected with hg::Error, nothing else.
+// hgraph-fuzz does: every file must load (and round-trip, where the format promises it) or be
+// rejected with hg::Error, nothing else.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -29,5 +30,10 @@ TEST(FuzzCorpus, SafetensorsSeedsLoadOrRaiseHgError) { EXPECT_GE(replay("safeten
 TEST(FuzzCorpus, PackageSeedsLoadOrRaiseHgError) { EXPECT_GE(replay("package"), 7u); }
 TEST(FuzzCorpus, OnnxSeedsLoadOrRaiseHgError) { EXPECT_GE(replay("onnx"), 6u); }
 TEST(FuzzCorpus, InferSeedsDecodeOrRaiseHgError) { EXPECT_GE(replay("infer"), 10u); }
+TEST(FuzzCorpus, HttpSeedsParseAndRouteOrRaiseHgError) { EXPECT_GE(replay("http"), 15u); }
+TEST(FuzzCorpus, GenerateSeedsParseOrRaiseHgError) { EXPECT_GE(replay("generate"), 15u); }
+TEST(FuzzCorpus, ConfigSeedsLoadAndRoundTripOrRaiseHgError) { EXPECT_GE(replay("config"), 15u); }
+TEST(FuzzCorpus, CheckpointSeedsLoadAndRoundTripOrRaiseHgError) { EXPECT_GE(replay("checkpoint"), 15u); }
+TEST(FuzzCorpus, GraphCacheSeedsLoadAndRoundTripOrRaiseHgError) { EXPECT_GE(replay("graph_cache"), 15u); }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "graphs/graph_serialize.h"
 #include "graphs/hpu_graph.h"
 #include "models/zoo.h"
+#include "tests/errors.h"
 
 using namespace hg;
 using namespace hg::graphs;
@@ -35,6 +36,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using hg::test::error_of;
 using hg::test::LogCapture;
 using hg::test::temp_dir;
 
@@ -387,12 +389,39 @@ TEST(DiskCacheFormat, RejectsInconsistentGraphsNamingTheProblem) {
         g.nodes[op].inputs.clear();
       },
       "no inputs, the op takes one or more");
+  {  // reshape attributes whose product overflows int64 (found by hgraph-fuzz: UBSan in numel)
+    Graph g;
+    const int x = g.add_input({{1}, DType::F32});
+    g.outputs = {g.add_op(op_schema("reshape"), {x}, Attrs{{int64_t{1} << 32, int64_t{1} << 32, 0}, {}}, {{1}, DType::F32})};
+    EXPECT_THAT(error_of<FormatError>([&] { deserialize_graph(serialize_graph(g), "g.hgg"); }),
+                HasSubstr("cannot reshape to [4294967296, 4294967296, 0]"));
+  }
   const std::vector<uint8_t> bytes = serialize_graph(good);
   for (size_t n : {size_t{0}, size_t{3}, size_t{9}, bytes.size() / 2, bytes.size() - 1}) {
     SCOPED_TRACE(n);
     EXPECT_THROW(deserialize_graph(std::span(bytes).first(n), "g"), FormatError);
   }
 }
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// cpu_isa() reads cpuid itself (clang has no __builtin_cpu_supports("f16c")); on GCC builds it
+// must give the string GCC's builtins gave, which existing cache entries were written with.
+TEST(DiskCacheFormat, CpuIsaIsWhatGccBuiltinsReport) {
+  __builtin_cpu_init();
+  const std::pair<const char*, bool> features[] = {
+      {"sse4.2", __builtin_cpu_supports("sse4.2")},     {"avx", __builtin_cpu_supports("avx")},
+      {"avx2", __builtin_cpu_supports("avx2")},         {"fma", __builtin_cpu_supports("fma")},
+      {"f16c", __builtin_cpu_supports("f16c")},         {"avx512f", __builtin_cpu_supports("avx512f")},
+      {"avx512bw", __builtin_cpu_supports("avx512bw")}, {"avx512vl", __builtin_cpu_supports("avx512vl")},
+      {"avx512dq", __builtin_cpu_supports("avx512dq")}, {"avx512vnni", __builtin_cpu_supports("avx512vnni")},
+      {"avx512bf16", __builtin_cpu_supports("avx512bf16")},
+  };
+  std::string gcc = "x86_64";
+  for (auto [name, on] : features)
+    if (on) gcc += std::string(" ") + name;
+  EXPECT_EQ(cpu_isa(), gcc);
+}
+#endif
 
 TEST_F(DiskCacheTest, TwoProcessesWritingTheSameKeyLeaveAValidEntry) {
   const Graph g = mlp_graph(4, 32, false);
