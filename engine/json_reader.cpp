@@ -293,18 +293,20 @@ class Reader {
 
 }  // namespace
 
-json read_json(std::string_view text, const JsonLimits& limits, std::string_view what) {
+template <class Json>
+static Json read_as(std::string_view text, const JsonLimits& limits, std::string_view what) {
   if (text.size() > limits.max_bytes)
     throw InvalidArgument(std::string(what) + " is " + std::to_string(text.size()) + " bytes, over the limit of " +
                           std::to_string(limits.max_bytes) + " bytes");
-  return Reader<json>(text, limits, what).document();
+  return Reader<Json>(text, limits, what).document();
+}
+
+json read_json(std::string_view text, const JsonLimits& limits, std::string_view what) {
+  return read_as<json>(text, limits, what);
 }
 
 nlohmann::ordered_json read_ordered_json(std::string_view text, const JsonLimits& limits, std::string_view what) {
-  if (text.size() > limits.max_bytes)
-    throw InvalidArgument(std::string(what) + " is " + std::to_string(text.size()) + " bytes, over the limit of " +
-                          std::to_string(limits.max_bytes) + " bytes");
-  return Reader<nlohmann::ordered_json>(text, limits, what).document();
+  return read_as<nlohmann::ordered_json>(text, limits, what);
 }
 
 json read_json_file(const std::filesystem::path& path, const JsonLimits& limits) {

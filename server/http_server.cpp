@@ -266,7 +266,19 @@ void HttpServer::start() {
     if (!m.stopping) m.do_accept();
   });
   int n = std::max(1, m.opt.threads);
-  for (int i = 0; i < n; ++i) m.threads.emplace_back([&m] { m.ioc.run(); });
+  // A handler that throws (an allocation failure while reading a request, say) drops its
+  // connection; the I/O thread carries on with the others.
+  for (int i = 0; i < n; ++i)
+    m.threads.emplace_back([&m] {
+      for (;;) {
+        try {
+          m.ioc.run();
+          return;
+        } catch (const std::exception& e) {
+          m.log(std::string("hgraph-serve: a connection was dropped: ") + e.what());
+        }
+      }
+    });
 }
 
 void HttpServer::wait() {
