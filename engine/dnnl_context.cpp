@@ -67,6 +67,7 @@ namespace {
 struct Bound {
   std::vector<dnnl::memory> mems;
   std::vector<dnnl_exec_arg_t> exec_args;
+  std::weak_ptr<const bool> owner;  // the call's alive_ token: expired once every copy is gone
 };
 
 // The running thread's scratchpad for DnnlCalls (one primitive runs at a time per thread).
@@ -93,6 +94,7 @@ struct ThreadBindings {
   std::unordered_map<uint64_t, Bound> map;
   uint64_t last_id = 0;  // one-entry cache in front of the map
   Bound* last = nullptr;
+  size_t sweep_at = 64;  // the size at which entries of destroyed calls are dropped
 };
 
 }  // namespace
@@ -122,14 +124,30 @@ DnnlCall::DnnlCall(dnnl::primitive prim, Args args, bool single_thread)
   id_ = next_id++;
 }
 
-void DnnlCall::run(const void* const* ptrs) const {
+namespace {
+ThreadBindings& thread_bindings() {
   thread_local ThreadBindings tb;
+  return tb;
+}
+}  // namespace
+
+size_t thread_bound_calls() { return thread_bindings().map.size(); }
+
+void DnnlCall::run(const void* const* ptrs) const {
+  ThreadBindings& tb = thread_bindings();
   Bound* b = tb.last_id == id_ ? tb.last : nullptr;
   if (!b) {
-    if (tb.map.size() > 4096) tb.map.clear();  // calls of freed kernels leave entries behind
+    // Calls of freed kernels (a model reloaded, say) leave entries behind: drop them whenever
+    // the map has doubled since the last sweep, so it stays within twice the live calls.
+    if (tb.map.size() >= tb.sweep_at) {
+      std::erase_if(tb.map, [](const auto& e) { return e.second.owner.expired(); });
+      tb.last_id = 0, tb.last = nullptr;
+      tb.sweep_at = std::max<size_t>(64, 2 * tb.map.size());
+    }
     auto [it, fresh] = tb.map.try_emplace(id_);
     b = &it->second;
     if (fresh) {
+      b->owner = alive_;
       for (const auto& [arg, md] : args_) b->mems.emplace_back(md, dnnl_engine(), nullptr);
       for (size_t i = 0; i < args_.size(); ++i) b->exec_args.push_back({args_[i].first, b->mems[i].get()});
     }

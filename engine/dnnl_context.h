@@ -51,6 +51,10 @@ std::shared_ptr<void> reorder_once(const dnnl::memory::desc& from, const void* d
 // primitive made with user_scratchpad() that needs a scratchpad gets the running thread's own
 // (grown on demand), unless `args` already name DNNL_ARG_SCRATCHPAD (then the caller passes it). `single_thread`: run on one OpenMP thread (small problems, where a fork/join
 // costs more than it gives). Copyable; copies share the primitive.
+// Calls whose memory objects the running thread holds (tests: bounded by about twice the live
+// calls, however many were created and destroyed).
+size_t thread_bound_calls();
+
 class DnnlCall {
  public:
   using Args = std::vector<std::pair<int, dnnl::memory::desc>>;
@@ -64,6 +68,7 @@ class DnnlCall {
   Args args_;
   size_t scratchpad_bytes_ = 0;  // > 0: the last arg is the thread's scratchpad, not in ptrs
   uint64_t id_;  // unique per constructed call: the key of each thread's memory objects
+  std::shared_ptr<const bool> alive_ = std::make_shared<const bool>(true);  // expires with the last copy
   bool single_thread_;
 };
 

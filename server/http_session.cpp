@@ -212,6 +212,9 @@ void Session::fail_stream() {
 void Session::do_read() {
   if (shutdown_) return close();
   state_ = State::Reading;
+  head_ = false;  // an error answered before the next head is parsed has its body
+  method_.clear();
+  target_.clear();
   parser_.emplace();
   parser_->header_limit(static_cast<uint32_t>(srv_->opt.max_header_bytes));
   parser_->body_limit(std::numeric_limits<std::uint64_t>::max());  // on_header sets this request's limit

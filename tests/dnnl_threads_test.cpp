@@ -6,6 +6,7 @@
 #include <random>
 #include <thread>
 
+#include "engine/dnnl_context.h"
 #include "engine/op.h"
 #include "tests/golden.h"
 
@@ -73,4 +74,27 @@ TEST(DnnlThreads, OneLinearKernelOnTwoThreadsGivesTheSingleThreadResult) {
   std::vector<float> ref(out.numel());
   k(in.data(), ref.data());
   EXPECT_EQ(wrong_results(k, in, ref, 300), 0);
+}
+
+// A thread that runs the kernels of many models in turn (a server's loader, reloading) keeps
+// memory objects only for calls that still exist: the entries of destroyed calls are dropped.
+TEST(DnnlThreads, BindingsOfDestroyedCallsAreDropped) {
+  using hg::kernels::DnnlCall;
+  using hg::kernels::thread_bound_calls;
+  const dnnl::memory::desc md({1, 64}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ab);
+  const dnnl::eltwise_forward::primitive_desc pd(
+      dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_relu, md, 0.f, 0.f),
+      hg::kernels::user_scratchpad(), hg::kernels::dnnl_engine());
+  const dnnl::primitive prim = dnnl::eltwise_forward(pd);
+  std::vector<float> x = random_floats(64, 3), y(64);
+  const void* ptrs[] = {x.data(), y.data()};
+  DnnlCall kept(prim, {{DNNL_ARG_SRC, md}, {DNNL_ARG_DST, md}});
+  kept.run(ptrs);
+  for (int i = 0; i < 5000; ++i) {  // a "reload": a new call, run, then freed
+    DnnlCall c(prim, {{DNNL_ARG_SRC, md}, {DNNL_ARG_DST, md}});
+    c.run(ptrs);
+  }
+  EXPECT_LE(thread_bound_calls(), 128u) << "memory objects of destroyed calls kept";
+  kept.run(ptrs);  // still bound (or bound again) and correct
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(y[i], std::max(x[i], 0.f)) << i;
 }
