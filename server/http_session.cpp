@@ -15,6 +15,16 @@ constexpr uint64_t kDiscardBytes = 64 << 10;  // a refused request's body read (
 const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
 std::string str(beast::string_view v) { return std::string(v.data(), v.size()); }
+
+// The status line and headers every answer carries, plain or streamed.
+template <class Message>
+void set_head(Message& m, const HttpResponse& r, unsigned version) {
+  m.version(version);
+  m.result(static_cast<unsigned>(r.status));
+  m.set(http::field::server, "hgraph");
+  m.set(http::field::content_type, r.content_type);
+  for (const auto& [k, v] : r.headers) m.set(beast::string_view(k.data(), k.size()), v);
+}
 }  // namespace
 
 // The sink of a streamed response: holds the session until closed or dropped, and the server
@@ -94,11 +104,7 @@ void Session::write(HttpResponse r) {
   if (r.stream) return start_stream(std::move(r));
   state_ = State::Writing;
   res_.emplace();
-  res_->version(version_);
-  res_->result(static_cast<unsigned>(r.status));
-  res_->set(http::field::server, "hgraph");
-  res_->set(http::field::content_type, r.content_type);
-  for (auto& [k, v] : r.headers) res_->set(beast::string_view(k.data(), k.size()), v);
+  set_head(*res_, r, version_);
   res_->body() = std::move(r.body);
   res_->keep_alive(keep_alive_ && !closing() && !reserve_);
   res_->prepare_payload();
@@ -129,11 +135,7 @@ void Session::start_stream(HttpResponse r) {
   state_ = State::Streaming;
   stream_end_ = false;
   shdr_.emplace();
-  shdr_->version(version_);
-  shdr_->result(static_cast<unsigned>(r.status));
-  shdr_->set(http::field::server, "hgraph");
-  shdr_->set(http::field::content_type, r.content_type);
-  for (auto& [k, v] : r.headers) shdr_->set(beast::string_view(k.data(), k.size()), v);
+  set_head(*shdr_, r, version_);
   shdr_->keep_alive(keep_alive_ && !closing() && version_ >= 11 && !reserve_);
   if (version_ >= 11) shdr_->chunked(true);  // HTTP/1.0: the body ends when the connection closes
   ssr_.emplace(*shdr_);

@@ -213,6 +213,8 @@ int main(int argc, char** argv) {
 
   try {
     if (!dump_graph.empty()) hg::graphs::set_graph_dump(dump_graph);
+    std::unique_ptr<hg::server::AccessLog> alog;  // opened before loading: a bad path fails at once
+    if (!access_log.empty()) alog = std::make_unique<hg::server::AccessLog>(access_log);
     std::cerr << "hgraph-serve: loading models from " << ropt.dir.string() << " on " << ropt.predictor.device.str()
               << " (model control mode " << control << ")" << std::endl;
     ropt.log = &std::cerr;
@@ -240,8 +242,6 @@ int main(int argc, char** argv) {
     hopt.log = &std::cerr;
     hopt.on_stop = [&kserve] { kserve.begin_drain(); };
     hopt.on_head = kserve.http_head_check();
-    std::unique_ptr<hg::server::AccessLog> alog;
-    if (!access_log.empty()) alog = std::make_unique<hg::server::AccessLog>(access_log);
     hopt.on_response = [&metrics, log = alog.get()](const hg::server::ResponseRecord& r) {
       metrics.http_response(r.status);
       if (log) log->write(r);
