@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The zoo benchmark of issue 5 in one run: hgraph (graph replay through the Predictor from the
+# The zoo benchmark in one run: hgraph (graph replay through the Predictor from the
 # ONNX file and from the zoo package, eager, lazy) against PyTorch eager, TorchScript (frozen)
 # and ONNX Runtime (onnxruntime-node, CPU, the same ONNX file) on the digits MLP, LeNet-5,
 # ResNet-18 (224x224), the BERT-style encoder (seq 128) and an identity model, at batch 1, 8, 32,
@@ -12,7 +12,8 @@
 # "1 2". ZOO_ROUNDS (default 2) repeats the latency runs; each cell keeps its fastest round's
 # median (a transient disturbance on the shared VM hits one round, not both, and every runtime
 # gets the same treatment). Writes BUILD_DIR/zoo/results.jsonl, prints the tables, ratios and
-# targets (markdown) and draws bench/zoo_latency.png. ONNX Runtime is installed from npm into BUILD_DIR/npm on first use.
+# targets (markdown) and draws bench/zoo_latency.png. Peers: `bash scripts/setup.sh --with-bench`
+# installs PyTorch and ONNX Runtime (bench/package.json into bench/node_modules).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-2}
@@ -22,13 +23,12 @@ thread_counts=${*:-1 2}
 rounds=${ZOO_ROUNDS:-2}
 data=$build/zoo
 bench=$build/bench/hg_zoo_bench
-ort_tool=../shared/tools/ort_bench.js
+ort_tool=bench/ort_bench.js
 export LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 models=(mlp lenet5 resnet18 bert identity)
 
 /usr/bin/python3 bench/torch_zoo_bench.py prepare "$data" 2> >(grep -v Warning >&2)
-[ -d "$build/npm/node_modules/onnxruntime-node" ] ||
-  npm install --prefix "$build/npm" --ignore-scripts --no-audit --no-fund onnxruntime-node@1.30.0 >&2
+[ -d bench/node_modules/onnxruntime-node ] || bash scripts/setup.sh --with-bench >&2
 
 out=$data/results.jsonl
 : > "$out.tmp"
@@ -47,7 +47,7 @@ for round in $(seq "$rounds"); do
       2> >(grep -v -i warn >&2) >> "$out.tmp"
     # identity first and last (its faster run is the fixed cost ORT net subtracts)
     for m in identity "${models[@]}"; do
-      NODE_PATH=$build/npm/node_modules node "$ort_tool" "$data/$m/model.onnx" "$data/$m/input.npy" "$t" 1,8,32 "$seconds" |
+      NODE_PATH=bench/node_modules node "$ort_tool" "$data/$m/model.onnx" "$data/$m/input.npy" "$t" 1,8,32 "$seconds" |
         /usr/bin/python3 -c 'import json, sys
 for line in sys.stdin:
     j = json.loads(line); j["runtime"] = "ort"; j["model"] = sys.argv[1]; print(json.dumps(j))' "$m" >> "$out.tmp"

@@ -3,8 +3,10 @@
 # ones for the test-data, golden-data and peer-benchmark scripts (python3-torch,
 # torchvision, onnx, sklearn, matplotlib for the benchmark chart); the test suite
 # generates its PyTorch data at test time.
-# --with-fuzz adds clang and libFuzzer for scripts/fuzz.sh; --with-bench adds wrk, FastAPI and
-# uvicorn for the serving benchmark (bench/serve/) on top of --with-python.
+# --with-fuzz adds clang and libFuzzer for scripts/fuzz.sh; --with-bench adds, on top of
+# --with-python, every peer the benchmarks run: wrk, FastAPI and uvicorn (bench/serve/), Node.js
+# and ONNX Runtime from npm (bench/package.json, installed into bench/node_modules with
+# --ignore-scripts: the CPU library ships inside the package, nothing is downloaded at install).
 # Safe to run again: packages already present are skipped.
 set -euo pipefail
 build_pkgs=(cmake g++ make pkg-config libdnnl-dev libtbb-dev libcpprest-dev libssl-dev
@@ -13,17 +15,20 @@ build_pkgs=(cmake g++ make pkg-config libdnnl-dev libtbb-dev libcpprest-dev libs
             protobuf-compiler curl libgloo-dev iproute2)
 tool_pkgs=(python3 python3-numpy python3-torch python3-torchvision python3-onnx python3-sklearn python3-matplotlib
            python3-jsonschema python3-yaml libopenblas0-openmp)
-bench_pkgs=(wrk python3-fastapi python3-uvicorn)
+bench_pkgs=(wrk python3-fastapi python3-uvicorn nodejs)
 fuzz_pkgs=(clang-14 libclang-rt-14-dev libomp-14-dev)
 want=("${build_pkgs[@]}")
+bench=false
 for arg in "$@"; do
   case "$arg" in
     --with-python) want+=("${tool_pkgs[@]}") ;;
     --with-fuzz) want+=("${fuzz_pkgs[@]}") ;;
-    --with-bench) want+=("${tool_pkgs[@]}" "${bench_pkgs[@]}") ;;
+    --with-bench) want+=("${tool_pkgs[@]}" "${bench_pkgs[@]}"); bench=true ;;
     *) echo "setup: unknown option $arg (use --with-python, --with-fuzz, --with-bench)" >&2; exit 2 ;;
   esac
 done
+# Debian's npm, unless a Node.js that bundles its own npm is there already (NodeSource's).
+$bench && ! command -v npm > /dev/null && want+=(npm)
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -35,4 +40,9 @@ if ((${#missing[@]})); then
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 else
   echo "setup: all packages present"
+fi
+# Node.js peers at the versions bench/package-lock.json pins (npm's registry is reachable in CI).
+if $bench && ! [ -d "$(dirname "$0")/../bench/node_modules/onnxruntime-node" ]; then
+  echo "setup: installing bench/package.json's npm packages (onnxruntime-node)"
+  npm ci --prefix "$(dirname "$0")/../bench" --ignore-scripts --no-audit --no-fund
 fi
