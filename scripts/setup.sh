@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package hgraph's build and tests need; with --with-python also the
 # ones for the test-data, golden-data and peer-benchmark scripts (python3-torch,
-# torchvision, onnx, sklearn, matplotlib for the benchmark chart); the test suite
-# generates its PyTorch data at test time.
+# torchvision, onnx, sklearn, matplotlib for the benchmark chart) and nginx-light
+# for the deploy/ test; the test suite generates its PyTorch data at test time.
 # --with-fuzz adds clang and libFuzzer for scripts/fuzz.sh; --with-bench adds, on top of
 # --with-python, every peer the benchmarks run: wrk, FastAPI and uvicorn (bench/serve/), Node.js
 # and ONNX Runtime from npm (bench/package.json, installed into bench/node_modules with
@@ -14,7 +14,7 @@ build_pkgs=(cmake g++ make pkg-config libdnnl-dev libtbb-dev libcpprest-dev libs
             libgtest-dev libgmock-dev libbenchmark-dev libonnx-dev libprotobuf-dev
             protobuf-compiler curl libgloo-dev iproute2)
 tool_pkgs=(python3 python3-numpy python3-torch python3-torchvision python3-onnx python3-sklearn python3-matplotlib
-           python3-jsonschema python3-yaml libopenblas0-openmp)
+           python3-jsonschema python3-yaml libopenblas0-openmp nginx-light)
 bench_pkgs=(wrk python3-fastapi python3-uvicorn nodejs)
 fuzz_pkgs=(clang-14 libclang-rt-14-dev libomp-14-dev)
 want=("${build_pkgs[@]}")
@@ -36,6 +36,12 @@ done
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  # nginx's install would start the system service on port 80; the deploy test runs its own
+  # nginx, so deny service starts during the install (as Debian's container images do).
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 else
