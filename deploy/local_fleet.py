@@ -8,6 +8,7 @@ import grp
 import http.client
 import os
 import pwd
+import random
 import shlex
 import shutil
 import signal
@@ -37,13 +38,25 @@ def wait_for(what, seconds, check, interval=0.1):
 
 
 def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+    """n free loopback ports below the ephemeral range: a replica's port stays free while it restarts
+    (an ephemeral one could meanwhile become the local port of some outgoing connection)."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low, high = map(int, f.read().split())
+    span = (10000, low) if low > 11000 else (high + 1, 65536)
+    rng = random.Random()
+    ports = []
+    for _ in range(1000):
+        port = rng.randrange(*span)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        if port not in ports:
+            ports.append(port)
+        if len(ports) == n:
+            return ports
+    raise Failure(f"found no {n} free loopback ports in [{span[0]}, {span[1]})")
 
 
 def get(port, path):

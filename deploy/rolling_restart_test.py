@@ -5,7 +5,7 @@ load, and no request lost.
 Usage: /usr/bin/python3 deploy/rolling_restart_test.py PATH/TO/hgraph-serve
            [--threads N] [--seconds S] [--restarts R] [--direct-seconds S]
 
-On free loopback ports, in a temporary directory: checks deploy/prometheus.yml (YAML, and its
+On free loopback ports (below the ephemeral range), in a temporary directory: checks deploy/prometheus.yml (YAML, and its
 targets are the replicas of deploy/nginx-hgraph.conf) and deploy/hgraph-serve@.service
 (`systemd-analyze verify`, when installed); starts two replicas (with deploy/rolling_restart.sh's
 --start command) and nginx as the current user (`daemon off;`, deploy/nginx-hgraph.conf with its
