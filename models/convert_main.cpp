@@ -5,7 +5,8 @@
 // Imports the file (models/onnx_import.h), builds the module once to validate it and writes the
 // package atomically. --dump-graph FILE (- : stderr) also captures the package at batch 1 and
 // writes the compiled graph (nodes, memory plan, passes) to FILE. Exit status 1 with the error
-// on stderr when the import fails.
+// on stderr when the import fails. `hgraph-convert --list-ops` prints the supported ONNX ops as a
+// markdown table (the one in docs/models.md).
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -14,9 +15,14 @@
 #include "graphs/graph_dump.h"
 #include "models/module.h"
 #include "models/onnx_import.h"
+#include "models/onnx_ops.h"
 #include "models/predictor.h"
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--list-ops") {
+    std::fputs(hg::models::supported_onnx_ops_markdown().c_str(), stdout);
+    return 0;
+  }
   std::vector<std::string> args;
   std::string name, dump_graph;
   bool bad_option = false;
@@ -27,7 +33,7 @@ int main(int argc, char** argv) {
     else args.push_back(a);
   }
   if (bad_option || args.size() != 2) {
-    std::fprintf(stderr, "usage: hgraph-convert MODEL.onnx OUT_DIR [--name NAME] [--dump-graph FILE]\n");
+    std::fprintf(stderr, "usage: hgraph-convert MODEL.onnx OUT_DIR [--name NAME] [--dump-graph FILE] | --list-ops\n");
     return 2;
   }
   try {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <stdexcept>
 
 #include "engine/error.h"
 #include "engine/ops.h"
@@ -405,7 +406,40 @@ const std::map<std::string, OpFn>& op_table() {
   return table;
 }
 
+// What the op table's entries leave out, as users read it; ops not listed are supported as the
+// ONNX spec defines them (opsets 13-18).
+const std::map<std::string, const char*>& op_limits() {
+  static const std::map<std::string, const char*> notes = {
+      {"AveragePool", "2-D, floor mode, no dilation, explicit symmetric pads"},
+      {"BatchNormalization", "inference (`training_mode` 0, one output)"},
+      {"Conv", "2-D, explicit symmetric pads (no `auto_pad`)"},
+      {"Dropout", "inference: an alias of its input; no mask output"},
+      {"Equal", "on the host at import (shape arithmetic)"},
+      {"Gather", "constant indices, or data-dependent indices into axis 0 of a 2-D table (embedding)"},
+      {"Gelu", "`approximate` none or tanh; older opsets' Div-Erf-Add-Mul-Mul chain is fused into it"},
+      {"LayerNormalization", "one output (no Mean/InvStdDev)"},
+      {"MaxPool", "2-D, floor mode, no dilation, explicit symmetric pads, no Indices output"},
+      {"Pow", "a constant scalar exponent"},
+      {"Slice", "positive steps"},
+  };
+  return notes;
+}
+
 }  // namespace
+
+std::string supported_onnx_ops_markdown() {
+  for (const auto& [op, note] : op_limits())
+    if (!op_table().count(op)) throw std::logic_error("op_limits names '" + op + "', which the op table lacks");
+  std::string md = "| Op | Supported | Known at import |\n|---|---|---|\n";
+  for (const auto& [op, fn] : op_table()) {
+    auto it = op_limits().find(op);
+    std::string host;
+    for (const HostInput& h : host_inputs(op))
+      if (h.required) host += (host.empty() ? "`" : ", `") + std::string(h.attr) + "`";
+    md += "| " + op + " | " + (it == op_limits().end() ? "as specified" : it->second) + " | " + host + " |\n";
+  }
+  return md;
+}
 
 DType dtype_from_onnx(int64_t t) {
   switch (t) {

@@ -32,6 +32,10 @@ inline constexpr int64_t kMaxOnnxElements = int64_t{1} << 31;
 std::optional<int64_t> capped_numel(const Shape& shape);
 
 bool is_supported_onnx_op(const std::string& op);
+// The importer's op registry as a markdown table (op, what is supported, inputs that must be
+// known at import), sorted by op: `hgraph-convert --list-ops` prints it and docs/models.md
+// holds it, checked equal by a test.
+std::string supported_onnx_ops_markdown();
 // ONNX TensorProto element type -> DType; throws hg::DTypeError for types the engine lacks.
 DType dtype_from_onnx(int64_t onnx_type);
 

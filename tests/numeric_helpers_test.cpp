@@ -84,6 +84,8 @@ TEST(NumericHelpers, DdpExpectCloseAndMaxDiffFailOnNaNAndInfinity) {
 TEST(NumericHelpers, GradientCheckFailsOnNaNAndInfinity) {
   // exp at 709.5 with a step of 1: exp(710.5) overflows, so the central difference is infinite
   // while the analytic gradient exp(709.5) * upstream is finite (an infinite bound passed it).
+  // Static: EXPECT_NONFATAL_FAILURE's statement may not name locals. Released at the end, before
+  // static destruction could outlive the device backends their storage returns to.
   static Tensor big, nan_x;
   big = Tensor::from_vector({709.5f}, {1}).to(DType::F64);
   nan_x = Tensor::from_vector({NAN}, {1}).to(DType::F64);
@@ -96,6 +98,7 @@ TEST(NumericHelpers, GradientCheckFailsOnNaNAndInfinity) {
   expect_fd_gradients([](const std::vector<Tensor>& in) { return ops::mul(in[0], in[0]); },
                       {Tensor::from_vector({0.5f, -1.5f}, {2}).to(DType::F64)}, {0}, "x * x",
                       {.eps = 1e-6, .rtol = 1e-5, .atol = 1e-6});
+  big = nan_x = Tensor();
 }
 
 }  // namespace
