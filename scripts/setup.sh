@@ -12,7 +12,7 @@ set -euo pipefail
 build_pkgs=(cmake g++ make pkg-config libdnnl-dev libtbb-dev libcpprest-dev libssl-dev
             nlohmann-json3-dev libboost-dev libboost-program-options-dev libspdlog-dev
             libgtest-dev libgmock-dev libbenchmark-dev libonnx-dev libprotobuf-dev
-            protobuf-compiler curl libgloo-dev iproute2)
+            protobuf-compiler curl libgloo-dev iproute2 zlib1g-dev)
 tool_pkgs=(python3 python3-numpy python3-torch python3-torchvision python3-onnx python3-sklearn python3-matplotlib
            python3-jsonschema python3-yaml libopenblas0-openmp nginx-light)
 bench_pkgs=(wrk python3-fastapi python3-uvicorn nodejs)

@@ -127,6 +127,11 @@ struct Client::Impl {
 
   RawResponse send(const std::string& method, const std::string& path, std::string body,
                    const std::string& content_type, const Headers& headers);
+  // send() with ClientOptions' compression: the body compressed, the answer inflated.
+  RawResponse send_compressed(const std::string& path, std::string body, const std::string& content_type,
+                              Headers headers);
+  // The body in ClientOptions::request_compression, with its Content-Encoding added to `headers`.
+  std::string compress_body(std::string body, Headers& headers) const;
 
   [[noreturn]] void unreachable(const std::string& method, const std::string& path, const std::exception& e) const {
     throw ClientError(0, method + " " + base + path + " failed: " + e.what());
@@ -187,6 +192,30 @@ RawResponse Client::Impl::send(const std::string& method, const std::string& pat
   }
 }
 
+std::string Client::Impl::compress_body(std::string body, Headers& headers) const {
+  if (opt.request_compression == ContentCoding::Identity) return body;
+  headers.emplace_back("Content-Encoding", coding_name(opt.request_compression));
+  return compress(body, opt.request_compression);
+}
+
+RawResponse Client::Impl::send_compressed(const std::string& path, std::string body, const std::string& content_type,
+                                          Headers headers) {
+  body = compress_body(std::move(body), headers);
+  if (opt.response_compression != ContentCoding::Identity)
+    headers.emplace_back("Accept-Encoding", coding_name(opt.response_compression));
+  RawResponse r = send("POST", path, std::move(body), content_type, headers);
+  const std::string encoding = r.header("Content-Encoding");
+  const std::optional<ContentCoding> coding = parse_content_encoding(encoding);
+  if (!coding) throw ClientError(r.status, "the answer to POST " + path + " has an unknown Content-Encoding '" + encoding + "'");
+  if (*coding == ContentCoding::Identity) return r;
+  try {
+    r.body = inflate(r.body, *coding, opt.max_response_bytes);
+  } catch (const Error& e) {
+    throw ClientError(r.status, "cannot inflate the answer to POST " + path + ": " + e.what());
+  }
+  return r;
+}
+
 RawResponse Client::request(const std::string& method, const std::string& path, const std::string& body,
                             const std::string& content_type, const Headers& headers) {
   return impl_->send(method, path, body, content_type, headers);
@@ -227,7 +256,8 @@ InferResult Client::infer_result(const std::string& model, const std::vector<Ten
   EncodedBody b = encode_infer_request(req);
   Headers headers;
   if (b.header_length) headers.emplace_back("Inference-Header-Content-Length", std::to_string(*b.header_length));
-  RawResponse r = impl_->send("POST", model_path(model, opt.version) + "/infer", std::move(b.body), b.content_type, headers);
+  RawResponse r = impl_->send_compressed(model_path(model, opt.version) + "/infer", std::move(b.body), b.content_type,
+                                         std::move(headers));
   ok_or_throw(r);
   std::optional<size_t> header_length;
   if (std::string h = r.header("Inference-Header-Content-Length"); !h.empty()) {
@@ -303,8 +333,8 @@ std::string Client::metrics() {
 // ---- generate extension -----------------------------------------------------------------
 
 std::string Client::generate(const std::string& model, const std::string& text_input, const GenerateOptions& opt) {
-  nlohmann::json r =
-      json_or_throw(request("POST", model_path(model, opt.version) + "/generate", generate_body(text_input, opt).dump()));
+  nlohmann::json r = json_or_throw(impl_->send_compressed(model_path(model, opt.version) + "/generate",
+                                                          generate_body(text_input, opt).dump(), "application/json", {}));
   if (!r.is_object() || !r.contains("text_output") || !r["text_output"].is_string())
     throw ClientError(200, "generate response has no text_output string: " + r.dump());
   return r["text_output"].get<std::string>();
@@ -327,11 +357,11 @@ std::vector<nlohmann::json> Client::generate_stream(const std::string& model, co
       impl_->unreachable("POST", path, e);
     }
   };
+  Headers headers = {{"Accept", "text/event-stream"}};
+  std::string request_body = impl_->compress_body(generate_body(text_input, opt).dump(), headers);
   http::http_response resp = io([&] {
     return impl_->client
-        .request(impl_->make("POST", path, generate_body(text_input, opt).dump(), "application/json",
-                             {{"Accept", "text/event-stream"}}),
-                 cancel.get_token())
+        .request(impl_->make("POST", path, std::move(request_body), "application/json", headers), cancel.get_token())
         .get();
   });
   if (resp.status_code() != 200) {

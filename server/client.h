@@ -4,6 +4,8 @@
 //
 //   hg::server::ClientOptions o;
 //   o.token = "s3cret";                                   // Authorization: Bearer s3cret
+//   o.request_compression = hg::server::ContentCoding::Gzip;           // infer/generate bodies gzipped
+//   o.response_compression = hg::server::ContentCoding::Gzip;          // Accept-Encoding: gzip, decoded
 //   hg::server::Client c("http://127.0.0.1:8000", o);
 //   if (c.ready()) {
 //     auto out = c.infer("digits_mlp", {{"input", {1, 64}, pixels}});   // FP32 tensors
@@ -46,6 +48,7 @@
 
 #include "engine/error.h"
 #include "server/client_tensor.h"
+#include "server/compression.h"
 #include "server/infer_codec.h"
 
 namespace hg::server {
@@ -73,6 +76,13 @@ struct ClientOptions {
   std::chrono::milliseconds timeout = std::chrono::seconds(30);
   std::string token;  // set: `Authorization: Bearer <token>` on every request
   Headers headers;    // sent on every request
+  // Triton's request_compression_algorithm and response_compression_algorithm, for infer and
+  // generate (not generate_stream, whose events are never compressed): request bodies go
+  // compressed with Content-Encoding, and Accept-Encoding asks for compressed answers, which
+  // are inflated (up to max_response_bytes) before they are decoded.
+  ContentCoding request_compression = ContentCoding::Identity;
+  ContentCoding response_compression = ContentCoding::Identity;
+  size_t max_response_bytes = size_t{1} << 30;
 };
 
 // An output to return: "logits", {"logits", true} (as binary data), {"probs", std::nullopt,

@@ -3,6 +3,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "server/compression.h"
 #include "server/generate.h"
 #include "server/http_error.h"
 
@@ -124,10 +125,11 @@ void serve_generate(std::shared_ptr<TextGenerator> gen, const std::string& model
     if (r.id) head["id"] = *r.id;
     head["model_name"] = model;
     head["model_version"] = version;
-    if (!stream) {
+    if (!stream) {  // compressed when asked; a stream never is (each event must reach the client at once)
+      const ContentCoding coding = negotiate_encoding(req.header("Accept-Encoding"));
       // A client that left stops the generation at its next token.
       gen->submit(std::move(r), [cancelled = req.cancelled](std::string_view) { return !(cancelled && cancelled->load()); },
-                  [reply, head](std::exception_ptr error, GenerateResult res) {
+                  [reply, head, coding](std::exception_ptr error, GenerateResult res) {
                     if (error) return reply(error_response(error));
                     if (res.finish_reason == "cancelled")
                       return reply(json_error(499, "the client closed the connection; generation stopped"));
@@ -136,6 +138,7 @@ void serve_generate(std::shared_ptr<TextGenerator> gen, const std::string& model
                     j["finish_reason"] = res.finish_reason;
                     HttpResponse ok;
                     ok.body = j.dump();
+                    encode_response(ok, coding);
                     reply(std::move(ok));
                   });
       return;

@@ -32,7 +32,11 @@
 // Errors the HTTP layer answers itself, all with {"error": "..."} and then closing the
 // connection: 413 body over the limit, 431 header over the limit, 400 unparsable HTTP, 500 a
 // handler that threw or dropped its reply, 503 when the bodies in flight would pass
-// max_inflight_body_bytes or a reserve connection asks for anything but a probe.
+// max_inflight_body_bytes or a reserve connection asks for anything but a probe. A compressed
+// body (HeadCheck::compressed_body) is inflated on the I/O thread a bounded step at a time,
+// yielding between steps; its output counts against the body limit (413 once crossed) and the
+// bytes in flight (503), a corrupt stream is 400 and an unknown Content-Encoding 415 (these
+// keep the connection open).
 // Pipelined requests are answered in order. HEAD is answered like GET without a body.
 //
 // Hostile clients: at most max_connections connections serve requests; reserve_connections
@@ -110,6 +114,10 @@ struct ResponseRecord {
 struct HeadCheck {
   std::optional<HttpResponse> answer = std::nullopt;
   size_t max_body_bytes = SIZE_MAX;  // further capped by HttpServerOptions::max_body_bytes
+  // The body may come compressed (Content-Encoding gzip or deflate): the HTTP layer inflates it
+  // within the same body limit and hands the handler the plain body, without Content-Encoding.
+  // False (and without on_head): a compressed body gets 415.
+  bool compressed_body = false;
 };
 
 // Sends the response for one request. Call it once, from any thread; later calls are

@@ -5,13 +5,16 @@
 #include <cerrno>
 #include <limits>
 
+#include "server/http_error.h"
 #include "server/http_session.h"
+#include "server/router.h"
 
 namespace hg::server {
 
 namespace {
 constexpr std::chrono::seconds kLingerTimeout{2};
 constexpr uint64_t kDiscardBytes = 64 << 10;  // a refused request's body read (and dropped) to keep its connection
+constexpr size_t kInflateStep = size_t{1} << 20;  // output inflated between two turns of the event loop
 const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
 std::string str(beast::string_view v) { return std::string(v.data(), v.size()); }
@@ -263,6 +266,7 @@ bool Session::read_error(beast::error_code ec) {
 
 void Session::on_header(beast::error_code ec) {
   head_at_ = SteadyClock::now();
+  coding_ = ContentCoding::Identity;
   if (read_error(ec)) return;
   auto& msg = parser_->get();
   version_ = msg.version();
@@ -288,13 +292,14 @@ void Session::on_header(beast::error_code ec) {
     write(std::move(r));
   };
   if (reserve_) {
-    const std::string_view path = std::string_view(target_).substr(0, target_.find_first_of("?#"));
+    const std::string_view path = target_path(target_);
     const auto& paths = srv_->opt.reserve_paths;
     if (std::find(paths.begin(), paths.end(), path) == paths.end())
       return fail(503, "the server is at its connection limit (" + std::to_string(srv_->max_connections) +
                            "); retry later", {{"Retry-After", "1"}});
   }
   size_t limit = srv_->opt.max_body_bytes;
+  bool compressed_ok = false;
   if (srv_->opt.on_head) {
     HttpRequest head;
     head.method = method_;
@@ -308,11 +313,30 @@ void Session::on_header(beast::error_code ec) {
     }
     if (check.answer) return answer_now(std::move(*check.answer));
     limit = std::min(limit, check.max_body_bytes);
+    compressed_ok = check.compressed_body;
   }
+  const std::string_view path = target_path(target_);
+  const beast::string_view encoding = msg[http::field::content_encoding];
+  const size_t encodings = msg.count(http::field::content_encoding);
+  const std::optional<ContentCoding> coding =
+      encodings > 1 ? std::nullopt : parse_content_encoding({encoding.data(), encoding.size()});
+  if (!coding) {
+    const std::string what = encodings > 1 ? "a body with " + std::to_string(encodings) + " Content-Encoding fields"
+                                           : "Content-Encoding '" + printable({encoding.data(), encoding.size()}, 64) + "'";
+    HttpResponse r = json_error(415, what + " is not supported: send gzip, deflate or identity (one coding, not a list)");
+    r.headers.emplace_back("Accept-Encoding", "gzip, deflate");
+    return answer_now(std::move(r));
+  }
+  if (*coding != ContentCoding::Identity && !compressed_ok) {
+    HttpResponse r = json_error(415, method_ + " " + printable(path) + " takes no compressed body (Content-Encoding: " +
+                                         coding_name(*coding) + "); send it uncompressed");
+    r.headers.emplace_back("Accept-Encoding", "identity");
+    return answer_now(std::move(r));
+  }
+  coding_ = *coding;
   if (length && *length > limit)
     return fail(413, "request body of " + std::to_string(*length) + " bytes exceeds the limit of " +
-                         std::to_string(limit) + " bytes for " + method_ + " " +
-                         std::string(target_.substr(0, target_.find_first_of("?#"))));
+                         std::to_string(limit) + " bytes for " + method_ + " " + std::string(path));
   parser_->body_limit(limit);
   body_limit_ = limit;
   const size_t reserve = parser_->is_done() ? 0 : static_cast<size_t>(length.value_or(limit));
@@ -320,6 +344,7 @@ void Session::on_header(beast::error_code ec) {
     return fail(503, "too many request bytes in flight (limit " + std::to_string(srv_->opt.max_inflight_body_bytes) +
                          " bytes); retry later", {{"Retry-After", "1"}});
   reserved_ = reserve;
+  head_reserve_ = reserve;
   if (version_ >= 11 && !parser_->is_done() && beast::iequals(msg[http::field::expect], "100-continue")) {
     stream_.expires_after(srv_->opt.request_timeout);
     net::async_write(stream_, net::buffer(kContinue, sizeof(kContinue) - 1),
@@ -376,12 +401,68 @@ void Session::on_body() {
   req.body = std::move(msg.body());
   request_bytes_ = req.body.size();
   req.headers.reserve(8);
-  for (const auto& f : msg) req.headers.emplace_back(str(f.name_string()), str(f.value()));
-  cancelled_ = std::make_shared<std::atomic<bool>>(false);
-  req.cancelled = cancelled_;
+  for (const auto& f : msg)  // an inflated body is handed on without its Content-Encoding
+    if (coding_ == ContentCoding::Identity || f.name() != http::field::content_encoding)
+      req.headers.emplace_back(str(f.name_string()), str(f.value()));
   state_ = State::Busy;
   counted_ = true;
   srv_->request_begun();
+  if (coding_ == ContentCoding::Identity) return handle(std::move(req));
+  compressed_ = std::move(req.body);
+  req.body = std::string();
+  inflating_ = std::move(req);
+  inflate_some();
+}
+
+// One step of inflating a compressed body, then the next one is posted: other connections are
+// served between steps. The memory a step will take is counted in flight before it is taken.
+void Session::inflate_some() {
+  if (state_ != State::Busy || !inflating_) return;  // the connection was cut meanwhile
+  try {
+    if (!inflater_) inflater_ = std::make_unique<Inflater>(coding_, compressed_, body_limit_);
+    const size_t need = std::max(head_reserve_, compressed_.size() + inflater_->capacity_after_step(kInflateStep));
+    if (need > reserved_) {
+      if (!srv_->reserve_body(need - reserved_))
+        throw HttpError(503, "too many request bytes in flight (limit " +
+                                 std::to_string(srv_->opt.max_inflight_body_bytes) + " bytes) to inflate this " +
+                                 coding_name(coding_) + " body; retry later");
+      reserved_ = need;
+    }
+    if (!inflater_->step(kInflateStep))
+      return net::post(stream_.get_executor(), [self = shared_from_this()] { self->inflate_some(); });
+  } catch (const std::exception& e) {
+    inflater_.reset();
+    inflating_.reset();
+    compressed_ = std::string();
+    const int status = http_status(e);
+    std::vector<std::pair<std::string, std::string>> headers;
+    if (status == 503) headers.emplace_back("Retry-After", "1");
+    return answer_error(status, e.what() + (" (" + method_ + " " + printable(target_path(target_)) + ")"),
+                        std::move(headers));
+  }
+  HttpRequest req = std::move(*inflating_);
+  inflating_.reset();
+  req.body = inflater_->take_output();
+  inflater_.reset();
+  compressed_ = std::string();
+  const size_t held = std::max(head_reserve_, req.body.capacity());  // from now on, the plain body
+  if (reserved_ > held) {
+    srv_->release_body(reserved_ - held);
+    reserved_ = held;
+  }
+  handle(std::move(req));
+}
+
+// An error found once the whole body was read: the connection stays usable.
+void Session::answer_error(int status, std::string_view message, std::vector<std::pair<std::string, std::string>> headers) {
+  HttpResponse r = json_error(status, message);
+  r.headers = std::move(headers);
+  write(std::move(r));
+}
+
+void Session::handle(HttpRequest req) {
+  cancelled_ = std::make_shared<std::atomic<bool>>(false);
+  req.cancelled = cancelled_;
   if (!watching_) watch_peer();
 
   // The reply may come from any thread; it always lands back on this session's strand.

@@ -15,6 +15,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "server/compression.h"
 #include "server/http_server.h"
 
 namespace hg::server {
@@ -126,6 +127,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void read_body();
   void read_body_some();
   void on_body();
+  void inflate_some();
+  void handle(HttpRequest req);
+  void answer_error(int status, std::string_view message, std::vector<std::pair<std::string, std::string>> headers = {});
   void on_write(beast::error_code ec);
   void close_after_keep_alive();
   void linger_close();
@@ -158,6 +162,12 @@ class Session : public std::enable_shared_from_this<Session> {
   size_t reserved_ = 0;   // body bytes counted in Impl::inflight_bytes
   size_t body_read_ = 0;
   size_t body_limit_ = 0;
+  ContentCoding coding_ = ContentCoding::Identity;  // of the request body in flight
+  // A compressed body being inflated: the request (body moved to compressed_), its inflater.
+  std::optional<HttpRequest> inflating_;
+  std::string compressed_;
+  std::unique_ptr<Inflater> inflater_;
+  size_t head_reserve_ = 0;  // what on_header reserved for the body
   std::string method_, target_;  // of the request in flight, for the response record
   size_t request_bytes_ = 0;
   SteadyClock::time_point head_at_, body_start_;

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "engine/error.h"
+#include "server/compression.h"
 #include "server/generate.h"
 #include "server/http_error.h"
 #include "server/infer_codec.h"
@@ -226,6 +227,7 @@ std::function<HeadCheck(const HttpRequest&)> KServeHandler::http_head_check() {
       const Endpoint e = route.endpoint;
       const bool tensors = e == Endpoint::Infer || e == Endpoint::Generate || e == Endpoint::GenerateStream;
       if (!tensors) c.max_body_bytes = opt_.max_control_body_bytes;
+      c.compressed_body = tensors;
     } catch (const std::exception& ex) {
       c.answer = error_response(ex, route.endpoint);
     }
@@ -416,8 +418,9 @@ void KServeHandler::decode_and_submit(std::shared_ptr<const ModelVersion> v, Htt
     constexpr uint64_t kLongest = uint64_t{1} << 50;  // about 35 years: the deadline cannot overflow
     if (timeout_us > 0) job->deadline = received + std::chrono::microseconds(std::min(timeout_us, kLongest));
     job->cancelled = req.cancelled;
+    const ContentCoding coding = negotiate_encoding(req.header("Accept-Encoding"));
     const Clock::time_point parsed = Clock::now();
-    job->done = [v, ir, in, reply, received, parsed, &mm, version](BatchJob& j) {
+    job->done = [v, ir, in, reply, received, parsed, &mm, version, coding](BatchJob& j) {
       if (j.status != 200) {
         mm.failure(failure_reason_for_status(j.status), us_between(received, Clock::now()));
         return reply(error_response(j.status, j.error));
@@ -429,7 +432,9 @@ void KServeHandler::decode_and_submit(std::shared_ptr<const ModelVersion> v, Htt
         r.body = std::move(e.body);
         r.content_type = std::move(e.content_type);
         r.request_id = ir->id.value_or("");
+        // As Triton: the length of the JSON header in the body before it is compressed.
         if (e.header_length) r.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*e.header_length));
+        encode_response(r, coding);
         const Clock::time_point end = Clock::now();
         RequestTimes t;
         t.parse_us = us_between(received, parsed);
