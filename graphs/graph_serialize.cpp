@@ -8,10 +8,7 @@
 #endif
 
 #include "engine/error.h"
-
-#ifndef HG_ENGINE_VERSION
-#define HG_ENGINE_VERSION "dev"
-#endif
+#include "engine/version.h"
 
 namespace hg::graphs {
 
@@ -120,7 +117,7 @@ TensorMeta read_meta(Reader& r, const std::string& node) {
 }  // namespace
 
 const std::string& engine_version() {
-  static const std::string v = std::string("hgraph ") + HG_ENGINE_VERSION + " graph-format " +
+  static const std::string v = std::string("hgraph ") + hg::version() + "+" + HG_GIT_COMMIT + " graph-format " +
                                std::to_string(kGraphFormatVersion);
   return v;
 }

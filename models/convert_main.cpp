@@ -12,11 +12,20 @@
 #include <string>
 #include <vector>
 
+#include "engine/version.h"
 #include "graphs/graph_dump.h"
 #include "models/module.h"
 #include "models/onnx_import.h"
 #include "models/onnx_ops.h"
 #include "models/predictor.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: hgraph-convert MODEL.onnx OUT_DIR [--name NAME] [--dump-graph FILE]\n"
+    "       hgraph-convert --list-ops | --help | --version\n";
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc == 2 && std::string(argv[1]) == "--list-ops") {
@@ -28,12 +37,25 @@ int main(int argc, char** argv) {
   bool bad_option = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::printf("%s\nImports an ONNX file and writes it as a model package (model.json + weights.safetensors)\n"
+                  "in OUT_DIR, e.g. repo/resnet18/1.\n"
+                  "  --name NAME        the model's name in model.json (default: the file name without .onnx)\n"
+                  "  --dump-graph FILE  also capture the package at batch 1 and write its compiled graph to FILE\n"
+                  "                     (- : stderr)\n"
+                  "  --list-ops         print the supported ONNX ops as a markdown table and exit\n", kUsage);
+      return 0;
+    }
+    if (a == "--version") {
+      std::printf("hgraph-convert %s\n", hg::version());
+      return 0;
+    }
     if ((a == "--name" || a == "--dump-graph") && i + 1 < argc) (a == "--name" ? name : dump_graph) = argv[++i];
     else if (a.starts_with("--")) bad_option = true;
     else args.push_back(a);
   }
   if (bad_option || args.size() != 2) {
-    std::fprintf(stderr, "usage: hgraph-convert MODEL.onnx OUT_DIR [--name NAME] [--dump-graph FILE] | --list-ops\n");
+    std::fprintf(stderr, "%s", kUsage);
     return 2;
   }
   try {

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Installs, builds and starts hgraph-serve on the bundled default model (digits_mlp) at
+# Installs what serving needs, builds only hgraph-serve and the libraries it links (no tests,
+# benchmarks or training) into build/, and starts it on the bundled default model (digits_mlp) at
 # http://127.0.0.1:${PORT:-8000}. Extra arguments go to hgraph-serve.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
+bash scripts/setup.sh --serve
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DHG_BUILD_TESTS=OFF -DHG_BUILD_BENCH=OFF > /dev/null
+cmake --build build -j2 --target hgraph-serve
 exec ./build/server/hgraph-serve --host 127.0.0.1 --port "${PORT:-8000}" "$@"

@@ -3,6 +3,8 @@
 # ones for the test-data, golden-data and peer-benchmark scripts (python3-torch,
 # torchvision, onnx, sklearn, matplotlib for the benchmark chart) and nginx-light
 # for the deploy/ test; the test suite generates its PyTorch data at test time.
+# --serve installs only what building the libraries and programs needs (scripts/serve.sh), without
+# GoogleTest and Google Benchmark.
 # --with-fuzz adds clang and libFuzzer for scripts/fuzz.sh; --with-bench adds, on top of
 # --with-python, every peer the benchmarks run: wrk, FastAPI and uvicorn (bench/serve/), Node.js
 # and ONNX Runtime from npm (bench/package.json, installed into bench/node_modules with
@@ -11,20 +13,22 @@
 set -euo pipefail
 build_pkgs=(cmake g++ make pkg-config libdnnl-dev libtbb-dev libcpprest-dev libssl-dev
             nlohmann-json3-dev libboost-dev libboost-program-options-dev libspdlog-dev
-            libgtest-dev libgmock-dev libbenchmark-dev libonnx-dev libprotobuf-dev
-            protobuf-compiler curl libgloo-dev iproute2 zlib1g-dev)
+            libonnx-dev libprotobuf-dev protobuf-compiler curl libgloo-dev zlib1g-dev)
+test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev iproute2)  # tests/ and bench/
 tool_pkgs=(python3 python3-numpy python3-torch python3-torchvision python3-onnx python3-sklearn python3-matplotlib
            python3-jsonschema python3-yaml libopenblas0-openmp nginx-light)
 bench_pkgs=(wrk python3-fastapi python3-uvicorn nodejs)
 fuzz_pkgs=(clang-14 libclang-rt-14-dev libomp-14-dev)
 want=("${build_pkgs[@]}")
 bench=false
+[[ " $* " == *" --serve "* ]] || want+=("${test_pkgs[@]}")
 for arg in "$@"; do
   case "$arg" in
+    --serve) ;;
     --with-python) want+=("${tool_pkgs[@]}") ;;
     --with-fuzz) want+=("${fuzz_pkgs[@]}") ;;
     --with-bench) want+=("${tool_pkgs[@]}" "${bench_pkgs[@]}"); bench=true ;;
-    *) echo "setup: unknown option $arg (use --with-python, --with-fuzz, --with-bench)" >&2; exit 2 ;;
+    *) echo "setup: unknown option $arg (use --serve, --with-python, --with-fuzz, --with-bench)" >&2; exit 2 ;;
   esac
 done
 # Debian's npm, unless a Node.js that bundles its own npm is there already (NodeSource's).

@@ -21,6 +21,7 @@
 
 #include "engine/device.h"
 #include "engine/error.h"
+#include "engine/version.h"
 #include "graphs/disk_cache.h"
 #include "graphs/graph_dump.h"
 #include "models/buckets.h"
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
   po::options_description desc("hgraph-capture options");
   desc.add_options()
       ("help,h", "show this help")
+      ("version", "print the version")
       ("model", po::value(&model)->required(), "model package version directory (model.json or model.onnx)")
       ("buckets", po::value(&buckets), "batch buckets: 1,2,4,8 | linear:START:MAX[:STEP] | exp:MIN:MAX (default 1,2,4,8)")
       ("batch-sizes", po::value(&buckets), "alias of --buckets")
@@ -64,6 +66,10 @@ int main(int argc, char** argv) {
     po::store(po::parse_command_line(argc, argv, desc), vm);
     if (vm.count("help")) {
       std::cout << desc << "\n";
+      return 0;
+    }
+    if (vm.count("version")) {
+      std::cout << "hgraph-capture " << hg::version() << "\n";
       return 0;
     }
     po::notify(vm);

@@ -26,8 +26,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/bundled_data.h"
 #include "engine/device.h"
 #include "engine/error.h"
+#include "engine/version.h"
 #include "graphs/graph_dump.h"
 #include "models/buckets.h"
 #include "server/access_log.h"
@@ -39,13 +41,8 @@ namespace po = boost::program_options;
 
 namespace {
 
-std::filesystem::path default_repository() {
-#ifdef HG_DEFAULT_REPOSITORY
-  return HG_DEFAULT_REPOSITORY;
-#else
-  return std::filesystem::path(__FILE__).parent_path().parent_path() / "models" / "repository";
-#endif
-}
+// The bundled repository: <prefix>/share/hgraph/repository when installed, else the source tree's.
+std::filesystem::path default_repository() { return hg::bundled_data("repository", HG_DEFAULT_REPOSITORY); }
 
 // The token: the file's first line, or HG_AUTH_TOKEN (a token on the command line would show in ps).
 std::string read_token(const std::string& file) {
@@ -125,6 +122,7 @@ int main(int argc, char** argv) {
   po::options_description desc("hgraph-serve options");
   desc.add_options()
       ("help,h", "show this help")
+      ("version", "print the version")
       ("model-repository", po::value(&repository), "model repository DIR/<model>/[config.json, <version>/] "
                                                    "(default: the bundled repository)")
       ("model-control-mode", po::value(&control)->default_value(control),
@@ -174,6 +172,10 @@ int main(int argc, char** argv) {
     po::notify(vm);
     if (vm.count("help")) {
       std::cout << desc << "\n";
+      return 0;
+    }
+    if (vm.count("version")) {
+      std::cout << "hgraph-serve " << hg::version() << "\n";
       return 0;
     }
     if (port < 0 || port > 65535) throw hg::InvalidArgument("--port must be in [0, 65535]");

@@ -6,6 +6,7 @@
 #include "engine/atomic_file.h"
 #include "engine/error.h"
 #include "engine/json_reader.h"
+#include "engine/version.h"
 #include "models/safetensors.h"
 #include "models/state_dict.h"
 
@@ -78,7 +79,7 @@ class Fields {
 
 }  // namespace
 
-std::string hgraph_version() { return HG_VERSION_STRING; }
+std::string hgraph_version() { return hg::version(); }
 
 std::vector<uint8_t> serialize_checkpoint(const Checkpoint& c) {
   safetensors::File f;

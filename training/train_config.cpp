@@ -5,15 +5,12 @@
 #include <ostream>
 #include <sstream>
 
+#include "engine/bundled_data.h"
 #include "engine/error.h"
 #include "engine/json_reader.h"
 #include "training/callbacks.h"
 #include "training/config_reader.h"
 #include "training/loggers.h"
-
-#ifndef HG_DEFAULT_DIGITS
-#define HG_DEFAULT_DIGITS "models/data/digits.safetensors"
-#endif
 
 namespace hg::training {
 
@@ -204,7 +201,7 @@ TrainConfig parse_train_config(const json& config) {
   ConfigReader d = top.child("data").value_or(ConfigReader(json::object(), "data"));
   c.data.dataset = d.get("dataset", c.data.dataset);
   if (c.data.dataset != "digits") d.fail("dataset", "unknown dataset '" + c.data.dataset + "' (digits)");
-  c.data.path = d.get("path", std::string(HG_DEFAULT_DIGITS));
+  c.data.path = d.get("path", hg::bundled_data("data/digits.safetensors", HG_DEFAULT_DIGITS).string());
   c.data.image_size = d.get("image_size", int64_t{c.model.model == "lenet5" ? 32 : 8});
   if (c.data.image_size != 8 && c.data.image_size != 32) d.fail("image_size", "must be 8 or 32");
   c.data.batch_size = d.get("batch_size", c.data.batch_size);

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "engine/error.h"
+#include "engine/version.h"
 #include "graphs/graph_dump.h"
 #include "training/train_config.h"
 
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
       "the held-out split and, with export.dir, writes it as a model package for hgraph-serve.\n\n"
       "Options");
   desc.add_options()("help,h", "show this help, with every config key and its default")
+      ("version", "print the version")
       ("config", po::value<std::string>(), "the JSON config file (required; see below)")
       ("set", po::value<std::vector<std::string>>()->composing(),
        "override a config value: key.path=value, e.g. trainer.max_epochs=5 or optimizer.name=adamw; "
@@ -30,6 +32,10 @@ int main(int argc, char** argv) {
     po::notify(vm);
     if (vm.count("help")) {
       std::cout << desc << "\n" << hg::training::train_config_help();
+      return 0;
+    }
+    if (vm.count("version")) {
+      std::cout << "hgraph-train " << hg::version() << "\n";
       return 0;
     }
     if (!vm.count("config")) throw po::error("--config FILE is required");
