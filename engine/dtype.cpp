@@ -125,7 +125,10 @@ Shape contiguous_strides(const Shape& s) {
   int64_t acc = 1;
   for (size_t i = s.size(); i-- > 0;) {
     st[i] = acc;
-    acc *= s[i];
+    // A shape with a zero dimension holds no bytes, so the size caps never see it; its other
+    // dimensions may still multiply past int64 (a shape read from a file: [0, 2^40, 2^40]).
+    if (__builtin_mul_overflow(acc, s[i], &acc))
+      throw ShapeError("shape " + shape_str(s) + ": its strides overflow int64");
   }
   return st;
 }

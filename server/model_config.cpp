@@ -243,7 +243,13 @@ std::vector<int64_t> parse_buckets(const Fields& f) {
   const json* b = f.find("batch_buckets");
   if (!b) return {};
   try {
-    if (b->is_string()) return models::parse_buckets(b->get<std::string>());
+    if (b->is_string()) {
+      std::vector<int64_t> v = models::parse_buckets(b->get<std::string>());
+      if (v.back() > kMaxBatchSize)  // as for the array form: a spec may name any size
+        f.fail("batch_buckets", "holds bucket " + std::to_string(v.back()) + ", above the limit " +
+                                    std::to_string(kMaxBatchSize));
+      return v;
+    }
     if (!b->is_array()) f.fail("batch_buckets", "must be a string (\"exp:1:32\", \"linear:8:64:8\", \"1,2,4\") or an array of "
                                                 "positive integers, got " + Fields::brief(*b));
     if (b->size() > models::kMaxBuckets)

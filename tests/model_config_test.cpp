@@ -103,6 +103,11 @@ TEST(ModelConfigTest, BucketsAndMaxBatchSize) {
   // Without max_batch_size, the largest bucket is the largest batch.
   EXPECT_EQ(parse(R"({"batch_buckets": [1, 64]})").max_batch_size, 64);
   EXPECT_EQ(parse(R"({"max_batch_size": 0, "batch_buckets": [1]})").max_batch_size, 0);
+  // A spec string is held to the array form's limit (the fuzzer found a linear spec whose
+  // buckets the config accepted and its to_json() then refused).
+  EXPECT_THAT(error_of(R"({"batch_buckets": "linear:7:333333333:881887881"})"),
+              HasSubstr("batch_buckets holds bucket 333333333, above the limit 65536"));
+  EXPECT_THAT(error_of(R"({"batch_buckets": [1, 65537]})"), HasSubstr("must be at most 65536"));
 
   // buckets(): the config's, else the server's fallback up to max_batch_size.
   const std::vector<int64_t> fallback = {1, 2, 4, 8, 16, 32};

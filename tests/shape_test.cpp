@@ -190,6 +190,13 @@ void expect_shape_error(const std::function<void()>& f, const std::vector<std::s
   }
 }
 
+TEST(ShapeErrors, StridesThatOverflowAreRefused) {
+  // Zero elements pass the byte caps; the other dimensions' strides must still fit int64 (the
+  // fuzzer's ONNX initializer of shape [0, ~2^62, 764734]).
+  EXPECT_THROW(Tensor::empty({0, int64_t{1} << 40, int64_t{1} << 40}, DType::F32), ShapeError);
+  EXPECT_EQ(Tensor::empty({0, int64_t{1} << 20, 4}, DType::F32).strides(), (Shape{int64_t{1} << 22, 4, 1}));
+}
+
 TEST(ShapeErrors, NameTheOpAndOperands) {
   const Tensor x = Tensor::zeros({2, 3});
   expect_shape_error([&] { ops::permute(x, {0, 0}); }, {"op 'permute'", "F32[2, 3]", "repeat"});
