@@ -72,7 +72,7 @@ BinaryRequest echo_request(const std::vector<float>& x, bool binary_output) {
   return r;
 }
 
-class ServerCompressionTest : public ::testing::Test {
+class ServerCompressionTest : public SharedServerTest {
  protected:
   static void SetUpTestSuite() {
     repo_ = std::make_unique<TempRepo>("compression");
@@ -86,24 +86,6 @@ class ServerCompressionTest : public ::testing::Test {
     server_ = std::make_unique<ServerProcess>(std::vector<std::string>{
         "--model-repository", repo_->str(), "--max-body-bytes", std::to_string(kMaxBody), "--http-threads", "2"});
   }
-  static void TearDownTestSuite() {
-    if (server_) {
-      EXPECT_EQ(server_->terminate(std::chrono::seconds(30)), 0) << "exit code after SIGTERM";
-    }
-    server_.reset();
-    repo_.reset();
-  }
-  void SetUp() override {
-    ASSERT_TRUE(server_ && server_->running()) << "hgraph-serve is not running";
-    conn_ = std::make_unique<HttpConn>(server_->port());
-  }
-  HttpReply post(const std::string& path, std::string_view body, const Headers& h = {}) {
-    return conn_->request("POST", path, body, h);
-  }
-
-  static inline std::unique_ptr<TempRepo> repo_;
-  static inline std::unique_ptr<ServerProcess> server_;
-  std::unique_ptr<HttpConn> conn_;
 };
 
 TEST_F(ServerCompressionTest, GzipJsonInferGivesTheSameLogits) {

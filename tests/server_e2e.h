@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -213,6 +214,31 @@ class Background {
  private:
   std::atomic<bool> stop_{false};
   std::thread thread_;
+};
+
+// A suite that shares one hgraph-serve: its SetUpTestSuite fills repo_ and starts server_; each
+// test gets a fresh keep-alive connection. The server must exit 0 on SIGTERM at the end.
+class SharedServerTest : public ::testing::Test {
+ protected:
+  static void TearDownTestSuite() {
+    if (server_) {
+      EXPECT_EQ(server_->terminate(std::chrono::seconds(30)), 0) << "exit code after SIGTERM";
+    }
+    server_.reset();
+    repo_.reset();
+  }
+  void SetUp() override {
+    ASSERT_TRUE(server_ && server_->running()) << "hgraph-serve is not running";
+    conn_ = std::make_unique<HttpConn>(server_->port());
+  }
+  HttpReply get(const std::string& path) { return conn_->request("GET", path); }
+  HttpReply post(const std::string& path, std::string_view body, const Headers& h = {}) {
+    return conn_->request("POST", path, body, h);
+  }
+
+  static inline std::unique_ptr<TempRepo> repo_;
+  static inline std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<HttpConn> conn_;
 };
 
 }  // namespace hg::test

@@ -31,7 +31,7 @@ const std::string kInfer = "/v2/models/digits_mlp/infer";
 constexpr const char* kDatatypes[] = {"BOOL",  "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16",
                                       "INT32", "INT64", "FP16",   "BF16",   "FP32",   "FP64"};
 
-class ServerE2eTest : public ::testing::Test {
+class ServerE2eTest : public SharedServerTest {
  protected:
   static void SetUpTestSuite() {
     repo_ = std::make_unique<TempRepo>("endpoints");
@@ -51,21 +51,6 @@ class ServerE2eTest : public ::testing::Test {
         "--model-repository", repo_->str(), "--max-body-bytes", std::to_string(kMaxBody), "--max-json-depth",
         std::to_string(kMaxDepth), "--max-elements", std::to_string(kMaxElements), "--http-threads", "2"});
   }
-  static void TearDownTestSuite() {
-    if (server_) {
-      EXPECT_EQ(server_->terminate(std::chrono::seconds(30)), 0) << "exit code after SIGTERM";
-    }
-    server_.reset();
-    repo_.reset();
-  }
-  void SetUp() override {
-    ASSERT_TRUE(server_ && server_->running()) << "hgraph-serve is not running";
-    conn_ = std::make_unique<HttpConn>(server_->port());
-  }
-  HttpReply get(const std::string& path) { return conn_->request("GET", path); }
-  HttpReply post(const std::string& path, std::string_view body, const Headers& h = {}) {
-    return conn_->request("POST", path, body, h);
-  }
   // A 400 for `body` posted to the infer endpoint, whose message contains every one of `words`.
   void expect_400(std::string_view body, const std::vector<std::string>& words) {
     HttpReply r = post(kInfer, body);
@@ -73,13 +58,7 @@ class ServerE2eTest : public ::testing::Test {
     const std::string e = error_of(r.body);
     for (const auto& w : words) EXPECT_NE(e.find(w), std::string::npos) << "'" << w << "' not in: " << e;
   }
-
-  static std::unique_ptr<TempRepo> repo_;
-  static std::unique_ptr<ServerProcess> server_;
-  std::unique_ptr<HttpConn> conn_;
 };
-std::unique_ptr<TempRepo> ServerE2eTest::repo_;
-std::unique_ptr<ServerProcess> ServerE2eTest::server_;
 
 // ---- health, metadata, ready ---------------------------------------------------------------
 
