@@ -291,8 +291,8 @@ void Session::on_header(beast::error_code ec) {
     keep_alive_ = parser_->is_done() && msg.keep_alive();
     write(std::move(r));
   };
+  const std::string_view path = target_path(target_);
   if (reserve_) {
-    const std::string_view path = target_path(target_);
     const auto& paths = srv_->opt.reserve_paths;
     if (std::find(paths.begin(), paths.end(), path) == paths.end())
       return fail(503, "the server is at its connection limit (" + std::to_string(srv_->max_connections) +
@@ -315,7 +315,6 @@ void Session::on_header(beast::error_code ec) {
     limit = std::min(limit, check.max_body_bytes);
     compressed_ok = check.compressed_body;
   }
-  const std::string_view path = target_path(target_);
   const beast::string_view encoding = msg[http::field::content_encoding];
   const size_t encodings = msg.count(http::field::content_encoding);
   const std::optional<ContentCoding> coding =
