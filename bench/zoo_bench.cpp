@@ -270,6 +270,7 @@ int start(const fs::path& dir, int64_t batch, const std::string& label) {
   const auto& b = info.at(0);
   emit({{"runtime", "hgraph_start"}, {"model", dir.string()}, {"batch", batch}, {"cache", label},
         {"load_ms", load_ms}, {"capture_ms", b.capture_ms}, {"compile_ms", b.compile_ms}, {"disk_hit", b.disk_hit},
+        {"constants_hit", b.constants_hit},
         {"total_ms", total_ms}, {"first_run_ms", ms_since(t1)}});
   return 0;
 }

@@ -2,6 +2,7 @@
 """Tables, ratios, targets and the latency chart of the zoo benchmark (bench/run_zoo.sh).
 
 Usage: /usr/bin/python3 bench/zoo_chart.py RESULTS.jsonl META.json [CHART.png]
+       /usr/bin/python3 bench/zoo_chart.py --start START.jsonl   (only the start table, from zoo_start.sh)
 
 Prints markdown: per thread count the latency table (microseconds per forward, median), the
 ratios of each peer to hgraph's graph replay (> 1: hgraph faster), ResNet-18's achieved GFLOP/s
@@ -224,6 +225,9 @@ def chart(lat, threads, path):
 
 
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--start":  # bench/zoo_start.sh's lines only
+        start_table(load(sys.argv[2])[3])
+        return
     if len(sys.argv) not in (3, 4):
         sys.exit(__doc__)
     lat, peak, chain, start = load(sys.argv[1])

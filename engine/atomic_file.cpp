@@ -1,6 +1,7 @@
 #include "engine/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,7 +33,8 @@ void write_all(int fd, ByteSpan bytes, const std::filesystem::path& p) {
 
 }  // namespace
 
-void write_file_atomic(const std::filesystem::path& path, const std::vector<ByteSpan>& parts) {
+void write_file_atomic(const std::filesystem::path& path, const std::vector<ByteSpan>& parts, Durability durability) {
+  const bool sync = durability == Durability::Synced;
   std::filesystem::path dir = path.parent_path();
   if (dir.empty()) dir = ".";
   std::string tmp = (dir / ("." + path.filename().string() + ".tmp-XXXXXX")).string();
@@ -41,7 +43,7 @@ void write_file_atomic(const std::filesystem::path& path, const std::vector<Byte
   try {
     for (ByteSpan part : parts) write_all(fd, part, tmp);
     if (::fchmod(fd, 0644) != 0) io_fail("cannot chmod", tmp, errno);
-    if (::fsync(fd) != 0) io_fail("cannot fsync", tmp, errno);
+    if (sync && ::fsync(fd) != 0) io_fail("cannot fsync", tmp, errno);
     int rc = ::close(fd);
     fd = -1;
     if (rc != 0) io_fail("cannot close", tmp, errno);
@@ -51,6 +53,7 @@ void write_file_atomic(const std::filesystem::path& path, const std::vector<Byte
     ::unlink(tmp.c_str());
     throw;
   }
+  if (!sync) return;
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (dfd >= 0) {
     ::fsync(dfd);
@@ -68,6 +71,33 @@ std::vector<uint8_t> read_file(const std::filesystem::path& path) {
   if (size && !in.read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(size)))
     io_fail("cannot read", path, EIO);
   return data;
+}
+
+MappedFile::~MappedFile() {
+  if (size_) ::munmap(data_, size_);
+}
+
+std::shared_ptr<const MappedFile> map_file(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) io_fail("cannot open", path, errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    io_fail("cannot stat", path, err);
+  }
+  const auto size = static_cast<size_t>(st.st_size);
+  void* data = nullptr;
+  if (size > 0) {
+    data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    if (data == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      io_fail("cannot map", path, err);
+    }
+  }
+  ::close(fd);
+  return std::shared_ptr<const MappedFile>(new MappedFile(data, size));
 }
 
 }  // namespace hg

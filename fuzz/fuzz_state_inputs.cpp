@@ -32,7 +32,7 @@ void load_checkpoint(std::string_view input) {
 // again for that header must be exactly those bytes (the format has one encoding per graph).
 void load_graph_cache(std::string_view input) {
   std::vector<uint8_t> entry(input.begin(), input.end());
-  const uint64_t checksum = graphs::hash64(entry);
+  const uint64_t checksum = hash64(entry);
   entry.resize(entry.size() + sizeof checksum);
   std::memcpy(entry.data() + input.size(), &checksum, sizeof checksum);
   const graphs::EntryHeader header{std::string(kCacheEngine), std::string(kCacheIsa), std::string(kCacheKey)};

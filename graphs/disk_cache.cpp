@@ -73,7 +73,9 @@ fs::path DiskCache::path_for(const std::string& key) const {
   return cfg_.dir / (hex64(hash64(key)) + kExt);
 }
 
-std::optional<Graph> DiskCache::load(const std::string& key) {
+template <class Parse>
+std::optional<std::invoke_result_t<Parse, std::shared_ptr<const MappedFile>, const fs::path&>> DiskCache::load_entry(
+    const std::string& key, Parse parse) {
   const fs::path p = path_for(key);
   std::error_code ec;
   if (!fs::exists(p, ec)) {
@@ -87,10 +89,10 @@ std::optional<Graph> DiskCache::load(const std::string& key) {
     return std::nullopt;
   }
   try {
-    Graph g = read_entry(read_file(p), header_for(key), p.string());
+    auto r = parse(map_file(p), p);
     fs::last_write_time(p, fs::file_time_type::clock::now(), ec);  // recently used: evicted last
     ++hits_;
-    return g;
+    return r;
   } catch (const IoError& e) {  // vanished or unreadable: a miss
     spdlog::warn("graph cache: cannot read {}: {}", p.string(), e.what());
     ++misses_;
@@ -100,6 +102,19 @@ std::optional<Graph> DiskCache::load(const std::string& key) {
     ++misses_;
     return std::nullopt;
   }
+}
+
+std::optional<Graph> DiskCache::load(const std::string& key) {
+  return load_entry(key, [&](std::shared_ptr<const MappedFile> file, const fs::path& p) {
+    return read_entry(file->bytes(), header_for(key), p.string());
+  });
+}
+
+std::optional<DiskCache::Blob> DiskCache::load_blob(const std::string& key) {
+  return load_entry(key, [&](std::shared_ptr<const MappedFile> file, const fs::path& p) {
+    const size_t offset = unwrap_entry(file->bytes(), header_for(key), p.string());
+    return Blob{std::move(file), offset};
+  });
 }
 
 void DiskCache::discard(const std::string& key, const std::string& why) {
@@ -112,8 +127,20 @@ void DiskCache::discard(const std::string& key, const std::string& why) {
 
 void DiskCache::store(const std::string& key, const Graph& optimized) {
   const std::vector<uint8_t> bytes = write_entry(header_for(key), optimized);
+  store_entry(key, {bytes});
+}
+
+void DiskCache::store_blob(const std::string& key, const std::vector<ByteSpan>& payload) {
+  const EntryFrame f = frame_entry(header_for(key), payload);
+  std::vector<ByteSpan> parts{f.head};
+  parts.insert(parts.end(), payload.begin(), payload.end());
+  parts.push_back({reinterpret_cast<const uint8_t*>(&f.checksum), sizeof f.checksum});
+  store_entry(key, parts);
+}
+
+void DiskCache::store_entry(const std::string& key, const std::vector<ByteSpan>& parts) {
   const fs::path p = path_for(key);
-  write_file_atomic(p, {ByteSpan(bytes)});
+  write_file_atomic(p, parts, Durability::Unsynced);  // checksummed, rebuilt if lost
   ++writes_;
   evict(p);
 }

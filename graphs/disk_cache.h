@@ -6,6 +6,8 @@
 //   if (auto dc = hg::graphs::disk_cache()) {
 //     std::optional<Graph> g = dc->load(key);       // nullopt: absent, or invalid (logged, removed)
 //     dc->store(key, exe->graph());                 // atomic write, then evicts the oldest beyond the cap
+//     dc->store_blob("onnx|" + digest, {head, body}); // any other derived artifact, same envelope
+//     if (auto b = dc->load_blob("onnx|" + digest)) use(b->payload());
 //   }
 //
 // Entries are named <hash64(key) as 16 hex digits>.hgg (format: graphs/graph_serialize.h). The
@@ -20,8 +22,12 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
+#include <type_traits>
+#include <vector>
 
+#include "engine/atomic_file.h"
 #include "graphs/ir.h"
 
 namespace hg::graphs {
@@ -50,6 +56,15 @@ class DiskCache {
   // Writes `optimized` under `key` atomically, then evicts the oldest entries beyond the cap
   // (never the one just written). Throws IoError.
   void store(const std::string& key, const Graph& optimized);
+  // The same for an opaque payload (an imported model): validated envelope (engine, ISA, key,
+  // checksum), nullopt when absent or invalid (then removed, logged and counted).
+  struct Blob {
+    std::shared_ptr<const MappedFile> file;  // the whole entry, mapped
+    size_t offset = 0;                       // where the payload starts; it ends 8 bytes before the end
+    std::span<const uint8_t> payload() const { return file->bytes().subspan(offset, file->bytes().size() - 8 - offset); }
+  };
+  std::optional<Blob> load_blob(const std::string& key);
+  void store_blob(const std::string& key, const std::vector<ByteSpan>& payload);  // the payload in parts
   // Removes the entry for `key` (e.g. it decoded but did not compile); logs `why`.
   void discard(const std::string& key, const std::string& why);
   uint64_t total_bytes() const;  // of all entries in the directory
@@ -57,6 +72,12 @@ class DiskCache {
 
  private:
   void evict(const std::filesystem::path& keep);
+  // The validated entry bytes for `key` and the payload's offset (parse: unwrap_entry), or
+  // nullopt as load() describes.
+  template <class Parse>
+  std::optional<std::invoke_result_t<Parse, std::shared_ptr<const MappedFile>, const std::filesystem::path&>> load_entry(
+      const std::string& key, Parse parse);
+  void store_entry(const std::string& key, const std::vector<ByteSpan>& parts);
   DiskCacheConfig cfg_;
   std::mutex evict_mu_;
   std::atomic<uint64_t> hits_{0}, misses_{0}, invalid_{0}, writes_{0}, evictions_{0};

@@ -74,6 +74,30 @@ std::shared_ptr<const Executable> Executable::compile(Graph g, const CompileOpti
       else ++constant_readers[in];
     }
   for (int o : g.outputs) kept[o] = 1;
+  // Stored constants: checked, then only the constants some missing one reads are computed.
+  std::vector<char> needed(n, 0);
+  auto release_if_unread = [&](int in) {
+    const size_t c = loc[in].index;
+    if (--constant_readers[in] == 0 && !kept[in] && exe->owned_[c]) {
+      exe->owned_[c].reset();
+      exe->constants_[c] = nullptr;
+    }
+  };
+  if (opt.constants)
+    for (const auto& [i, bytes] : *opt.constants) {
+      if (i < 0 || i >= n || g.nodes[i].kind != Node::Kind::Op || !g.nodes[i].constant || !kept[i])
+        throw FormatError("stored constant for node %" + std::to_string(i) + ": not a constant node that runs read");
+      if (bytes.size() != g.nodes[i].meta.bytes())
+        throw FormatError("stored constant for node " + node_name(g, i) + ": " + std::to_string(bytes.size()) +
+                          " bytes, its " + meta_str(g.nodes[i].meta) + " has " + std::to_string(g.nodes[i].meta.bytes()));
+    }
+  for (int i = n - 1; i >= 0; --i) {
+    if (g.nodes[i].kind != Node::Kind::Op || !g.nodes[i].constant) continue;
+    const bool stored = opt.constants && opt.constants->count(i);
+    if (!stored && (kept[i] || needed[i]))
+      for (int in : g.nodes[i].inputs) needed[in] = 1;
+    if (!stored && kept[i]) needed[i] = 1;
+  }
   std::vector<const void*> ptrs;
   std::vector<TensorMeta> metas;
   for (int i = 0; i < n; ++i) {
@@ -98,7 +122,26 @@ std::shared_ptr<const Executable> Executable::compile(Graph g, const CompileOpti
     loc[i] = {Where::Constant, exe->constants_.size()};
     exe->constants_.push_back(nullptr);
     exe->owned_.emplace_back();
-    if (!kept[i] && constant_readers[i] == 0) continue;
+    if (!needed[i] && !(opt.constants && opt.constants->count(i))) {
+      for (int in : node.inputs) release_if_unread(in);
+      continue;
+    }
+    if (!needed[i]) {
+      const auto& stored = opt.constants->at(i);
+      if (opt.constants_owner && reinterpret_cast<uintptr_t>(stored.data()) % kArenaAlignment == 0) {
+        exe->constants_[loc[i].index] = stored.data();
+        exe->borrowed_ = opt.constants_owner;
+      } else {
+        Buffer copy(static_cast<std::byte*>(::operator new[](std::max<size_t>(stored.size(), 1), kBufferAlignment)));
+        std::memcpy(copy.get(), stored.data(), stored.size());
+        exe->constants_[loc[i].index] = copy.get();
+        exe->owned_[loc[i].index] = std::move(copy);
+      }
+      for (int in : node.inputs) release_if_unread(in);
+      continue;
+    }
+    const size_t bytes = node.meta.bytes();
+    Buffer buf(static_cast<std::byte*>(::operator new[](std::max<size_t>(bytes, 1), kBufferAlignment)));
     pointers_and_metas(node, ptrs, metas);
     for (size_t k = 0; k < node.inputs.size(); ++k)
       if (!ptrs[k])
@@ -106,18 +149,10 @@ std::shared_ptr<const Executable> Executable::compile(Graph g, const CompileOpti
                             ", " + node_name(g, node.inputs[k]) + ", is neither frozen nor constant");
     const Kernel kernel = node.op->prepack ? node.op->prepack(metas, node.meta, node.attrs, ptrs)
                                            : node.op->prepare(metas, node.meta, node.attrs);
-    const size_t bytes = node.meta.bytes();
-    Buffer buf(static_cast<std::byte*>(::operator new[](std::max<size_t>(bytes, 1), kBufferAlignment)));
     kernel(ptrs.data(), buf.get());
     exe->constants_[loc[i].index] = buf.get();
     exe->owned_[loc[i].index] = std::move(buf);
-    for (int in : node.inputs) {
-      const size_t c = loc[in].index;
-      if (--constant_readers[in] == 0 && !kept[in] && exe->owned_[c]) {
-        exe->owned_[c].reset();
-        exe->constants_[c] = nullptr;
-      }
-    }
+    for (int in : node.inputs) release_if_unread(in);
   }
   for (int i = 0; i < n; ++i)
     if (g.nodes[i].kind == Node::Kind::Op && g.nodes[i].constant && kept[i]) exe->constant_bytes_ += g.nodes[i].meta.bytes();
@@ -192,6 +227,17 @@ std::shared_ptr<const Executable> Executable::compile(Graph g, const CompileOpti
   exe->graph_ = std::move(g);
   append_graph_dump(*exe);
   return exe;
+}
+
+StoredConstants Executable::computed_constants() const {
+  StoredConstants r;
+  for (int i = 0; i < static_cast<int>(graph_.nodes.size()); ++i) {
+    const Node& node = graph_.nodes[i];
+    if (node.kind != Node::Kind::Op || !node.constant || node_loc_[i].where != Where::Constant) continue;
+    if (const void* p = constants_[node_loc_[i].index])
+      r.emplace(i, std::span<const uint8_t>(static_cast<const uint8_t*>(p), node.meta.bytes()));
+  }
+  return r;
 }
 
 std::string Executable::dump() const {

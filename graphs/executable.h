@@ -11,7 +11,9 @@
 // Set HG_DUMP_GRAPH=FILE (or call set_graph_dump, graphs/graph_dump.h) to have every compile
 // append its dump to FILE.
 #pragma once
+#include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,9 +23,20 @@
 
 namespace hg::graphs {
 
+// Values of constant nodes computed by an earlier compile of the same optimized graph with the
+// same frozen data (the disk cache's constants entry): node index -> bytes.
+using StoredConstants = std::map<int, std::span<const uint8_t>>;
+
 struct CompileOptions {
   PassOptions passes = default_pass_options();
   bool optimize = true;  // false: `g` already went through the passes (e.g. read from the disk cache)
+  // With optimize false: constant nodes found here are copied instead of computed, and the
+  // constants only they read are not computed at all. Every entry must name a constant node
+  // that a step or an output reads and have its byte size, else compile throws FormatError.
+  const StoredConstants* constants = nullptr;
+  // Keeps the stored constants' memory alive: when set, 64-byte aligned ones are used in place
+  // (the executable holds this) instead of copied.
+  std::shared_ptr<const void> constants_owner = nullptr;
 };
 
 class Executable {
@@ -55,6 +68,9 @@ class Executable {
   Loc location(int i) const { return node_loc_[i]; }
   int inplace_of(int i) const { return inplace_of_[i]; }  // node whose arena buffer i took over, or -1
   bool prepacked(int i) const { return prepacked_[i] != 0; }
+  // The constant nodes computed at compile that runs read (node index -> bytes): what the
+  // disk cache stores so that a later compile can take them as CompileOptions::constants.
+  StoredConstants computed_constants() const;
   int step_of(int i) const { return node_step_[i]; }  // -1: an input or a constant (no step)
   // FNV-1a of the signature of the graph given to compile (before passes): names the dump.
   uint64_t signature_hash() const { return signature_hash_; }
@@ -88,6 +104,7 @@ class Executable {
   // owned_[k] holds constants_[k] when the executable owns it.
   std::vector<const void*> constants_;
   std::vector<Buffer> owned_;
+  std::shared_ptr<const void> borrowed_;  // CompileOptions::constants_owner, when constants point into it
   size_t constant_bytes_ = 0;
   // Per node of graph_: see location(), inplace_of(), prepacked(), step_of().
   std::vector<Loc> node_loc_;

@@ -72,6 +72,7 @@ GraphCache& memory_graph_cache();
 struct CompileInfo {
   bool memory_hit = false;
   bool disk_hit = false;
+  bool constants_hit = false;  // the constants computed from the frozen data came from the disk cache too
   double compile_ms = 0;  // time spent in compile_cached (lookup + compile)
 };
 
@@ -81,7 +82,9 @@ std::string compile_key(const Graph& g, const PassOptions& opt);
 
 // Compiles `g` with the default pass options through the caches. frozen_data as in
 // Executable::compile; executables with frozen inputs bake in their data, so they skip the
-// memory cache (the disk cache holds only the graph and recompiles it with this frozen_data).
+// memory cache. The disk cache holds the optimized graph and, for graphs with frozen inputs, the
+// constants computed from the frozen data (keyed by a digest of it), so a warm compile neither
+// runs the passes nor recomputes folded constants; kernels are prepared again.
 std::shared_ptr<const Executable> compile_cached(const Graph& g, std::vector<const void*> frozen_data = {},
                                                  CompileInfo* info = nullptr);
 

@@ -177,15 +177,6 @@ const std::string& cpu_isa() {
   return isa;
 }
 
-uint64_t hash64(std::span<const uint8_t> bytes, uint64_t seed) {
-  uint64_t h = seed;
-  for (uint8_t b : bytes) {
-    h ^= b;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
 std::vector<uint8_t> serialize_graph(const Graph& g) {
   Writer w;
   w.pod(static_cast<uint32_t>(g.nodes.size()));
@@ -309,21 +300,38 @@ Graph deserialize_graph(std::span<const uint8_t> payload, const std::string& wha
   return read_graph(r);
 }
 
-std::vector<uint8_t> write_entry(const EntryHeader& h, const Graph& g) {
-  const std::vector<uint8_t> payload = serialize_graph(g);
+EntryFrame frame_entry(const EntryHeader& h, const std::vector<std::span<const uint8_t>>& payload) {
+  size_t payload_size = 0;
+  for (const auto& part : payload) payload_size += part.size();
   Writer w;
   w.raw(kMagic, sizeof kMagic);
   w.pod(kGraphFormatVersion);
   w.str(h.engine_version);
   w.str(h.cpu_isa);
   w.str(h.key);
-  w.pod(static_cast<uint64_t>(payload.size()));
-  w.raw(payload.data(), payload.size());
-  w.pod(hash64(w.out));
-  return std::move(w.out);
+  // Zero padding so that the payload starts at a multiple of kEntryPayloadAlignment (mapped
+  // entries hand out aligned data).
+  const size_t at = w.out.size() + sizeof(uint32_t) + sizeof(uint64_t);
+  const auto pad = static_cast<uint32_t>((kEntryPayloadAlignment - at % kEntryPayloadAlignment) % kEntryPayloadAlignment);
+  w.pod(pad);
+  w.out.resize(w.out.size() + pad, 0);
+  w.pod(static_cast<uint64_t>(payload_size));
+  Hasher sum;
+  sum.update(w.out);
+  for (const auto& part : payload) sum.update(part);
+  return {std::move(w.out), sum.digest()};
 }
 
-Graph read_entry(std::span<const uint8_t> bytes, const EntryHeader& expect, const std::string& what) {
+std::vector<uint8_t> write_entry(const EntryHeader& h, const Graph& g) {
+  const std::vector<uint8_t> payload = serialize_graph(g);
+  EntryFrame f = frame_entry(h, {payload});
+  f.head.insert(f.head.end(), payload.begin(), payload.end());
+  const auto* sum = reinterpret_cast<const uint8_t*>(&f.checksum);
+  f.head.insert(f.head.end(), sum, sum + sizeof f.checksum);
+  return std::move(f.head);
+}
+
+size_t unwrap_entry(std::span<const uint8_t> bytes, const EntryHeader& expect, const std::string& what) {
   Reader r(bytes, what);
   if (bytes.empty()) r.fail("empty file");
   const auto magic = r.take(std::min(sizeof kMagic, bytes.size()), "magic");
@@ -350,12 +358,24 @@ Graph read_entry(std::span<const uint8_t> bytes, const EntryHeader& expect, cons
     h.fail_at(isa_at, "compiled for CPU '" + v + "', this CPU is '" + expect.cpu_isa + "'");
   const size_t key_at = h.pos();
   if (h.str("key") != expect.key) h.fail_at(key_at, "key differs from the graph looked up (hash collision or stale file)");
+  const size_t pad_at = h.pos();
+  const auto pad = h.pod<uint32_t>("padding length");
+  const size_t want = (kEntryPayloadAlignment - (pad_at + sizeof(uint32_t) + sizeof(uint64_t)) % kEntryPayloadAlignment) %
+                      kEntryPayloadAlignment;
+  if (pad != want) h.fail_at(pad_at, "padding length " + std::to_string(pad) + ", expected " + std::to_string(want));
+  const size_t zeros_at = h.pos();
+  for (uint8_t b : h.take(pad, "padding"))
+    if (b != 0) h.fail_at(zeros_at, "padding is not zero");
   const size_t len_at = h.pos();
   const auto len = h.pod<uint64_t>("payload length");
   if (len != h.left())
     h.fail_at(len_at, "payload length " + std::to_string(len) + " but " + std::to_string(h.left()) + " bytes follow");
-  const size_t payload_at = h.pos();
-  Reader p(bytes.subspan(payload_at, len), what, payload_at);
+  return h.pos();
+}
+
+Graph read_entry(std::span<const uint8_t> bytes, const EntryHeader& expect, const std::string& what) {
+  const size_t payload_at = unwrap_entry(bytes, expect, what);
+  Reader p(bytes.subspan(payload_at, bytes.size() - sizeof(uint64_t) - payload_at), what, payload_at);
   return read_graph(p);
 }
 

@@ -124,6 +124,7 @@ void HPUGraph::capture_end() {
   stats_.compile_ms = info.compile_ms;
   stats_.memory_cache_hit = info.memory_hit;
   stats_.disk_cache_hit = info.disk_hit;
+  stats_.constants_cache_hit = info.constants_hit;
   bind_outputs(c, device_);
   inputs_ = std::move(c.inputs);
   frozen_ = std::move(frozen);
@@ -213,6 +214,26 @@ void HPUGraph::replay_with(const std::vector<Tensor>& inputs, const std::vector<
   }
   ++stats_.zero_copy_replays;
   launch(std::move(in), std::move(out), std::move(keep), asynchronous);
+}
+
+void HPUGraph::replay_host(const std::vector<const void*>& inputs, const std::vector<void*>& outputs) {
+  if (!exe_) throw InvalidArgument("HPUGraph::replay_host before a capture");
+  if (inputs.size() != user_in_.size() || outputs.size() != user_out_.size())
+    throw InvalidArgument("HPUGraph::replay_host: " + std::to_string(inputs.size()) + " inputs and " +
+                          std::to_string(outputs.size()) + " outputs given, the graph has " +
+                          std::to_string(user_in_.size()) + " and " + std::to_string(user_out_.size()));
+  std::vector<const void*> in = in_ptrs_;
+  std::vector<void*> out = out_ptrs_;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (!inputs[k]) throw InvalidArgument("HPUGraph::replay_host: input " + std::to_string(k) + " is null");
+    if (user_in_[k] >= 0) in[static_cast<size_t>(user_in_[k])] = inputs[k];
+  }
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    if (!outputs[j]) throw InvalidArgument("HPUGraph::replay_host: output " + std::to_string(j) + " is null");
+    out[user_out_[j]] = outputs[j];
+  }
+  ++stats_.zero_copy_replays;
+  launch(std::move(in), std::move(out), {}, false);
 }
 
 void HPUGraph::mark_user_inputs(const std::vector<Tensor>& placeholders) {

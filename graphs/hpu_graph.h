@@ -46,10 +46,11 @@ struct HPUGraphStats {
   uint64_t captures = 0;           // successful capture_end calls
   uint64_t aborted_captures = 0;   // captures dropped (abort, exception, compile error)
   uint64_t replays = 0;            // replay() calls
-  uint64_t zero_copy_replays = 0;  // replay_with() calls
+  uint64_t zero_copy_replays = 0;  // replay_with() and replay_host() calls
   double compile_ms = 0;           // the last capture_end's compile time (cache lookups included)
   bool memory_cache_hit = false;   // the last capture_end found its executable in memory
   bool disk_cache_hit = false;     // ... or its optimized graph in the disk cache (HG_GRAPH_CACHE)
+  bool constants_cache_hit = false;  // ... and the constants computed from its frozen inputs
   size_t nodes = 0, steps = 0;     // recorded nodes; steps after the passes
   size_t inputs = 0, frozen_inputs = 0, outputs = 0;
   size_t arena_bytes = 0;
@@ -82,6 +83,11 @@ class HPUGraph {
   // Which tensors replay_with's arguments stand for, after capture_end. Default inputs: every
   // static input that is neither frozen nor an RNG seed, in static_inputs() order; default
   // outputs: static_outputs(). A user input the graph never reads is allowed (checked, not read).
+  // replay_with for buffers in host memory, which this build's devices compute in (the host
+  // backend is the only one): inputs[i] / outputs[j] point at contiguous data of user input i's
+  // and user output j's captured meta, and must not overlap the graph's static buffers. Runs in
+  // device order and waits; nothing is copied and nothing allocated beyond two pointer arrays.
+  void replay_host(const std::vector<const void*>& inputs, const std::vector<void*>& outputs);
   void mark_user_inputs(const std::vector<Tensor>& placeholders);
   void mark_user_outputs(const std::vector<Tensor>& outputs);
 

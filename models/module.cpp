@@ -48,7 +48,7 @@ StateDict Module::state_dict() const {
   return r;
 }
 
-void Module::load_state_dict(const std::map<std::string, Tensor>& tensors, bool strict) {
+void Module::load_state_dict(const std::map<std::string, Tensor>& tensors, bool strict, LoadMode mode) {
   std::vector<std::pair<std::string, Tensor*>> own;
   collect_state("", own);
   std::vector<std::string> problems;
@@ -81,7 +81,14 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& tensors, bool 
   }
   for (auto& [name, t] : own) {
     auto it = tensors.find(name);
-    if (it != tensors.end()) t->copy_from(it->second);
+    if (it == tensors.end()) continue;
+    if (mode == LoadMode::Copy) {
+      t->copy_from(it->second);
+      continue;
+    }
+    const bool rg = t->requires_grad();
+    *t = it->second.detach();
+    t->set_requires_grad(rg);
   }
 }
 

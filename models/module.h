@@ -26,6 +26,11 @@ namespace hg::models {
 
 using StateDict = std::vector<std::pair<std::string, Tensor>>;
 
+// How load_state_dict takes the tensors: Copy writes their values into the module's tensors;
+// Adopt makes the module's tensors be the given ones (shared storage, requires_grad kept), for
+// freshly read weights that nothing else writes.
+enum class LoadMode { Copy, Adopt };
+
 class Module {
  public:
   Module() = default;
@@ -53,7 +58,7 @@ class Module {
   // the module's devices are kept). strict: every key of state_dict() present and no other.
   // Throws hg::InvalidArgument listing every missing / unexpected key and every dtype or
   // shape mismatch (those also when not strict); nothing is copied then.
-  void load_state_dict(const std::map<std::string, Tensor>& tensors, bool strict = true);
+  void load_state_dict(const std::map<std::string, Tensor>& tensors, bool strict = true, LoadMode mode = LoadMode::Copy);
   void train(bool on = true);
   void eval() { train(false); }
   bool training() const { return training_; }

@@ -2,7 +2,10 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -10,8 +13,15 @@
 #include <optional>
 #include <set>
 
+#include <spdlog/spdlog.h>
+
 #include "engine/atomic_file.h"
 #include "engine/error.h"
+#include "engine/hash.h"
+#include "engine/json_reader.h"
+#include "graphs/disk_cache.h"
+#include "graphs/graph_dump.h"
+#include "models/module.h"
 #include "models/onnx_ops.h"
 #include "models/state_dict.h"
 
@@ -399,8 +409,8 @@ struct Importer {
   }
 };
 
-ModelPackage import_model(const fs::path& file) {
-  const std::vector<uint8_t> bytes = read_file(file);
+// Imports the model in `bytes` (read from `file`); *external: whether it read external data files.
+ModelPackage import_model(const fs::path& file, const std::vector<uint8_t>& bytes, bool* external) {
   onnx::ModelProto model;
   if (bytes.size() > static_cast<size_t>(INT32_MAX) || !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     throw FormatError(file.string() + ": not a valid ONNX model (the protobuf message does not parse; truncated or corrupt, " +
@@ -433,14 +443,95 @@ ModelPackage import_model(const fs::path& file) {
                      {"opset", im.opset},
                      {"producer", model.producer_name() + " " + model.producer_version()}};
   p.weights = to_safetensors(im.constants);
+  *external = !im.external.empty();
+  return p;
+}
+
+// The disk cache's entry for an imported model: u64 length of model.json's text, the text, the
+// weights' safetensors image. Keyed by the ONNX file's content, so a start with a warm cache
+// skips the import (the probe runs were most of a large model's start).
+std::string import_key(uint64_t digest, uint64_t size) {
+  return "onnx-import|" + graphs::hex64(digest) + "|" + std::to_string(size) + " bytes";
+}
+
+// The content digest of `file`, remembered in the cache under the file's identity (absolute
+// path, device, inode, size, modification and change times in ns), so a warm start neither
+// reads nor hashes a large model. Replacing the file (rename) or writing it changes the
+// identity. *bytes receives the content when it had to be read.
+uint64_t content_digest(graphs::DiskCache& disk, const fs::path& file, std::vector<uint8_t>* bytes) {
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0) throw IoError("cannot stat " + file.string() + ": " + std::strerror(errno));
+  const std::string id = "file-digest|" + fs::absolute(file).lexically_normal().string() + "|" + std::to_string(st.st_dev) +
+                         ":" + std::to_string(st.st_ino) + "|" + std::to_string(st.st_size) + "|" +
+                         std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + "|" +
+                         std::to_string(st.st_ctim.tv_sec) + "." + std::to_string(st.st_ctim.tv_nsec);
+  if (auto blob = disk.load_blob(id); blob && blob->payload().size() == 8) {
+    uint64_t d;
+    std::memcpy(&d, blob->payload().data(), 8);
+    return d;
+  }
+  *bytes = read_file(file);
+  const uint64_t d = hash64(*bytes);
+  try {
+    disk.store_blob(id, {{reinterpret_cast<const uint8_t*>(&d), 8}});
+  } catch (const Error& e) {
+    spdlog::warn("graph cache: cannot write {}: {}", disk.path_for(id).string(), e.what());
+  }
+  return d;
+}
+
+void store_import(graphs::DiskCache& disk, const std::string& key, const ModelPackage& p) {
+  const std::string json = package_json(p.spec).dump();
+  const std::vector<uint8_t> weights = safetensors::serialize(p.weights);
+  const uint64_t n = json.size();
+  disk.store_blob(key, {{reinterpret_cast<const uint8_t*>(&n), 8}, as_bytes(json), weights});
+}
+
+ModelPackage package_from_entry(std::span<const uint8_t> e, const fs::path& file, const std::string& entry,
+                                std::unique_ptr<Module>* module, Device device) {
+  uint64_t n = 0;
+  if (e.size() < 8 || (std::memcpy(&n, e.data(), 8), n > e.size() - 8))
+    throw FormatError(entry + ": the imported model's JSON length is out of range");
+  const std::string_view text(reinterpret_cast<const char*>(e.data() + 8), n);
+  return package_from(read_json(text, kModelJsonLimits, entry), safetensors::parse(e.subspan(8 + n), entry),
+                      file.parent_path(), module, device);
+}
+
+ModelPackage import_or_reuse(const fs::path& file, std::unique_ptr<Module>* module, Device device) {
+  std::vector<uint8_t> bytes;
+  const std::shared_ptr<graphs::DiskCache> disk = graphs::disk_cache();
+  std::string key;
+  if (disk) {
+    const uint64_t digest = content_digest(*disk, file, &bytes);
+    key = import_key(digest, bytes.empty() ? fs::file_size(file) : bytes.size());
+    if (auto blob = disk->load_blob(key)) {
+      const std::string entry = disk->path_for(key).string();
+      try {
+        return package_from_entry(blob->payload(), file, entry, module, device);
+      } catch (const Error& e) {
+        disk->discard(key, e.what());
+      }
+    }
+  }
+  if (bytes.empty()) bytes = read_file(file);
+  bool external = false;
+  ModelPackage p = import_model(file, bytes, &external);
+  if (disk && !external) {  // a model with external data files is imported every time
+    try {
+      store_import(*disk, key, p);
+    } catch (const Error& e) {
+      spdlog::warn("graph cache: cannot write {}: {}", disk->path_for(key).string(), e.what());
+    }
+  }
+  if (module) *module = build_module(p, device);
   return p;
 }
 
 }  // namespace
 
-ModelPackage import_onnx(const fs::path& file) {
+ModelPackage import_onnx(const fs::path& file, std::unique_ptr<Module>* module, Device device) {
   try {
-    return import_model(file);
+    return import_or_reuse(file, module, device);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {  // bad_alloc, length_error, protobuf's or json's: still an hg::Error

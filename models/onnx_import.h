@@ -14,13 +14,21 @@
 // from the batch. Errors (hg::Error) name the file, and for graph problems the node, its op
 // type and the opset: an unsupported op, a truncated or corrupt file, a missing external
 // data file, an input whose non-batch dimension is dynamic.
+//
+// With a disk graph cache configured (HG_GRAPH_CACHE, graphs/disk_cache.h) the imported package
+// is stored there too, keyed by the ONNX file's content (hg::hash64 of its bytes and its size),
+// and later imports of the same bytes read it instead of importing again (validated like every
+// cache entry; an invalid one is removed and the file imported). Models with external data
+// files are imported every time.
 #pragma once
 #include <filesystem>
+#include <memory>
 
 #include "models/package.h"
 
 namespace hg::models {
 
-ModelPackage import_onnx(const std::filesystem::path& file);
+// module (optional): receives the package's built module on `device`, as load_package's does.
+ModelPackage import_onnx(const std::filesystem::path& file, std::unique_ptr<Module>* module = nullptr, Device device = {});
 
 }  // namespace hg::models

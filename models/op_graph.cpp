@@ -105,9 +105,9 @@ std::vector<Tensor> OpGraphModule::forward_all(const std::vector<Tensor>& inputs
   return r;
 }
 
-std::unique_ptr<OpGraphModule> build_op_graph_module(const ModelPackage& p) {
+std::unique_ptr<OpGraphModule> build_op_graph_module(const ModelPackage& p, Device device) {
   const std::string file = (p.dir / "model.json").string();
-  const auto tensors = tensors_from(p.weights, (p.dir / "weights.safetensors").string());
+  const auto tensors = tensors_from(p.weights, (p.dir / "weights.safetensors").string(), device);
   std::set<std::string> names;
   std::vector<std::pair<std::string, Tensor>> constants;
   for (const auto& [name, t] : tensors) {

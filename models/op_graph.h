@@ -56,6 +56,6 @@ class OpGraphModule : public Module {
 };
 
 // The module of a package whose graph type is "ops": its weights are the graph's constants.
-std::unique_ptr<OpGraphModule> build_op_graph_module(const ModelPackage& p);
+std::unique_ptr<OpGraphModule> build_op_graph_module(const ModelPackage& p, Device device = {});
 
 }  // namespace hg::models

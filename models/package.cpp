@@ -4,6 +4,7 @@
 #include "engine/error.h"
 #include "engine/json_reader.h"
 #include "models/config_fields.h"
+#include "models/init.h"
 #include "models/module.h"
 #include "models/op_graph.h"
 #include "models/state_dict.h"
@@ -63,12 +64,12 @@ int64_t json_int(const Json& l, const char* key, const std::filesystem::path& fi
   return v;
 }
 
-// Loads every state_dict tensor of `net` from the package's weights (dtype and shape checked;
-// no tensor left over).
-std::unique_ptr<Module> load_weights(std::unique_ptr<Module> net, const ModelPackage& p) {
+// Loads every state_dict tensor of `net` (built under init::SkipInit) from the package's
+// weights (dtype and shape checked; no tensor left over).
+std::unique_ptr<Module> load_weights(std::unique_ptr<Module> net, const ModelPackage& p, Device device) {
   const auto wfile = (p.dir / "weights.safetensors").string();
   try {
-    net->load_state_dict(tensors_from(p.weights, wfile));
+    net->load_state_dict(tensors_from(p.weights, wfile, device), true, LoadMode::Adopt);
   } catch (const InvalidArgument& e) {
     throw FormatError(wfile + ": " + e.what());
   }
@@ -93,11 +94,17 @@ DType dtype_from_kserve(const std::string& datatype) {
   throw DTypeError("'" + datatype + "' is not a KServe datatype hgraph serves");
 }
 
-ModelPackage load_package(const std::filesystem::path& dir, std::unique_ptr<Module>* module) {
+ModelPackage load_package(const std::filesystem::path& dir, std::unique_ptr<Module>* module, Device device) {
   const auto file = dir / "model.json";
   if (!std::filesystem::is_regular_file(file)) throw IoError(file.string() + ": no such file");
   // An imported graph lists every op and shape of the model: generous, but bounded.
-  const Json j = read_json_file(file, {.max_depth = 32, .max_values = size_t{1} << 24, .max_bytes = size_t{256} << 20});
+  const Json j = read_json_file(file, kModelJsonLimits);
+  return package_from(j, safetensors::read(dir / "weights.safetensors"), dir, module, device);
+}
+
+ModelPackage package_from(const nlohmann::json& j, safetensors::File weights, const std::filesystem::path& dir,
+                          std::unique_ptr<Module>* module, Device device) {
+  const auto file = dir / "model.json";
   if (!j.is_object()) throw FormatError(file.string() + ": the top level is not a JSON object");
   ModelPackage p;
   p.dir = dir;
@@ -113,22 +120,37 @@ ModelPackage load_package(const std::filesystem::path& dir, std::unique_ptr<Modu
   p.spec.outputs = parse_io(j, "outputs", file);
   p.spec.graph = need(j, "graph", Json::value_t::object, file, "");
   if (j.contains("metadata")) p.spec.metadata = need(j, "metadata", Json::value_t::object, file, "");
-  p.weights = safetensors::read(dir / "weights.safetensors");
-  auto built = build_module(p);  // validates the graph against the weights and the I/O shapes
+  p.weights = std::move(weights);
+  auto built = build_module(p, device);  // validates the graph against the weights and the I/O shapes
   if (module) *module = std::move(built);
   return p;
 }
 
-std::unique_ptr<Module> build_module(const ModelPackage& p) {
+nlohmann::json package_json(const PackageSpec& spec) {
+  Json io_in = Json::array(), io_out = Json::array();
+  for (const auto& s : spec.inputs) io_in.push_back({{"name", s.name}, {"datatype", s.datatype}, {"shape", s.shape}});
+  for (const auto& s : spec.outputs) io_out.push_back({{"name", s.name}, {"datatype", s.datatype}, {"shape", s.shape}});
+  return {{"format", "hgraph-model"}, {"format_version", kPackageFormatVersion},
+          {"name", spec.name},        {"platform", "hgraph_v1"},
+          {"inputs", io_in},          {"outputs", io_out},
+          {"graph", spec.graph},      {"metadata", spec.metadata}};
+}
+
+std::unique_ptr<Module> build_module(const ModelPackage& p, Device device) {
   const auto file = p.dir / "model.json";
   const Json& g = p.spec.graph;
   const std::string type = need(g, "type", Json::value_t::string, file, "graph").get<std::string>();
   if (type == "zoo") {
     int64_t weight_elements = 0;  // validated entries: small, no overflow
     for (const auto& e : p.weights.entries) weight_elements += numel(e.shape);
-    return load_weights(zoo::build(p.spec, file.string(), weight_elements), p);
+    std::unique_ptr<Module> net;
+    {
+      init::SkipInit skip;
+      net = zoo::build(p.spec, file.string(), weight_elements);
+    }
+    return load_weights(std::move(net), p, device);
   }
-  if (type == "ops") return build_op_graph_module(p);
+  if (type == "ops") return build_op_graph_module(p, device);
   if (type != "sequential") bad_field(file, "graph.type", "is '" + type + "', not \"sequential\", \"zoo\" or \"ops\"");
   const Json& layers = need(g, "layers", Json::value_t::array, file, "graph");
   if (p.spec.inputs.size() != 1 || p.spec.outputs.size() != 1)
@@ -145,6 +167,7 @@ std::unique_ptr<Module> build_module(const ModelPackage& p) {
       const int64_t in = json_int(l, "in_features", file, where), out = json_int(l, "out_features", file, where);
       if (in != width)
         bad_field(file, where + ".in_features", "is " + std::to_string(in) + " but the layer receives " + std::to_string(width));
+      init::SkipInit skip;
       net->add(std::make_shared<Linear>(in, out));
       width = out;
     } else if (op == "relu") {
@@ -157,20 +180,15 @@ std::unique_ptr<Module> build_module(const ModelPackage& p) {
   if (out_width != width)
     bad_field(file, "outputs[0].shape", "has " + std::to_string(out_width) + " elements per sample but the graph produces " +
                                       std::to_string(width));
-  return load_weights(std::move(net), p);
+  return load_weights(std::move(net), p, device);
 }
 
 void save_package(const std::filesystem::path& dir, const Module& m, const PackageSpec& spec) {
   std::filesystem::create_directories(dir);
   safetensors::write(dir / "weights.safetensors", to_safetensors(m.state_dict()));
-  Json io_in = Json::array(), io_out = Json::array();
-  for (const auto& s : spec.inputs) io_in.push_back({{"name", s.name}, {"datatype", s.datatype}, {"shape", s.shape}});
-  for (const auto& s : spec.outputs) io_out.push_back({{"name", s.name}, {"datatype", s.datatype}, {"shape", s.shape}});
-  Json j = {{"format", "hgraph-model"},    {"format_version", kPackageFormatVersion},
-            {"name", spec.name},           {"platform", "hgraph_v1"},
-            {"inputs", io_in},             {"outputs", io_out},
-            {"graph", m.spec()},           {"metadata", spec.metadata}};
-  write_file_atomic(dir / "model.json", {as_bytes(j.dump(2) + "\n")});
+  PackageSpec s = spec;
+  s.graph = m.spec();
+  write_file_atomic(dir / "model.json", {as_bytes(package_json(s).dump(2) + "\n")});
 }
 
 }  // namespace hg::models

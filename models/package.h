@@ -21,7 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/device.h"
 #include "engine/dtype.h"
+#include "engine/json_reader.h"
 #include "models/safetensors.h"
 
 namespace hg::models {
@@ -57,9 +59,19 @@ struct ModelPackage {
 
 // Reads and validates model.json and weights.safetensors; errors name the file and field.
 // Validation builds the module; pass `module` to keep it instead of building it again.
-ModelPackage load_package(const std::filesystem::path& dir, std::unique_ptr<Module>* module = nullptr);
+// Limits for reading a model.json: an imported graph lists every op and shape of the model.
+inline constexpr JsonLimits kModelJsonLimits{.max_depth = 32, .max_values = size_t{1} << 24, .max_bytes = size_t{256} << 20};
+
+// module (optional) receives the built module with its weights on `device` (no copy to move them).
+ModelPackage load_package(const std::filesystem::path& dir, std::unique_ptr<Module>* module = nullptr, Device device = {});
+// The same from model.json's content and the weights already in memory; `dir` names the files
+// in errors. Validates everything load_package does.
+ModelPackage package_from(const nlohmann::json& model_json, safetensors::File weights, const std::filesystem::path& dir,
+                          std::unique_ptr<Module>* module = nullptr, Device device = {});
+// model.json's content for `spec` (spec.graph as the graph).
+nlohmann::json package_json(const PackageSpec& spec);
 // Builds the module the graph describes and loads its weights (validated against it).
-std::unique_ptr<Module> build_module(const ModelPackage& p);
+std::unique_ptr<Module> build_module(const ModelPackage& p, Device device = {});
 void save_package(const std::filesystem::path& dir, const Module& m, const PackageSpec& spec);
 
 }  // namespace hg::models

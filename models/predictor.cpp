@@ -100,8 +100,11 @@ struct Predictor::Impl {
                 exe.arena_bytes(),
                 exe.buffer_bytes(),
                 exe.constant_bytes(),
-                st.disk_cache_hit};
+                st.disk_cache_hit,
+                st.constants_cache_hit};
       b.index_rows = index_rows(*g, b.inputs);
+      g->mark_user_inputs(b.inputs);  // replay_host's order: the package's inputs and outputs
+      g->mark_user_outputs(b.outputs);
       b.graph = std::move(g);
     }
     return b.info;
@@ -177,9 +180,9 @@ Predictor::~Predictor() = default;
 std::unique_ptr<Predictor> Predictor::load(const std::filesystem::path& dir, const PredictorOptions& opt) {
   auto impl = std::make_unique<Impl>();
   const bool onnx = !std::filesystem::exists(dir / "model.json") && std::filesystem::exists(dir / "model.onnx");
-  impl->package = onnx ? import_onnx(dir / "model.onnx") : load_package(dir, &impl->module);
+  impl->package = onnx ? import_onnx(dir / "model.onnx", &impl->module, opt.device)
+                        : load_package(dir, &impl->module, opt.device);
   impl->opt = opt;
-  if (!impl->module) impl->module = build_module(impl->package);
   impl->module->eval();
   impl->module->to(opt.device);
   for (auto& [name, t] : impl->module->named_parameters()) impl->frozen.push_back(*t);
@@ -258,6 +261,10 @@ void Predictor::run(const std::vector<const void*>& inputs, int64_t batch, const
   for (size_t i = 0; i < inputs.size(); ++i)
     if (b.index_rows[i] > 0)
       Impl::check_ids(spec.inputs[i].name, inputs[i], b.inputs[i].dtype(), batch * input_size(i), b.index_rows[i]);
+  if (batch == b.batch) {  // a full bucket: the graph reads and writes the caller's buffers
+    b.graph->replay_host(inputs, outputs);
+    return;
+  }
   for (size_t i = 0; i < inputs.size(); ++i) {
     const size_t sample = dtype_size(b.inputs[i].dtype()) * input_size(i);
     auto* in = static_cast<uint8_t*>(b.inputs[i].raw_data());  // waits for earlier replays on the device

@@ -9,7 +9,8 @@
 // A directory holding model.onnx instead of model.json is imported (models/onnx_import.h).
 // run() is thread-safe (one replay of a bucket at a time). A batch is padded to the smallest
 // bucket that holds it (models/buckets.h) and the padding stripped from the outputs; a batch
-// above the largest bucket runs unpadded, without a captured graph (a warning is logged once
+// that fills its bucket is not copied at all (the graph reads and writes the caller's buffers,
+// HPUGraph::replay_host); a batch above the largest bucket runs unpadded, without a captured graph (a warning is logged once
 // per size). The module's parameters and buffers are frozen in every capture (folded and
 // pre-packed), and captures compile through the graph cache (graphs/graph_cache.h): with
 // HG_GRAPH_CACHE set, a second process starts from the disk cache.
@@ -39,6 +40,7 @@ struct BucketInfo {
   size_t buffer_bytes = 0;  // the sum of the arena's buffers without reuse
   size_t constant_bytes = 0;
   bool disk_hit = false;    // compiled from the disk cache (passes skipped)
+  bool constants_hit = false;  // ... with the constants computed from the weights (folding skipped)
 };
 
 struct CaptureAllOptions {

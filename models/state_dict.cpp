@@ -6,7 +6,7 @@
 
 namespace hg::models {
 
-std::map<std::string, Tensor> tensors_from(const safetensors::File& f, const std::string& source) {
+std::map<std::string, Tensor> tensors_from(const safetensors::File& f, const std::string& source, Device device) {
   std::map<std::string, Tensor> r;
   for (const auto& e : f.entries) {
     DType t;
@@ -15,7 +15,7 @@ std::map<std::string, Tensor> tensors_from(const safetensors::File& f, const std
     } catch (const DTypeError&) {
       throw FormatError(source + ": tensor '" + e.name + "' has dtype " + e.dtype + ", which hgraph tensors do not hold");
     }
-    Tensor x = Tensor::empty(e.shape, t);
+    Tensor x = Tensor::empty(e.shape, t, device);
     if (!e.data.empty()) std::memcpy(x.raw_data(), e.data.data(), e.data.size());
     r.emplace(e.name, std::move(x));
   }

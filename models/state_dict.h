@@ -14,7 +14,7 @@ namespace hg::models {
 
 // Every entry as a cpu tensor of its dtype. A dtype hgraph has no tensors for (I16, I8) throws
 // hg::FormatError naming `source` and the tensor.
-std::map<std::string, Tensor> tensors_from(const safetensors::File& f, const std::string& source);
+std::map<std::string, Tensor> tensors_from(const safetensors::File& f, const std::string& source, Device device = {});
 // The tensors in state_dict order with their own dtypes (copied to the host).
 safetensors::File to_safetensors(const StateDict& sd);
 

@@ -15,8 +15,7 @@ std::shared_ptr<Conv2d> conv(int64_t in, int64_t out, int64_t k, int64_t stride,
   auto c = std::make_shared<Conv2d>(
       in, out, ops::Size2{k, k}, Conv2dOptions{.stride = {stride, stride}, .padding = {k / 2, k / 2}, .bias = false}, seed);
   std::mt19937_64 rng(seed);
-  Tensor& w = *c->named_parameters()[0].second;
-  w.copy_from(init::normal(rng, w.shape(), std::sqrt(2.0f / static_cast<float>(out * k * k))));
+  init::normal_(*c->named_parameters()[0].second, rng, std::sqrt(2.0f / static_cast<float>(out * k * k)));
   return c;
 }
 

@@ -288,8 +288,10 @@ def ggraph(nodes, num_inputs, outputs):
             struct.pack("<I", len(outputs)) + b"".join(struct.pack("<i", o) for o in outputs))
 
 
-def gentry(payload, engine="fuzz-engine", isa="fuzz-isa", key="fuzz-key", version=1, length=None):
-    return (b"HGGRAPH\0" + struct.pack("<I", version) + gstr(engine) + gstr(isa) + gstr(key) +
+def gentry(payload, engine="fuzz-engine", isa="fuzz-isa", key="fuzz-key", version=2, length=None):
+    head = b"HGGRAPH\0" + struct.pack("<I", version) + gstr(engine) + gstr(isa) + gstr(key)
+    pad = (64 - (len(head) + 4 + 8) % 64) % 64  # the payload starts 64-byte aligned
+    return (head + struct.pack("<I", pad) + b"\0" * pad +
             struct.pack("<Q", len(payload) if length is None else length) + payload)
 
 
@@ -311,7 +313,7 @@ graph_seeds = {
     "trailing_bytes": gentry(mlp_graph + b"\0"),
     "payload_length_off": gentry(mlp_graph, length=len(mlp_graph) + 1),
     "other_engine": gentry(mlp_graph, engine="hgraph 0.0.1 graph-format 1"),
-    "format_version_2": gentry(mlp_graph, version=2),
+    "format_version_3": gentry(mlp_graph, version=3),
     "bad_magic": b"HGGRAPX\0" + gentry(mlp_graph)[8:],
     "truncated": gentry(mlp_graph)[:60],
 }

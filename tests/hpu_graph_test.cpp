@@ -182,6 +182,28 @@ TEST(HPUGraph, ReplayWithCallerBuffersWritesTheCallersOutput) {
   EXPECT_THAT(error_of<InvalidArgument>([&] { g.mark_user_outputs({mine}); }), HasSubstr("not an output"));
 }
 
+TEST(HPUGraph, ReplayHostReadsAndWritesHostBuffersWithoutCopies) {
+  const Tensor w = ramp({8, 8}, 0.05f);
+  Tensor in = Tensor::zeros({2, 8}, DType::F32, kHpu), out;
+  HPUGraph g(kHpu);
+  g.capture([&] { out = ops::relu(ops::matmul(in, w)); }, {.frozen = {w}});
+  const std::vector<float> static_before = out.to_vector();
+  const std::vector<float> x = ramp({2, 8}, 0.3f).to_vector();
+  std::vector<float> mine(16, -1.0f);
+  g.replay_host({x.data()}, {mine.data()});
+  const std::vector<float> want = ops::relu(ops::matmul(ramp({2, 8}, 0.3f), w)).to_vector();
+  test::expect_close(mine, want, 1e-6, "caller output");
+  EXPECT_EQ(out.to_vector(), static_before);               // static output untouched
+  EXPECT_EQ(in.to_vector(), std::vector<float>(16, 0.0f));  // static input not copied into
+  EXPECT_EQ(g.stats().zero_copy_replays, 1u);
+  EXPECT_THAT(error_of<InvalidArgument>([&] { g.replay_host({x.data(), x.data()}, {mine.data()}); }),
+              HasSubstr("2 inputs and 1 outputs given, the graph has 1 and 1"));
+  EXPECT_THAT(error_of<InvalidArgument>([&] { g.replay_host({nullptr}, {mine.data()}); }), HasSubstr("input 0 is null"));
+  EXPECT_THAT(error_of<InvalidArgument>([&] { g.replay_host({x.data()}, {nullptr}); }), HasSubstr("output 0 is null"));
+  HPUGraph empty(kHpu);
+  EXPECT_THAT(error_of<InvalidArgument>([&] { empty.replay_host({}, {}); }), HasSubstr("before a capture"));
+}
+
 TEST(HPUGraph, UserInputsChooseWhatReplayWithReplaces) {
   Tensor a = Tensor::zeros({3}, DType::F32, kHpu), b = Tensor::full({3}, 2.0f, kHpu);
   Tensor unused = Tensor::zeros({5}, DType::F32, kHpu);
