@@ -1,4 +1,5 @@
 #include "engine/device.h"
+#include "engine/stream.h"
 
 #include <omp.h>
 
@@ -297,6 +298,8 @@ class CpuBackend final : public DeviceBackend {
   MemoryPool pool_{"cpu", INT64_MAX};
 };
 
+thread_local int t_load_stream_depth = 0;
+
 class HostHpuBackend final : public DeviceBackend {
  public:
   HostHpuBackend(int index, int64_t capacity, int threads)
@@ -307,16 +310,33 @@ class HostHpuBackend final : public DeviceBackend {
   void* allocate(size_t bytes) override { return pool_.allocate(bytes); }
   void release(void* p, size_t bytes) override { pool_.release(p, bytes); }
   MemoryStats stats() const override { return pool_.stats(); }
-  void enqueue(std::function<void()> task) override { queue_.enqueue(std::move(task)); }
-  void run_sync(const std::function<void()>& task) override { queue_.run_sync(task); }
-  void synchronize() override { queue_.synchronize(); }
-  ExecQueue* queue() override { return &queue_; }
+  void enqueue(std::function<void()> task) override { current().enqueue(std::move(task)); }
+  void run_sync(const std::function<void()>& task) override { current().run_sync(task); }
+  void synchronize() override { current().synchronize(); }
+  ExecQueue* queue() override { return &current(); }
   MemoryPool& pool() { return pool_; }
+  // Waits for the load stream when it exists.
+  void synchronize_load() {
+    ExecQueue* q = nullptr;
+    {
+      std::lock_guard lk(load_mu_);
+      q = load_queue_.get();
+    }
+    if (q) q->synchronize();
+  }
 
  private:
+  ExecQueue& current() {
+    if (t_load_stream_depth == 0) return queue_;
+    std::lock_guard lk(load_mu_);
+    if (!load_queue_) load_queue_ = std::make_unique<ExecQueue>("hpu:" + std::to_string(index_) + " load", 1);
+    return *load_queue_;
+  }
   int index_;
   MemoryPool pool_;
   ExecQueue queue_;
+  std::mutex load_mu_;
+  std::unique_ptr<ExecQueue> load_queue_;  // made on first use: one OpenMP thread
 };
 
 struct Registry {
@@ -355,5 +375,21 @@ void reset_peak_memory_stats(Device d) {
   if (d.kind == DeviceKind::CPU) r.cpu.pool_.reset_peak();
   else static_cast<HostHpuBackend&>(device_backend(d)).pool().reset_peak();
 }
+
+LoadStreamGuard::LoadStreamGuard() { ++t_load_stream_depth; }
+
+LoadStreamGuard::~LoadStreamGuard() {
+  if (--t_load_stream_depth > 0) return;
+  // The loads' device work must be done before what it made is used on the default streams.
+  for (auto& h : registry().hpus) {
+    try {
+      h->synchronize_load();
+    } catch (const std::exception& e) {  // nobody waited for that task: say so rather than lose it
+      std::cerr << "hgraph: a task on hpu:" << h->device().index << "'s load stream failed: " << e.what() << "\n";
+    }
+  }
+}
+
+bool on_load_stream() { return t_load_stream_depth > 0; }
 
 }  // namespace hg

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "engine/error.h"
+#include "engine/stream.h"
 #include "server/http_error.h"
 #include "server/identity_model.h"
 #include "server/wire.h"
@@ -218,26 +219,31 @@ struct ModelRepository::Impl {
     mv->config = config;
     models::PredictorOptions popt = opt.predictor;
     popt.batch_buckets = config.buckets(opt.predictor.batch_buckets);
-    if (opt.factory) {
-      mv->model = opt.factory(name, version, dir, config);
-      if (!mv->model) throw InternalError("the model factory returned no model");
-    } else if (config.platform == "identity") {
-      models::PackageSpec spec;
-      spec.name = name;
-      spec.inputs = config.inputs;
-      spec.outputs = config.outputs;
-      mv->model = make_identity_model(std::move(spec));
-    } else {
-      auto predictor = models::Predictor::load(dir, popt);
-      check_declared(config.inputs, predictor->package().spec.inputs, "input");
-      check_declared(config.outputs, predictor->package().spec.outputs, "output");
-      if (config.warmup) mv->buckets = predictor->capture_all();
-      mv->model = make_served_model(std::move(predictor));
+    {
+      // The load's device work (weights, captures, first runs) on the load stream: the models
+      // already serving keep their device queue to themselves. Synchronized at the block's end.
+      LoadStreamGuard load;
+      if (opt.factory) {
+        mv->model = opt.factory(name, version, dir, config);
+        if (!mv->model) throw InternalError("the model factory returned no model");
+      } else if (config.platform == "identity") {
+        models::PackageSpec spec;
+        spec.name = name;
+        spec.inputs = config.inputs;
+        spec.outputs = config.outputs;
+        mv->model = make_identity_model(std::move(spec));
+      } else {
+        auto predictor = models::Predictor::load(dir, popt);
+        check_declared(config.inputs, predictor->package().spec.inputs, "input");
+        check_declared(config.outputs, predictor->package().spec.outputs, "output");
+        if (config.warmup) mv->buckets = predictor->capture_all();
+        mv->model = make_served_model(std::move(predictor));
+      }
+      // The config as served (GET .../config): the model's tensors when config.json names none.
+      if (mv->config.inputs.empty()) mv->config.inputs = mv->model->spec().inputs;
+      if (mv->config.outputs.empty()) mv->config.outputs = mv->model->spec().outputs;
+      if (is_text_generation_model(mv->model->spec())) mv->generator = make_gpt_generator(dir, config, popt);
     }
-    // The config as served (GET .../config): the model's tensors when config.json names none.
-    if (mv->config.inputs.empty()) mv->config.inputs = mv->model->spec().inputs;
-    if (mv->config.outputs.empty()) mv->config.outputs = mv->model->spec().outputs;
-    if (is_text_generation_model(mv->model->spec())) mv->generator = make_gpt_generator(dir, config, popt);
     BatcherConfig bc = batcher_config(config);
     if (opt.on_batch)
       bc.on_batch = [hook = opt.on_batch, name, version](int64_t batch, Clock::duration compute) {
