@@ -26,6 +26,14 @@ std::unique_lock<std::mutex> lock_device_captures() {
 
 namespace {
 int64_t sample_size(const IOSpec& s) { return numel(Shape(s.shape.begin() + 1, s.shape.end())); }
+
+// A bucket's static buffer, without waiting for the device: its replays are synchronous and run
+// under the bucket's lock, so nothing else uses it while that lock is held (raw_data() would wait
+// for every model's work queued on the device).
+uint8_t* idle_buffer(const Tensor& t) {
+  if (!t.impl()->storage) return static_cast<uint8_t*>(t.raw_data());  // still lazy: materialize it
+  return static_cast<uint8_t*>(t.impl()->storage->data) + t.impl()->offset * static_cast<int64_t>(dtype_size(t.dtype()));
+}
 }  // namespace
 
 struct Bucket {
@@ -267,14 +275,14 @@ void Predictor::run(const std::vector<const void*>& inputs, int64_t batch, const
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
     const size_t sample = dtype_size(b.inputs[i].dtype()) * input_size(i);
-    auto* in = static_cast<uint8_t*>(b.inputs[i].raw_data());  // waits for earlier replays on the device
+    uint8_t* in = idle_buffer(b.inputs[i]);
     std::memcpy(in, inputs[i], batch * sample);
     std::memset(in + batch * sample, 0, (b.batch - batch) * sample);  // zero padding (valid token ids too)
   }
   b.graph->replay();
   for (size_t j = 0; j < outputs.size(); ++j) {
     const size_t sample = dtype_size(b.outputs[j].dtype()) * output_size(j);
-    std::memcpy(outputs[j], b.outputs[j].raw_data(), batch * sample);
+    std::memcpy(outputs[j], idle_buffer(b.outputs[j]), batch * sample);
   }
 }
 
