@@ -31,6 +31,7 @@
 //       the digits MLP (64-64-10) from DIR/digits/init.safetensors over the per-epoch orders of
 //       DIR/digits/order.safetensors (written by `prepare DIR --model digits`): per epoch the
 //       mean training loss and the accuracy on the held-out rows, as CSV (epoch,train_loss,val_loss,val_acc).
+//   hg_train_bench loader [--workers 2] ...: the DataLoader's throughput (bench/train_bench_trainer.cpp).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -447,7 +448,9 @@ int main(int argc, char** argv) {
     if (cmd == "trainer" && argc > 2) return trainer_run(argv[2], options(argc, argv, 3));
     if (cmd == "trainer-digits" && argc > 3) return trainer_digits(argv[2], argv[3], options(argc, argv, 4));
     if (cmd == "digits" && argc > 3) return digits(argv[2], argv[3], options(argc, argv, 4));
-    std::cerr << "usage: hg_train_bench prepare|run|ddp|trainer DIR [--model M --batch B ...] | digits|trainer-digits DIR OUT\n";
+    if (cmd == "loader") return loader_run(options(argc, argv, 2));
+    std::cerr << "usage: hg_train_bench prepare|run|ddp|trainer DIR [--model M --batch B ...] | digits|trainer-digits DIR OUT"
+                 " | loader [--workers W ...]\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "hg_train_bench: " << e.what() << "\n";

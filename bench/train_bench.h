@@ -43,5 +43,6 @@ Digits load_digits();
 // bench/train_bench_trainer.cpp
 int trainer_run(const fs::path& root, const Options& o);
 int trainer_digits(const fs::path& root, const fs::path& out_dir, const Options& o);
+int loader_run(const Options& o);
 
 }  // namespace train_bench

@@ -9,6 +9,10 @@
 //       the digits MLP from DIR/digits/init.safetensors through the Trainer with its default
 //       CSVLogger in OUT_DIR (OUT_DIR/lightning_logs/version_N/metrics.csv): train_loss per
 //       epoch, val_loss and val_acc on a 20% hold-out (training::random_split, seed 0).
+//   loader [--workers 2] [--batch 32] [--image-size 32] [--seconds 3]
+//       the DataLoader alone: the digits (training::load_digits at --image-size, shuffled, seed 0)
+//       in batches of B made by --workers threads (0: on the calling thread), epoch after epoch
+//       until --seconds have passed; one JSON line with batches_per_s, samples_per_s and cpu_s.
 #include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -19,6 +23,7 @@
 #include "graphs/lazy.h"
 #include "models/safetensors.h"
 #include "models/state_dict.h"
+#include "training/dataloader.h"
 #include "training/sgd.h"
 #include "training/trainer.h"
 
@@ -152,6 +157,32 @@ int trainer_digits(const fs::path& root, const fs::path& out_dir, const Options&
   tr::Trainer trainer(to);
   trainer.fit(m, train_loader, &val_loader);
   std::cout << "wrote " << (trainer.log_dir() / "metrics.csv").string() << "\n";
+  return 0;
+}
+
+int loader_run(const Options& o) {
+  const int workers = std::stoi(opt(o, "workers", "2"));
+  const int64_t batch = std::stoll(opt(o, "batch", "32")), image_size = std::stoll(opt(o, "image-size", "32"));
+  const double seconds = std::stod(opt(o, "seconds", "3"));
+  auto digits = tr::load_digits(fs::path(HG_SOURCE_DIR) / "models/data/digits.safetensors", image_size);
+  tr::DataLoader loader(digits, {.batch_size = batch, .shuffle = true, .seed = 0, .num_workers = workers});
+  const Clock::time_point t0 = Clock::now();
+  const double cpu0 = cpu_seconds();
+  int64_t batches = 0, samples = 0, epoch = 0;
+  double elapsed = 0;
+  while (elapsed < seconds) {
+    auto it = loader.epoch(epoch++);
+    while (auto b = it.next()) {
+      ++batches;
+      samples += (*b)[0].shape()[0];
+    }
+    elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  nlohmann::json j{{"runtime", "hgraph_dataloader"}, {"workers", workers}, {"batch", batch},
+                   {"image_size", image_size}, {"epochs", epoch}, {"seconds", elapsed},
+                   {"batches_per_s", static_cast<double>(batches) / elapsed},
+                   {"samples_per_s", static_cast<double>(samples) / elapsed}, {"cpu_s", cpu_seconds() - cpu0}};
+  std::cout << j.dump() << std::endl;
   return 0;
 }
 

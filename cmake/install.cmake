@@ -64,6 +64,6 @@ set(CPACK_DEBIAN_DEV_PACKAGE_NAME hgraph-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_DEV_DESCRIPTION "hgraph's static libraries, headers and CMake package (find_package(hgraph))")
 # What hgraphConfig.cmake finds: the static libraries' public and private dependencies.
-set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "hgraph (= ${PROJECT_VERSION}), libdnnl-dev, nlohmann-json3-dev, libspdlog-dev, \
+set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "hgraph (= ${PROJECT_VERSION}), libdnnl-dev, libtbb-dev, nlohmann-json3-dev, libspdlog-dev, \
 libboost-dev, libcpprest-dev, libssl-dev, libonnx-dev, libprotobuf-dev, libgloo-dev, zlib1g-dev")
 include(CPack)

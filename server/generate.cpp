@@ -5,14 +5,13 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
-#include <deque>
 #include <future>
 #include <limits>
-#include <mutex>
 #include <nlohmann/json.hpp>
+#include <oneapi/tbb/concurrent_queue.h>
 #include <random>
 #include <thread>
 
@@ -125,25 +124,20 @@ class GptGenerator final : public TextGenerator {
         decoders_.back()->warmup();
       }
     }
+    if (max_queue_) queue_.set_capacity(static_cast<std::ptrdiff_t>(max_queue_));
     for (auto& d : decoders_) workers_.emplace_back([this, dec = d.get()] { work(*dec); });
   }
 
-  ~GptGenerator() override {  // queued generations are answered 503, running ones finish
-    {
-      std::lock_guard lk(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
+  // Runs once nobody can submit (submitters hold the generator). Queued generations are answered
+  // 503, running ones finish: each worker ends at its end-of-work job, queued after all others.
+  ~GptGenerator() override {
+    stopping_ = true;
+    for (size_t i = 0; i < workers_.size(); ++i) queue_.push(Job{});  // waits for room, as the workers take jobs
     for (auto& t : workers_) t.join();
   }
 
   void submit(GenerateRequest req, PieceCallback on_piece, GenerateDone done) override {
     check(req);
-    std::lock_guard lk(mu_);
-    if (stopping_) throw HttpError(503, "model '" + name_ + "' is shutting down");
-    if (max_queue_ && queue_.size() >= max_queue_)
-      throw HttpError(503, "model '" + name_ + "': the generate queue is full (max_queue_size " +
-                               std::to_string(max_queue_) + ")");
     // A request's timeout may only lower the model's default (0: none).
     uint64_t timeout_us = default_timeout_us_;
     if (req.timeout_us > 0 && allow_timeout_override_)
@@ -152,13 +146,13 @@ class GptGenerator final : public TextGenerator {
     constexpr uint64_t kLongest = uint64_t{1} << 50;  // about 35 years: the deadline cannot overflow
     const auto deadline = timeout_us > 0 ? now + std::chrono::microseconds(std::min(timeout_us, kLongest))
                                          : Clock::time_point::max();
-    queue_.push_back({std::move(req), std::move(on_piece), std::move(done), now, deadline});
-    cv_.notify_one();
+    if (!queue_.try_push({std::move(req), std::move(on_piece), std::move(done), now, deadline}))
+      throw HttpError(503, "model '" + name_ + "': the generate queue is full (max_queue_size " +
+                               std::to_string(max_queue_) + ")");
   }
 
   size_t queue_depth() const override {
-    std::lock_guard lk(mu_);
-    return queue_.size();
+    return static_cast<size_t>(std::max<std::ptrdiff_t>(0, queue_.size()));  // negative while workers wait
   }
 
  private:
@@ -166,7 +160,7 @@ class GptGenerator final : public TextGenerator {
   struct Job {
     GenerateRequest req;
     PieceCallback on_piece;
-    GenerateDone done;
+    GenerateDone done;  // empty: the end of work (the destructor's)
     Clock::time_point enqueued, deadline;
   };
 
@@ -187,21 +181,14 @@ class GptGenerator final : public TextGenerator {
   void work(models::GPTGraphDecoder& dec) {
     for (;;) {
       Job job;
-      bool stopping = false;
-      {
-        std::unique_lock lk(mu_);
-        cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        job = std::move(queue_.front());
-        queue_.pop_front();
-        stopping = stopping_;
-      }
+      queue_.pop(job);
+      if (!job.done) return;
       std::exception_ptr error;
       GenerateResult result;
       try {
         // The server has stopped serving (its HTTP drain is over): whoever waits is answered, not
         // made to wait for up to max_len tokens.
-        if (stopping) throw HttpError(503, "model '" + name_ + "' is shutting down");
+        if (stopping_) throw HttpError(503, "model '" + name_ + "' is shutting down");
         if (const auto now = Clock::now(); now > job.deadline)
           throw HttpError(504, "model '" + name_ + "': request timeout expired after " +
                                    std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(now - job.enqueued).count()) +
@@ -254,10 +241,8 @@ class GptGenerator final : public TextGenerator {
   uint64_t default_timeout_us_;
   bool allow_timeout_override_;
   std::vector<std::unique_ptr<models::GPTGraphDecoder>> decoders_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Job> queue_;
-  bool stopping_ = false;
+  tbb::concurrent_bounded_queue<Job> queue_;  // waiting generations, at most max_queue_ (0: unbounded)
+  std::atomic<bool> stopping_{false};
   std::vector<std::thread> workers_;
 };
 

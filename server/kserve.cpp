@@ -4,10 +4,12 @@
 #include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <oneapi/tbb/task_group.h>
 #include <optional>
 #include <string_view>
 
 #include "engine/error.h"
+#include "engine/host_arena.h"
 #include "server/compression.h"
 #include "server/generate.h"
 #include "server/http_error.h"
@@ -98,6 +100,19 @@ double us_between(Clock::time_point a, Clock::time_point b) {
 
 }  // namespace
 
+// Large bodies are decoded as tasks of a TBB arena of parse_threads. `waiting` counts the bodies
+// queued and not yet started (max_parse_queue bounds it; a task takes itself off when it starts,
+// without the lock); `mu` orders a submission against shutdown(), so that no task joins the group
+// once shutdown() waits for it.
+struct KServeHandler::ParsePool {
+  explicit ParsePool(int threads) : arena(threads) {}
+  HostArena arena;
+  tbb::task_group group;
+  std::atomic<size_t> waiting{0};
+  std::mutex mu;
+  std::atomic<bool> stopped{false};  // set under mu; queued tasks see it and drop their body
+};
+
 KServeHandler::KServeHandler(ModelRepository& repo, ServerMetrics& metrics, KServeOptions opt)
     : repo_(repo), opt_(std::move(opt)), metrics_(metrics) {
   metrics_.set_queue_depths([this] {
@@ -111,7 +126,7 @@ KServeHandler::KServeHandler(ModelRepository& repo, ServerMetrics& metrics, KSer
     }
     return out;
   });
-  for (int i = 0; i < opt_.parse_threads; ++i) parse_threads_.emplace_back([this] { parse_worker(); });
+  if (opt_.parse_threads > 0) parse_ = std::make_unique<ParsePool>(opt_.parse_threads);
 }
 
 KServeHandler::~KServeHandler() {
@@ -175,34 +190,13 @@ void KServeHandler::begin_drain() {
 }
 
 void KServeHandler::shutdown() {
-  std::deque<std::function<void()>> dropped;
+  if (!parse_) return;
   {
-    std::lock_guard lk(mu_);
-    stop_ = true;
-    dropped.swap(parse_queue_);
+    std::lock_guard lk(parse_->mu);
+    parse_->stopped = true;
   }
-  cv_.notify_all();
-  for (auto& t : parse_threads_)
-    if (t.joinable()) t.join();
-  parse_threads_.clear();
-  // Each dropped task's Reply answers 500 when destroyed.
-}
-
-void KServeHandler::parse_worker() {
-  for (;;) {
-    std::function<void()> task;
-    {
-      std::unique_lock lk(mu_);
-      cv_.wait(lk, [this] { return stop_ || !parse_queue_.empty(); });
-      if (stop_) return;
-      task = std::move(parse_queue_.front());
-      parse_queue_.pop_front();
-    }
-    try {
-      task();  // answers its own errors
-    } catch (const std::exception&) {  // e.g. bad_alloc before its own handler: the dropped Reply answers 500
-    }
-  }
+  // The queued tasks see `stopped` and return at once: each dropped Reply answers 500.
+  parse_->arena->execute([this] { parse_->group.wait(); });
 }
 
 // Route, method, token and model name: everything about a request that its head tells.
@@ -375,20 +369,30 @@ void KServeHandler::repository(const Route& route, HttpRequest&& req, Reply repl
 void KServeHandler::infer(const Route& route, HttpRequest&& req, Reply reply, Clock::time_point received) {
   if (draining_) throw HttpError(503, "server is shutting down");
   std::shared_ptr<const ModelVersion> v = repo_.resolve(route.model, version_of(route));
-  if (req.body.size() <= opt_.parse_inline_bytes || opt_.parse_threads <= 0)
+  if (req.body.size() <= opt_.parse_inline_bytes || !parse_)
     return decode_and_submit(std::move(v), std::move(req), std::move(reply), received);
-  auto task = [this, v = std::move(v), req = std::move(req), reply, received]() mutable {
-    decode_and_submit(std::move(v), std::move(req), std::move(reply), received);
+  struct Body {
+    std::shared_ptr<const ModelVersion> v;
+    HttpRequest req;
+    Reply reply;
   };
-  {
-    std::lock_guard lk(mu_);
-    if (stop_) throw HttpError(503, "server is shutting down");
-    if (parse_queue_.size() >= opt_.max_parse_queue)
-      throw HttpError(503, "too many large request bodies waiting to be parsed (" +
-                               std::to_string(opt_.max_parse_queue) + "); retry later");
-    parse_queue_.emplace_back(std::move(task));
-  }
-  cv_.notify_one();
+  // TBB calls a task as const: the body it moves from is behind a pointer.
+  auto task = [this, body = std::make_unique<Body>(Body{std::move(v), std::move(req), reply}), received] {
+    --parse_->waiting;
+    if (parse_->stopped) return;
+    try {
+      decode_and_submit(std::move(body->v), std::move(body->req), std::move(body->reply), received);  // answers its own errors
+    } catch (const std::exception&) {  // e.g. bad_alloc before its own handler: the dropped Reply answers 500
+    }
+  };
+  ParsePool& pool = *parse_;
+  std::lock_guard lk(pool.mu);
+  if (pool.stopped) throw HttpError(503, "server is shutting down");
+  if (pool.waiting >= opt_.max_parse_queue)
+    throw HttpError(503, "too many large request bodies waiting to be parsed (" +
+                             std::to_string(opt_.max_parse_queue) + "); retry later");
+  ++pool.waiting;
+  pool.arena->enqueue(pool.group.defer(std::move(task)));
 }
 
 void KServeHandler::decode_and_submit(std::shared_ptr<const ModelVersion> v, HttpRequest&& req, Reply reply,

@@ -16,7 +16,7 @@
 //
 // Threads: health, metadata, config, statistics and metrics are answered on the HTTP I/O
 // thread (they never wait for a model); an inference body up to parse_inline_bytes is decoded
-// there too, a larger one on one of parse_threads; the model runs on its version's batcher
+// there too, a larger one on one of parse_threads (a oneTBB arena); the model runs on its version's batcher
 // instances, which also encode and send the response. Loads run on the repository's loader.
 // Errors are {"error": "..."} with 400 (bad request, naming the input), 401 (token), 404
 // (unknown model, version or path), 405 (with Allow), 413 (HTTP layer), 503 (not ready,
@@ -24,14 +24,10 @@
 // 500 (backend failure).
 #pragma once
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
-#include <deque>
 #include <functional>
-#include <mutex>
+#include <memory>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "server/http_server.h"
 #include "server/model_repository.h"
@@ -74,7 +70,8 @@ class KServeHandler {
   // Readiness off; new inference, generate and load requests get 503. Idempotent.
   void begin_drain();
   bool draining() const { return draining_.load(); }
-  // Stops the parse threads (queued bodies get 503). Idempotent.
+  // Refuses new large bodies (503), drops the queued ones (their replies answer 500) and waits
+  // for the parse threads' bodies in progress. Idempotent.
   void shutdown();
 
  private:
@@ -85,17 +82,13 @@ class KServeHandler {
                          Clock::time_point received);
   void repository(const Route& route, HttpRequest&& req, Reply reply);
   HttpResponse answer(const Route& route, const HttpRequest& req);
-  void parse_worker();
 
   ModelRepository& repo_;
   KServeOptions opt_;
   ServerMetrics& metrics_;
   std::atomic<bool> draining_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> parse_queue_;
-  bool stop_ = false;
-  std::vector<std::thread> parse_threads_;
+  struct ParsePool;  // kserve.cpp: a TBB arena of parse_threads
+  std::unique_ptr<ParsePool> parse_;
 };
 
 }  // namespace hg::server

@@ -1,6 +1,7 @@
 // Datasets, samplers and the DataLoader (training/dataloader.h): batching, seeded shuffles,
 // DistributedSampler against torch (tests/golden/sampler.json, scripts/golden_sampler.py),
-// worker threads (same batches, early destruction, errors) and the digits' validation.
+// worker threads (same batches, early destruction with the queue full, two epochs at once, errors)
+// and the digits' validation.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include "tests/errors.h"
 #include "tests/golden.h"
 #include "tests/test_env.h"
+#include "tests/wait.h"
 #include "training/dataloader.h"
 
 namespace hg::training {
@@ -107,7 +109,7 @@ TEST(DataLoaderTest, SeededShuffleIsReproducibleAndNewEachEpoch) {
 TEST(DataLoaderTest, WorkersDeliverTheSameBatchesInOrder) {
   const auto data = rows(103);
   DataLoader serial(data, {.batch_size = 5, .shuffle = true, .seed = 11});
-  for (int workers : {1, 2, 4}) {
+  for (int workers : {1, 2, 3, 4}) {
     for (int prefetch : {1, 3}) {
       DataLoader threaded(data, {.batch_size = 5, .shuffle = true, .seed = 11, .num_workers = workers,
                                  .prefetch_factor = prefetch});
@@ -149,6 +151,36 @@ TEST(DataLoaderTest, DestroyingAnEpochMidwayJoinsItsWorkers) {
   const int calls = data->calls.load();
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(data->calls.load(), calls);  // nothing runs after the epochs are gone
+}
+
+// The consumer takes one batch and stops: the workers fill the queue, the last one waits for
+// room, and destroying the epoch wakes it instead of waiting for a consumer that never comes.
+TEST(DataLoaderTest, StoppingWithTheQueueFullReturnsPromptly) {
+  for (int workers : {1, 2, 3, 4}) {
+    auto data = std::make_shared<SlowDataset>(1000, -1, std::chrono::microseconds(0));
+    DataLoader loader(data, {.batch_size = 1, .num_workers = workers, .prefetch_factor = 1});
+    auto it = std::make_unique<DataLoader::Epoch>(loader.epoch(0));
+    ASSERT_TRUE(it->next().has_value());
+    // The one taken, one in the queue and `workers` in the pipeline (one of them waiting for room).
+    ASSERT_TRUE(test::wait_until([&] { return data->calls.load() == workers + 2; }, test::kWaitLimit,
+                                 "the workers to fill the queue"));
+    test::call_within(test::kWaitLimit, "destroying an epoch whose workers wait for room", [&] { it.reset(); });
+    EXPECT_EQ(data->calls.load(), workers + 2) << workers << " workers";
+  }
+}
+
+// A training epoch whose workers wait for room (the Trainer validating mid-epoch) does not hold
+// up another loader's workers.
+TEST(DataLoaderTest, AnEpochWaitingForRoomDoesNotStallAnother) {
+  auto data = std::make_shared<SlowDataset>(1000, -1, std::chrono::microseconds(0));
+  DataLoader train(data, {.batch_size = 1, .num_workers = 2, .prefetch_factor = 1});
+  auto waiting = train.epoch(0);
+  ASSERT_TRUE(waiting.next().has_value());
+  ASSERT_TRUE(test::wait_until([&] { return data->calls.load() == 4; }, test::kWaitLimit, "the queue to fill"));
+  DataLoader val(rows(50), {.batch_size = 4, .num_workers = 2});
+  const auto labels = test::call_within(test::kWaitLimit, "a second loader's epoch", [&] { return flat(labels_of(val, 0)); });
+  EXPECT_EQ(labels.size(), 50u);
+  EXPECT_TRUE(std::is_sorted(labels.begin(), labels.end()));
 }
 
 TEST(DataLoaderTest, AWorkersErrorIsRethrownForItsBatch) {

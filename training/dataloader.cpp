@@ -1,62 +1,98 @@
-// The DataLoader: batches of sampler-ordered indices, made on the calling thread or prefetched
-// by worker threads and handed out strictly in order.
+// The DataLoader: batches of sampler-ordered indices, made on the calling thread or by a oneTBB
+// pipeline of num_workers threads and handed out strictly in order.
 #include "training/dataloader.h"
 
-#include <condition_variable>
+#include <algorithm>
+#include <atomic>
 #include <exception>
-#include <map>
-#include <mutex>
+#include <memory>
+#include <oneapi/tbb/concurrent_queue.h>
+#include <oneapi/tbb/parallel_pipeline.h>
+#include <oneapi/tbb/task_group.h>
 #include <string>
-#include <thread>
 
 #include "engine/error.h"
+#include "engine/host_arena.h"
 
 namespace hg::training {
 
+// With workers, one parallel_pipeline per epoch runs in a HostArena of num_workers threads:
+// claim the next batch (serial, in order) -> make it (parallel) -> deliver it (serial, in order)
+// into `ready`, a bounded queue that next() pops. At most `tokens` batches are in the pipeline
+// and `ready` holds at most its capacity, so no more than num_workers * prefetch_factor batches
+// are made ahead of the consumer (num_workers + 1 when prefetch_factor is 1: one finished batch
+// waits for room). Delivering blocks while `ready` is full: that waits in the epoch's own arena.
 struct DataLoader::Epoch::State {
   std::shared_ptr<const Dataset> data;
   std::vector<std::vector<int64_t>> batches;  // the indices of each batch, in order
-  size_t capacity = 0;                        // batches made ahead of the consumer, at most
+  size_t delivered = 0;                       // the next batch next() hands out
 
-  std::mutex mu;
-  std::condition_variable ready;  // a batch was finished
-  std::condition_variable room;   // the consumer took one, or stop
-  size_t claimed = 0;             // the next batch a worker will make
-  size_t delivered = 0;           // the next batch next() hands out
-  bool stop = false;
   struct Result {
     Batch batch;
     std::exception_ptr error;
+    bool ends_epoch = false;  // the pipeline itself failed: no batch follows
   };
-  std::map<size_t, Result> done;
-  std::vector<std::thread> workers;
+  std::unique_ptr<HostArena> arena;  // null: batches are made by next()
+  tbb::task_group group;
+  tbb::concurrent_bounded_queue<Result> ready;
+  std::atomic<bool> stop{false};
 
-  void work() {
-    std::unique_lock lock(mu);
-    for (;;) {
-      room.wait(lock, [&] { return stop || claimed >= batches.size() || claimed < delivered + capacity; });
-      if (stop || claimed >= batches.size()) return;
-      const size_t k = claimed++;
-      lock.unlock();
-      Result r;
+  void start(int workers, size_t capacity) {
+    const auto tokens = static_cast<size_t>(workers);
+    ready.set_capacity(static_cast<std::ptrdiff_t>(std::max<size_t>(1, capacity - tokens)));
+    arena = std::make_unique<HostArena>(workers);
+    (*arena)->enqueue(group.defer([this, tokens] {
       try {
-        r.batch = data->get_batch(batches[k]);
-      } catch (...) {
-        r.error = std::current_exception();
+        run(tokens);
+      } catch (...) {  // not a batch's error (those travel in their Result): end the epoch with it
+        deliver(Result{{}, std::current_exception(), true});
       }
-      lock.lock();
-      done.emplace(k, std::move(r));
-      ready.notify_all();
+    }));
+  }
+
+  void run(size_t tokens) {
+    size_t claimed = 0;
+    tbb::parallel_pipeline(
+        tokens,
+        tbb::make_filter<void, size_t>(tbb::filter_mode::serial_in_order,
+                                       [&](tbb::flow_control& fc) -> size_t {
+                                         if (stop || claimed >= batches.size()) fc.stop();
+                                         return claimed++;
+                                       }) &
+            tbb::make_filter<size_t, Result>(tbb::filter_mode::parallel,
+                                             [this](size_t k) {
+                                               Result r;
+                                               if (stop) return r;
+                                               try {
+                                                 r.batch = data->get_batch(batches[k]);
+                                               } catch (...) {
+                                                 r.error = std::current_exception();
+                                               }
+                                               return r;
+                                             }) &
+            tbb::make_filter<Result, void>(tbb::filter_mode::serial_in_order,
+                                           [this](Result r) { deliver(std::move(r)); }));
+  }
+
+  // Blocks while `ready` is full; after stop, returns at once (see ~State).
+  void deliver(Result&& r) {
+    if (stop) return;
+    try {
+      ready.push(std::move(r));
+    } catch (const tbb::user_abort&) {  // ~State aborted the wait
     }
   }
 
   ~State() {
-    {
-      std::lock_guard lock(mu);
-      stop = true;
+    if (!arena) return;
+    stop = true;
+    ready.abort();  // wakes a deliver() waiting for room
+    // A deliver() that passed its stop check just before may still push: make room for it. Only
+    // one can (they run one at a time, and every later one sees `stop`).
+    Result dropped;
+    while (ready.try_pop(dropped)) {
     }
-    room.notify_all();
-    for (auto& w : workers) w.join();
+    (*arena)->execute([this] { group.wait(); });
   }
 };
 
@@ -67,15 +103,12 @@ DataLoader::Epoch::~Epoch() = default;
 std::optional<Batch> DataLoader::Epoch::next() {
   State& s = *s_;
   if (s.delivered >= s.batches.size()) return std::nullopt;
-  if (s.workers.empty()) return s.data->get_batch(s.batches[s.delivered++]);
-  std::unique_lock lock(s.mu);
-  s.ready.wait(lock, [&] { return s.done.count(s.delivered) > 0; });
-  auto node = s.done.extract(s.delivered);
-  ++s.delivered;
-  lock.unlock();
-  s.room.notify_all();
-  if (node.mapped().error) std::rethrow_exception(node.mapped().error);
-  return std::move(node.mapped().batch);
+  if (!s.arena) return s.data->get_batch(s.batches[s.delivered++]);
+  State::Result r;
+  s.ready.pop(r);  // the pipeline delivers every batch of the epoch (or ends it with an error)
+  s.delivered = r.ends_epoch ? s.batches.size() : s.delivered + 1;
+  if (r.error) std::rethrow_exception(r.error);
+  return std::move(r.batch);
 }
 
 DataLoader::DataLoader(std::shared_ptr<const Dataset> data, DataLoaderOptions opt, std::shared_ptr<const Sampler> sampler)
@@ -108,9 +141,8 @@ DataLoader::Epoch DataLoader::epoch(int64_t epoch_index) const {
     s->batches.emplace_back(idx.begin() + static_cast<std::ptrdiff_t>(b),
                             idx.begin() + static_cast<std::ptrdiff_t>(std::min(b + bs, idx.size())));
   }
-  s->capacity = static_cast<size_t>(opt_.num_workers) * static_cast<size_t>(opt_.prefetch_factor);
-  const size_t threads = std::min(static_cast<size_t>(opt_.num_workers), s->batches.size());
-  for (size_t w = 0; w < threads; ++w) s->workers.emplace_back([st = s.get()] { st->work(); });
+  const auto workers = static_cast<int>(std::min(static_cast<size_t>(opt_.num_workers), s->batches.size()));
+  if (workers > 0) s->start(workers, static_cast<size_t>(opt_.num_workers) * static_cast<size_t>(opt_.prefetch_factor));
   return Epoch(std::move(s));
 }
 

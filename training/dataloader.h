@@ -1,7 +1,8 @@
 // Datasets, samplers and the DataLoader (torch.utils.data's model): a Dataset returns one
 // example as a list of tensors, a Sampler orders the indices of an epoch, and the DataLoader
 // collates them into batches (stacking along a new dim 0), on `num_workers` background threads
-// that keep up to num_workers * prefetch_factor batches ready, always in sampler order.
+// (a oneTBB pipeline) that keep up to num_workers * prefetch_factor batches ready, always in
+// sampler order.
 //
 //   auto digits = hg::training::load_digits(HG_SOURCE_DIR "/models/data/digits.safetensors");
 //   auto [train, val] = hg::training::random_split(digits, 0.2, /*seed=*/0);
@@ -132,8 +133,9 @@ struct DataLoaderOptions {
 class DataLoader {
  public:
   DataLoader(std::shared_ptr<const Dataset> data, DataLoaderOptions opt, std::shared_ptr<const Sampler> sampler = nullptr);
-  // One pass. Owns its worker threads (joined on destruction, also mid-epoch); an exception in
-  // a worker is rethrown by next() for the batch it was making.
+  // One pass. Owns its workers: destroying it, also mid-epoch, stops them and waits only for
+  // the batches being made; an exception in a worker is rethrown by next() for the batch it was
+  // making.
   class Epoch {
    public:
     std::optional<Batch> next();

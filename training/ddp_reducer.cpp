@@ -1,6 +1,8 @@
 #include "training/ddp_reducer.h"
 
 #include <cstring>
+#include <limits>
+#include <oneapi/tbb/concurrent_queue.h>
 #include <unordered_set>
 
 #include "engine/device.h"
@@ -8,6 +10,13 @@
 #include "graphs/lazy.h"
 
 namespace hg::training {
+
+// The buckets for the communication thread, in launch order.
+struct DDPReducer::CommQueue : tbb::concurrent_bounded_queue<size_t> {};
+
+namespace {
+constexpr size_t kStopComm = std::numeric_limits<size_t>::max();  // wakes the communication thread to see stop_
+}  // namespace
 
 std::vector<std::vector<size_t>> assign_buckets(const std::vector<int64_t>& bytes, double first_mb, double cap_mb) {
   if (!(first_mb > 0) || !(cap_mb > 0))
@@ -63,15 +72,13 @@ DDPReducer::DDPReducer(std::vector<std::pair<std::string, Tensor*>> params, AllR
     }
     bk.flat.resize(bk.numel + (opt_.find_unused_parameters ? bk.params.size() : 0));
   }
+  queue_ = std::make_unique<CommQueue>();
   comm_ = std::thread([this] { comm_loop(); });
 }
 
 DDPReducer::~DDPReducer() {
-  {
-    std::lock_guard lk(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
+  stop_ = true;  // buckets still queued are left: the group may be broken (an exception mid-backward)
+  queue_->push(kStopComm);
   comm_.join();
 }
 
@@ -95,11 +102,8 @@ void DDPReducer::prepare_for_backward(const Tensor& loss, bool sync) {
   }
   for (Bucket& b : buckets_) b.pending = b.params.size(), b.device_event = 0;
   next_launch_ = 0;
-  {
-    std::lock_guard lk(mu_);
-    reduced_ = 0;
-    error_ = nullptr;
-  }
+  reduced_ = 0;  // the communication thread is idle: finish() waited for every bucket
+  error_ = nullptr;
   armed_ = true;
   if (!opt_.find_unused_parameters) return;
   // Leaves the loss reaches; the others will get no hook call in this backward.
@@ -153,43 +157,24 @@ void DDPReducer::mark_ready(size_t i, Tensor grad) {
 }
 
 void DDPReducer::launch_ready_buckets() {
-  bool any = false;
-  {
-    std::lock_guard lk(mu_);
-    while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
-      queue_.push_back(next_launch_++);
-      any = true;
-    }
-  }
-  if (any) cv_.notify_all();
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) queue_->push(next_launch_++);
 }
 
+// A dedicated thread, not a TBB task: Gloo's all-reduce blocks in socket I/O.
 void DDPReducer::comm_loop() {
   for (;;) {
-    size_t b;
-    bool failed;
-    {
-      std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
-      if (stop_) return;
-      b = queue_.front();
-      queue_.pop_front();
-      failed = error_ != nullptr;
-    }
-    std::exception_ptr err;
-    if (!failed) {  // after an error the group is broken: later buckets are only counted
+    size_t b = kStopComm;
+    queue_->pop(b);
+    if (stop_) return;
+    if (!error_) {  // after an error the group is broken: later buckets are only counted
       try {
         reduce_bucket(b);
       } catch (...) {
-        err = std::current_exception();
+        error_ = std::current_exception();
       }
     }
-    {
-      std::lock_guard lk(mu_);
-      if (err && !error_) error_ = err;
-      ++reduced_;
-    }
-    done_cv_.notify_all();
+    ++reduced_;
+    reduced_.notify_all();
   }
 }
 
@@ -230,10 +215,7 @@ void DDPReducer::finish() {
     // Reduced anyway (its accumulated .grad or zeros), so every rank runs the same collectives.
     mark_ready(i, params_[i].tensor->grad());
   }
-  {
-    std::unique_lock lk(mu_);
-    done_cv_.wait(lk, [&] { return reduced_ == buckets_.size(); });
-  }
+  for (size_t r = reduced_; r != buckets_.size(); r = reduced_) reduced_.wait(r);
   armed_ = false;
   if (error_) {
     for (Param& p : params_) p.grad = Tensor(), p.mean = Tensor();

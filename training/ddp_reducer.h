@@ -15,13 +15,11 @@
 //   loss.backward();                                // buckets leave as they fill
 //   r.finish();                                     // waits; .grad = mean; rethrows comm errors
 #pragma once
-#include <condition_variable>
+#include <atomic>
 #include <cstdint>
-#include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -108,12 +106,11 @@ class DDPReducer {
   bool armed_ = false;  // inside a synchronizing round (prepare .. finish)
   size_t next_launch_ = 0;
 
-  std::mutex mu_;
-  std::condition_variable cv_, done_cv_;
-  std::deque<size_t> queue_;  // buckets for the communication thread
-  size_t reduced_ = 0;        // buckets done this round
-  std::exception_ptr error_;
-  bool stop_ = false;
+  struct CommQueue;                 // ddp_reducer.cpp: the buckets for the communication thread
+  std::unique_ptr<CommQueue> queue_;
+  std::atomic<size_t> reduced_{0};  // buckets done this round (finish() waits on it)
+  std::exception_ptr error_;        // the round's first communication error; read once reduced_ is complete
+  std::atomic<bool> stop_{false};
   std::thread comm_;
 };
 
