@@ -14,11 +14,6 @@ namespace hg::graphs {
 
 namespace {
 
-const void* data_ptr(const Tensor& t) {
-  const TensorImpl* i = t.impl();
-  return static_cast<const char*>(i->storage->data) + i->offset * static_cast<int64_t>(dtype_size(t.dtype()));
-}
-
 // Throws the hg::Error subclass that fits when `t` cannot stand for a buffer of `want` on `d`.
 void check_buffer(const Tensor& t, const TensorMeta& want, Device d, const std::string& what) {
   const std::string where = "HPUGraph::replay_with: " + what;

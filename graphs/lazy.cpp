@@ -17,11 +17,6 @@ namespace {
 std::atomic<bool> g_lazy_on{false};
 std::atomic<uint64_t> g_steps{0}, g_hits{0}, g_disk_hits{0}, g_misses{0};
 
-const void* data_ptr(const Tensor& t) {
-  const TensorImpl* i = t.impl();
-  return static_cast<const char*>(i->storage->data) + i->offset * static_cast<int64_t>(dtype_size(t.dtype()));
-}
-
 class Tracer final : public LazyBackend {
  public:
   bool traces(Device d) const override {

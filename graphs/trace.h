@@ -55,4 +55,10 @@ ClosedTrace end_capture(Trace& t);
 // Turns every output of `c` into an AbortedValue (the trace it came from will never run).
 void abort_values(const ClosedTrace& c, const std::string& why);
 
+// Where a materialized tensor's elements start, without waiting for its device.
+inline const void* data_ptr(const Tensor& t) {
+  const TensorImpl* i = t.impl();
+  return static_cast<const char*>(i->storage->data) + i->offset * static_cast<int64_t>(dtype_size(t.dtype()));
+}
+
 }  // namespace hg::graphs
