@@ -247,10 +247,12 @@ std::shared_ptr<const Executable> compile_cached(const Graph& g, std::vector<con
       }
     }
   }
-  if (disk && frozen && !constants_stored && !exe->computed_constants().empty()) {
+  if (disk && frozen && !constants_stored) {
     try {
-      const ConstantsPayload payload = constants_payload(exe->computed_constants());
-      disk->store_blob(ckey(), payload.parts);
+      if (const StoredConstants computed = exe->computed_constants(); !computed.empty()) {
+        const ConstantsPayload payload = constants_payload(computed);
+        disk->store_blob(ckey(), payload.parts);
+      }
     } catch (const Error& e) {
       spdlog::warn("graph cache: cannot write {}: {}", disk->path_for(ckey()).string(), e.what());
     }
