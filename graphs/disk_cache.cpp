@@ -140,7 +140,12 @@ void DiskCache::store_blob(const std::string& key, const std::vector<ByteSpan>& 
 
 void DiskCache::store_entry(const std::string& key, const std::vector<ByteSpan>& parts) {
   const fs::path p = path_for(key);
-  write_file_atomic(p, parts, Durability::Unsynced);  // checksummed, rebuilt if lost
+  try {
+    write_file_atomic(p, parts, Durability::Unsynced);  // checksummed, rebuilt if lost
+  } catch (const Error& e) {  // the cache is an optimization: the caller goes on without the entry
+    spdlog::warn("graph cache: cannot write {}: {}", p.string(), e.what());
+    return;
+  }
   ++writes_;
   evict(p);
 }

@@ -54,7 +54,8 @@ class DiskCache {
   // validation is logged (warning naming the file and the problem), removed, and counted.
   std::optional<Graph> load(const std::string& key);
   // Writes `optimized` under `key` atomically, then evicts the oldest entries beyond the cap
-  // (never the one just written). Throws IoError.
+  // (never the one just written). A write that fails is logged (a warning naming the file) and
+  // skipped, not thrown: the cache is an optimization and the caller goes on with what it has.
   void store(const std::string& key, const Graph& optimized);
   // The same for an opaque payload (an imported model): validated envelope (engine, ISA, key,
   // checksum), nullopt when absent or invalid (then removed, logged and counted).

@@ -1,7 +1,5 @@
 #include "graphs/graph_cache.h"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -239,24 +237,11 @@ std::shared_ptr<const Executable> compile_cached(const Graph& g, std::vector<con
   }
   if (!exe) {
     exe = Executable::compile(g, {.passes = opt, .optimize = true}, frozen_data);
-    if (disk) {
-      try {
-        disk->store(key, exe->graph());
-      } catch (const Error& e) {
-        spdlog::warn("graph cache: cannot write {}: {}", disk->path_for(key).string(), e.what());
-      }
-    }
+    if (disk) disk->store(key, exe->graph());
   }
-  if (disk && frozen && !constants_stored) {
-    try {
-      if (const StoredConstants computed = exe->computed_constants(); !computed.empty()) {
-        const ConstantsPayload payload = constants_payload(computed);
-        disk->store_blob(ckey(), payload.parts);
-      }
-    } catch (const Error& e) {
-      spdlog::warn("graph cache: cannot write {}: {}", disk->path_for(ckey()).string(), e.what());
-    }
-  }
+  if (disk && frozen && !constants_stored)
+    if (const StoredConstants computed = exe->computed_constants(); !computed.empty())
+      disk->store_blob(ckey(), constants_payload(computed).parts);
   if (!frozen) memory_graph_cache().put(key, exe);
   return done(std::move(exe));
 }

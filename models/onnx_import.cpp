@@ -13,8 +13,6 @@
 #include <optional>
 #include <set>
 
-#include <spdlog/spdlog.h>
-
 #include "engine/atomic_file.h"
 #include "engine/error.h"
 #include "engine/hash.h"
@@ -472,11 +470,7 @@ uint64_t content_digest(graphs::DiskCache& disk, const fs::path& file, std::vect
   }
   *bytes = read_file(file);
   const uint64_t d = hash64(*bytes);
-  try {
-    disk.store_blob(id, {{reinterpret_cast<const uint8_t*>(&d), 8}});
-  } catch (const Error& e) {
-    spdlog::warn("graph cache: cannot write {}: {}", disk.path_for(id).string(), e.what());
-  }
+  disk.store_blob(id, {{reinterpret_cast<const uint8_t*>(&d), 8}});
   return d;
 }
 
@@ -516,13 +510,7 @@ ModelPackage import_or_reuse(const fs::path& file, std::unique_ptr<Module>* modu
   if (bytes.empty()) bytes = read_file(file);
   bool external = false;
   ModelPackage p = import_model(file, bytes, &external);
-  if (disk && !external) {  // a model with external data files is imported every time
-    try {
-      store_import(*disk, key, p);
-    } catch (const Error& e) {
-      spdlog::warn("graph cache: cannot write {}: {}", disk->path_for(key).string(), e.what());
-    }
-  }
+  if (disk && !external) store_import(*disk, key, p);  // external data files: imported every time
   if (module) *module = build_module(p, device);
   return p;
 }
