@@ -7,11 +7,13 @@
 //       scripts/torch_zoo.py definitions have the same keys) and data.safetensors ("x" and "y":
 //       --batches batches of B samples; the MLP takes digits rows, LeNet-5 and the encoder
 //       seeded random inputs and labels).
-//   hg_train_bench run DIR --model M --batch B --mode lazy|eager [--seconds 3] [--warmup 5] [--sync-every 1]
+//   hg_train_bench run DIR --model M --batch B --mode lazy|replay|eager [--seconds 3] [--warmup 5] [--sync-every 1]
 //                      [--steps N] [--tag T] [--start-at UNIX_SECONDS]
 //       a raw training loop on hpu:0: forward, cross_entropy, backward, SGD (momentum 0.9)
 //       step, zero_grad, mark_step; the batches of data.safetensors in turn. Lazy: one traced
-//       step graph per step, compiled once and replayed from the cache; eager:
+//       step graph per step, compiled once and replayed from the cache; replay: the same step
+//       through graphs::StepReplay (traced until two steps record the same graph, then replayed
+//       without running the loop's code); eager:
 //       graphs::enable_lazy_mode(false), op by op. --warmup steps first (not timed), then steps
 //       until --seconds have passed (or exactly --steps N), then one host read of the loss (waits for the device).
 //       Every --sync-every steps the loss of that many steps earlier is read on the host: the
@@ -54,6 +56,7 @@
 #include "engine/error.h"
 #include "engine/ops.h"
 #include "graphs/lazy.h"
+#include "graphs/step_replay.h"
 #include "models/safetensors.h"
 #include "models/state_dict.h"
 #include "models/zoo.h"
@@ -241,20 +244,27 @@ int run(const fs::path& root, const std::map<std::string, std::string>& o) {
   const int64_t sync_every = std::max<int64_t>(1, std::stoll(opt(o, "sync-every", "1")));
   const double seconds = std::stod(opt(o, "seconds", "3"));
   const int64_t fixed_steps = std::stoll(opt(o, "steps", "0"));
-  if (mode != "lazy" && mode != "eager") throw hg::InvalidArgument("hg_train_bench: --mode must be lazy or eager");
+  if (mode != "lazy" && mode != "eager" && mode != "replay")
+    throw hg::InvalidArgument("hg_train_bench: --mode must be lazy, replay or eager");
   const fs::path dir = model_dir(root, model, batch);
   auto net = load_model(model, dir);
   const auto batches = load_batches(dir, batch);
   hg::training::SGD sgd(net->named_parameters(), {.lr = learning_rate(model), .momentum = kMomentum});
-  hg::graphs::enable_lazy_mode(mode == "lazy");
+  hg::graphs::enable_lazy_mode(mode != "eager");
 
   size_t next = 0;
-  auto step = [&] {
-    const auto& [x, y] = batches[next++ % batches.size()];
-    Tensor loss = hg::ops::cross_entropy(net->forward(x), y);
+  hg::graphs::StepReplay replay(kHpu);
+  auto body = [&](const std::vector<Tensor>& in) {
+    Tensor loss = hg::ops::cross_entropy(net->forward(in[0]), in[1]);
     loss.backward();
     sgd.step();
     sgd.zero_grad();
+    return std::vector<Tensor>{loss};
+  };
+  auto step = [&] {
+    const auto& [x, y] = batches[next++ % batches.size()];
+    if (mode == "replay") return replay.run({x, y}, body, sgd.replay_guard())[0];
+    Tensor loss = body({x, y})[0];
     hg::graphs::mark_step(kHpu);
     return loss;
   };
@@ -312,6 +322,9 @@ int run(const fs::path& root, const std::map<std::string, std::string>& o) {
                    {"graphs_run", stats.steps - stats0.steps},
                    {"cache_hits", stats.cache_hits - stats0.cache_hits},
                    {"cache_misses", stats.cache_misses - stats0.cache_misses},
+                   {"steps_replayed", replay.stats().replayed},
+                   {"replay_fallback", replay.stats().last_fallback},
+                   {"replay_host_us", replay.stats().replayed ? replay.stats().replay_host_s * 1e6 / static_cast<double>(replay.stats().replayed) : 0.0},
                    {"hpu_in_use_mb", static_cast<double>(mem.in_use) / (1 << 20)},
                    {"hpu_max_in_use_mb", static_cast<double>(mem.max_in_use) / (1 << 20)}};
   std::cout << j.dump() << std::endl;

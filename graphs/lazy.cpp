@@ -157,16 +157,15 @@ void init_lazy_mode_from_env() {
   enable_lazy_mode(true);
 }
 
-void mark_step(Device d) {
-  if (!d.is_hpu()) return;
+ClosedTrace close_pending(Device d, const char* who) {
   Trace& t = trace_for(d);
-  ClosedTrace c;
-  {
-    std::lock_guard lk(t.mu);
-    if (t.capturing) throw InvalidArgument("mark_step() inside an HPU graph capture on " + d.str());
-    c = close_trace(t);
-  }
-  if (c.outputs.empty()) return;
+  std::lock_guard lk(t.mu);
+  if (t.capturing) throw InvalidArgument(std::string(who) + " inside an HPU graph capture on " + d.str());
+  if (t.graph.nodes.empty()) return {};  // nothing recorded: no new generation either
+  return close_trace(t);
+}
+
+std::shared_ptr<const Executable> launch_closed(ClosedTrace& c, Device d) {
   CompileInfo info;
   std::shared_ptr<const Executable> exe;
   try {
@@ -181,14 +180,25 @@ void mark_step(Device d) {
   auto arena = std::make_shared<Storage>(d, std::max<size_t>(exe->arena_bytes(), 1));
   std::vector<const void*> in;
   std::vector<void*> out;
-  for (const auto& x : c.inputs) in.push_back(data_ptr(x));
-  std::vector<std::shared_ptr<Storage>> keep;
+  std::vector<std::shared_ptr<Storage>> keep;  // the data the run touches (not the tensors: their
+  for (const auto& x : c.inputs) {              // gradients and other fields are not the run's)
+    in.push_back(data_ptr(x));
+    keep.push_back(x.impl()->storage);
+  }
   for (const auto& o : c.outputs) {
     out.push_back(o->storage->data);
     keep.push_back(o->storage);
   }
-  device_backend(d).enqueue([exe, arena, in = std::move(in), out = std::move(out), inputs = std::move(c.inputs),
-                             keep = std::move(keep)] { exe->run(arena->data, in.data(), out.data()); });
+  device_backend(d).enqueue([exe, arena, in = std::move(in), out = std::move(out), keep = std::move(keep)] {
+    exe->run(arena->data, in.data(), out.data());
+  });
+  return exe;
+}
+
+void mark_step(Device d) {
+  if (!d.is_hpu()) return;
+  ClosedTrace c = close_pending(d, "mark_step()");
+  if (!c.outputs.empty()) launch_closed(c, d);
 }
 
 LazyStats lazy_stats() { return {g_steps.load(), g_hits.load(), g_disk_hits.load(), g_misses.load()}; }

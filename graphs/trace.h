@@ -10,6 +10,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "graphs/executable.h"
 #include "graphs/ir.h"
 
 namespace hg::graphs {
@@ -52,6 +53,12 @@ ClosedTrace close_trace(Trace& t);
 void bind_outputs(const ClosedTrace& c, Device d);
 // Locks `t`, takes its graph (close_trace) and ends the capture on its device.
 ClosedTrace end_capture(Trace& t);
+// Takes what `d`'s trace recorded so far (close_trace under its lock); throws InvalidArgument
+// naming `who` while the device is capturing an HPU graph.
+ClosedTrace close_pending(Device d, const char* who);
+// Compiles `c` through the graph caches (lazy_stats counts it), gives its outputs storage and
+// queues its run on `d`; returns the executable. A compile error aborts c's values and rethrows.
+std::shared_ptr<const Executable> launch_closed(ClosedTrace& c, Device d);
 // Turns every output of `c` into an AbortedValue (the trace it came from will never run).
 void abort_values(const ClosedTrace& c, const std::string& why);
 

@@ -5,6 +5,7 @@
 
 #include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/hash.h"
 #include "engine/ops.h"
 #include "training/update_ops.h"
 
@@ -13,6 +14,19 @@ namespace hg::training {
 void Optimizer::zero_grad() {
   for (ParamGroup& g : groups_)
     for (auto& [name, p] : g.params) p->zero_grad();
+}
+
+uint64_t Optimizer::replay_guard() const {
+  Hasher h;
+  auto add = [&](const void* p, size_t n) { h.update({static_cast<const uint8_t*>(p), n}); };
+  for (const ParamGroup& g : groups_) {
+    for (const auto& [key, value] : g.options) {
+      add(key.data(), key.size() + 1);  // with the terminating zero: keys stay apart
+      add(&value, sizeof value);
+    }
+    for (const auto& [name, p] : g.params) add(&p, sizeof p);
+  }
+  return h.digest();
 }
 
 NamedParams Optimizer::params() const {

@@ -50,6 +50,10 @@ class Optimizer {
   // PyTorch). Engine ops only.
   virtual void step() = 0;
   void zero_grad();  // drops every parameter's .grad
+  // A digest of the host-side settings a step depends on besides tensors: every group's
+  // hyper-parameters and parameters. A replayed training step (graphs/step_replay.h) is traced
+  // again when it changes (a scheduler set a new lr).
+  uint64_t replay_guard() const;
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   NamedParams params() const;  // every group's parameters, in order

@@ -41,11 +41,11 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions defaults) {
 
 void SGD::step() {
   NoGradGuard no_grad;
-  for (ParamGroup& group : groups_) {
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    ParamGroup& group = groups_[gi];
     const double momentum = group.options.at("momentum"), dampening = group.options.at("dampening"),
                  wd = group.options.at("weight_decay");
     const bool nesterov = group.options.at("nesterov") != 0;
-    std::map<std::string, Tensor> lr;  // one graph input per device and group, fresh each step
     for (auto& [name, p] : group.params) {
       Tensor g = p->grad();
       if (!g.defined()) continue;
@@ -53,8 +53,11 @@ void SGD::step() {
         throw ShapeError("SGD: gradient of '" + name + "' has shape " + shape_str(g.shape()) + ", the parameter " +
                          shape_str(p->shape()));
       const Device d = p->device();
-      auto it = lr.find(d.str());
-      if (it == lr.end()) it = lr.emplace(d.str(), device_scalar(group.lr(), d)).first;
+      auto& [lr_value, lr] = lr_[{gi, d.str()}];
+      if (!lr.defined() || lr_value != group.lr()) {
+        lr_value = group.lr();
+        lr = device_scalar(lr_value, d);
+      }
       // g + weight_decay * p, inside each program that needs it (recomputed: no extra pass).
       auto decayed = [&](Fused& f, Fused::Reg gr, Fused::Reg pr) {
         return wd != 0 ? f.op(ew::Add, gr, f.scale(pr, wd)) : gr;
@@ -74,7 +77,7 @@ void SGD::step() {
       }
       Fused u;  // p - lr * step, step = g, buf, or g + momentum * buf (Nesterov)
       const bool uses_g = !buf.defined() || nesterov;
-      const Fused::Reg pr = u.in(*p), lr_r = u.in(it->second), gr = uses_g ? u.in(g) : 0,
+      const Fused::Reg pr = u.in(*p), lr_r = u.in(lr), gr = uses_g ? u.in(g) : 0,
                        br = buf.defined() ? u.in(buf) : 0;
       Fused::Reg step = uses_g ? decayed(u, gr, pr) : br;
       if (buf.defined() && nesterov) step = u.op(ew::Add, step, u.scale(br, momentum));
