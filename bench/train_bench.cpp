@@ -33,6 +33,8 @@
 //       the digits MLP (64-64-10) from DIR/digits/init.safetensors over the per-epoch orders of
 //       DIR/digits/order.safetensors (written by `prepare DIR --model digits`): per epoch the
 //       mean training loss and the accuracy on the held-out rows, as CSV (epoch,train_loss,val_loss,val_acc).
+//   hg_train_bench trainer DIR --model M --batch B [--steps 200] [--warmup 5] [--replay 0|1]: the same
+//       loop through the Trainer (bench/train_bench_trainer.cpp); --replay 1 sets replay_steps.
 //   hg_train_bench loader [--workers 2] ...: the DataLoader's throughput (bench/train_bench_trainer.cpp).
 #include <sys/resource.h>
 

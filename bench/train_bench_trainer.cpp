@@ -122,9 +122,12 @@ int trainer_run(const fs::path& root, const Options& o) {
   to.logger = std::vector<std::shared_ptr<tr::Logger>>{};
   to.enable_checkpointing = false;
   to.enable_progress_bar = false;
+  to.replay_steps = opt(o, "replay", "0") == "1";
   tr::Trainer trainer(to);
   trainer.fit(m, loader);
-  nlohmann::json j{{"runtime", std::string("hgraph_trainer_") + (hg::graphs::lazy_mode_enabled() ? "lazy" : "eager")},
+  const std::string mode = to.replay_steps ? "replay" : hg::graphs::lazy_mode_enabled() ? "lazy" : "eager";
+  nlohmann::json j{{"runtime", "hgraph_trainer_" + mode},
+                   {"steps_replayed", trainer.step_replay_stats().replayed},
                    {"model", model},
                    {"batch", batch},
                    {"threads", env_threads()},

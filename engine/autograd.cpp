@@ -1,13 +1,13 @@
 #include "engine/autograd.h"
 
 #include <atomic>
-#include <map>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
 #include "engine/error.h"
+#include "engine/fused_ops.h"
 #include "engine/ops.h"
 
 namespace hg {
@@ -60,18 +60,14 @@ void run_post_accumulate_hooks(const std::shared_ptr<TensorImpl>& leaf) {
   for (const auto& fn : fns) (*fn)(t);
 }
 
-// The gradient a traced backward starts from (ones in the root's shape and dtype), one tensor per
-// device, shape and dtype, shared: a lazy step then reads the same graph input at every step,
-// which a replayed step (graphs/step_replay.h) needs. Traced ops never write their inputs. Roots
-// hold one element, so the few shapes and dtypes bound the map.
-Tensor ones_seed(const Tensor& root) {
-  static std::mutex mu;
-  static std::map<std::string, Tensor> seeds;
-  const std::string key = root.device().str() + meta_str(root.meta());
-  std::lock_guard lk(mu);
-  Tensor& s = seeds[key];
-  if (!s.defined()) s = Tensor::full(root.shape(), 1.0f, root.device()).to(root.dtype());
-  return s;
+// The gradient backward starts from: ones in the root's shape and dtype. Traced (lazy mode or a
+// capture) it is an op of the graph, x^0 (1 for every x, NaN and inf included), not a tensor made
+// on the host: a traced step then has no input that is new at every step, which a replayed step
+// (graphs/step_replay.h) needs.
+Tensor ones_like_root(const Tensor& root) {
+  if (!root.is_lazy()) return Tensor::full(root.shape(), 1.0f, root.device()).to(root.dtype());
+  const Tensor x = root.dtype() == DType::F32 ? root : root.to(DType::F32);
+  return dispatch("fused_elementwise", {x}, Attrs{{ew::Pow, 0, 0, 0}, {0.0}}).to(root.dtype());
 }
 }  // namespace
 
@@ -173,9 +169,7 @@ void run_backward(const Tensor& root) {
     l->grad = l->grad ? ops::add(Tensor(l->grad), g).impl_ptr() : g.impl_ptr();
     if (g_hook_count.load(std::memory_order_relaxed) != 0) run_post_accumulate_hooks(leaf.impl_ptr());
   };
-  grads[root.impl()] = root.is_lazy() && root.impl()->grad_fn
-                          ? ones_seed(root)
-                          : Tensor::full(root.shape(), 1.0f, root.device()).to(root.dtype());
+  grads[root.impl()] = ones_like_root(root);
   for (const Impl& t : order) {
     if (!t->grad_fn) continue;  // a leaf: accumulated by use_done
     auto it = grads.find(t.get());

@@ -3,9 +3,11 @@
 #include <spdlog/spdlog.h>
 
 #include <unordered_map>
+#include <utility>
 
 #include "engine/autocast.h"
 #include "engine/error.h"
+#include "engine/hash.h"
 #include "engine/ops.h"
 #include "training/trainer_loop.h"
 
@@ -94,6 +96,15 @@ void Trainer::Loop::fit(LightningModule& m, const DataLoader& train, const DataL
     t.progress_bar_metrics_.clear();
   }
 
+  replay.reset();
+  if (o.replay_steps) {
+    if (lazy && m.automatic_optimization && o.accumulate_grad_batches == 1 &&
+        dynamic_cast<SingleHPUStrategy*>(strategy.get()))
+      replay = std::make_unique<graphs::StepReplay>(device);
+    else
+      spdlog::warn("Trainer: replay_steps needs lazy mode on one HPU (strategy hpu_single), automatic "
+                   "optimization and accumulate_grad_batches 1; this fit traces every step");
+  }
   if (n == 0) spdlog::warn("Trainer: limit_train_batches gives 0 training batches: fit skips training");
   while (n > 0) {
     if (t.should_stop && t.epoch_ >= o.min_epochs) break;
@@ -104,6 +115,13 @@ void Trainer::Loop::fit(LightningModule& m, const DataLoader& train, const DataL
   for (auto& cb : t.callbacks_) cb->on_fit_end(t, m);
   m.on_fit_end();
   val_loader = nullptr;
+  if (replay) {
+    t.replay_stats_ = replay->stats();
+    const auto& r = t.replay_stats_;
+    spdlog::info("Trainer: {} training steps traced, {} replayed{}{}", r.traced, r.replayed,
+                 r.last_fallback.empty() ? "" : "; the last traced step did not replay: ", r.last_fallback);
+    replay.reset();
+  }
 }
 
 void Trainer::Loop::train_epoch(LightningModule& m, const DataLoader& train) {
@@ -116,6 +134,7 @@ void Trainer::Loop::train_epoch(LightningModule& m, const DataLoader& train) {
     for (auto& cb : t.callbacks_) cb->on_train_epoch_start(t, m);
     m.on_train_epoch_start();
   }
+  if (replay) replay->reset();  // host-side branches on the epoch are seen again
   DataLoader::Epoch it = train.epoch(t.epoch_);
   for (int64_t i = 0; i < next_batch; ++i)  // resuming mid-epoch: the same shuffle, skipped
     if (!it.next()) throw InvalidArgument("resume: the training loader has fewer batches than the checkpoint's position " +
@@ -181,23 +200,7 @@ void Trainer::Loop::train_batch(LightningModule& m, const Batch& host_batch, int
   {
     HookScope scope(*this, &train_metrics, true, "training_step");
     if (m.automatic_optimization) {
-      if (idx % o.accumulate_grad_batches == 0)
-        for (auto& c : t.optimizers_) c.optimizer->zero_grad();
-      Tensor loss;
-      {
-        strategy->before_forward(m.module());
-        AutocastGuard autocast(precision_bf16());
-        loss = m.training_step(batch, idx);
-      }
-      if (loss.defined()) {  // an undefined loss skips the optimization of this batch
-        if (loss.numel() != 1)
-          throw InvalidArgument("training_step returned a loss of " + std::to_string(loss.numel()) + " elements, expected one");
-        strategy->backward(o.accumulate_grad_batches > 1 ? ops::scale(loss, 1.0 / o.accumulate_grad_batches) : loss, boundary);
-        if (boundary) {
-          optimizer_steps(m);
-          stepped = true;
-        }
-      }
+      stepped = replay ? replayed_step(m, batch, idx) : automatic_step(m, batch, idx, boundary);
     } else {
       strategy->before_forward(m.module());
       AutocastGuard autocast(precision_bf16());
@@ -222,6 +225,70 @@ void Trainer::Loop::train_batch(LightningModule& m, const Batch& host_batch, int
   train_metrics.clear_step();
   if (should_validate(idx)) evaluate(m, *val_loader, t.num_val_batches_, false);
   if (stepped && m.automatic_optimization) step_schedulers("step", true);
+}
+
+bool Trainer::Loop::automatic_step(LightningModule& m, const Batch& batch, int64_t idx, bool boundary) {
+  const TrainerOptions& o = t.opt_;
+  if (idx % o.accumulate_grad_batches == 0)
+    for (auto& c : t.optimizers_) c.optimizer->zero_grad();
+  Tensor loss;
+  {
+    strategy->before_forward(m.module());
+    AutocastGuard autocast(precision_bf16());
+    loss = m.training_step(batch, idx);
+  }
+  if (!loss.defined()) return false;  // an undefined loss skips the optimization of this batch
+  if (loss.numel() != 1)
+    throw InvalidArgument("training_step returned a loss of " + std::to_string(loss.numel()) + " elements, expected one");
+  strategy->backward(o.accumulate_grad_batches > 1 ? ops::scale(loss, 1.0 / o.accumulate_grad_batches) : loss, boundary);
+  if (!boundary) return false;
+  optimizer_steps(m);
+  return true;
+}
+
+bool Trainer::Loop::replayed_step(LightningModule& m, const Batch& batch, int64_t idx) {
+  bool stepped = false;
+  std::vector<MetricStore::Logged> logged;
+  auto body = [&](const Batch& b) {
+    train_metrics.record_logs(&logged);
+    try {
+      stepped = automatic_step(m, b, idx, true);
+    } catch (...) {
+      train_metrics.record_logs(nullptr);
+      throw;
+    }
+    train_metrics.record_logs(nullptr);
+    // The gradients are dropped as the step ends (not as the next one starts): a replay does not
+    // recompute them, so none stays behind stale.
+    for (auto& c : t.optimizers_) c.optimizer->zero_grad();
+    // The step's results are the tensors it logged; what a replay repeats is in its note.
+    Hasher h;
+    auto add = [&h](const void* p, size_t n) { h.update({static_cast<const uint8_t*>(p), n}); };
+    add(&stepped, sizeof stepped);
+    std::vector<Tensor> logged_tensors;
+    for (MetricStore::Logged& l : logged) {
+      add(l.name.c_str(), l.name.size() + 1);
+      add(&l.batch_size, sizeof l.batch_size);
+      const bool is_tensor = l.tensor.defined();
+      add(&is_tensor, sizeof is_tensor);
+      if (is_tensor) logged_tensors.push_back(std::exchange(l.tensor, Tensor()));
+      else add(&l.value, sizeof l.value);
+    }
+    replay->note(h.digest());
+    return logged_tensors;
+  };
+  uint64_t guard = 0;
+  for (auto& c : t.optimizers_) guard = guard * 0x100000001B3ull ^ c.optimizer->replay_guard();
+  const uint64_t replays = replay->stats().replayed;
+  const std::vector<Tensor> out = replay->run(batch, body, guard);
+  if (replay->stats().replayed == replays) {  // traced: what a replay of it will log again
+    replay_logs = std::move(logged);
+    replay_stepped = stepped;
+    return stepped;
+  }
+  size_t k = 0;
+  for (const MetricStore::Logged& l : replay_logs) train_metrics.relog(l, l.is_tensor ? out.at(k++) : Tensor());
+  return replay_stepped;
 }
 
 void Trainer::Loop::optimizer_steps(LightningModule& m) {

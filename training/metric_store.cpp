@@ -53,9 +53,18 @@ void MetricStore::log(const std::string& name, const Tensor& tensor, double valu
     NoGradGuard no_grad;
     const DType t = tensor.dtype();
     pending_.push_back({name, t == DType::F32 || t == DType::I64 ? tensor : tensor.to(DType::F32), bs});
+    if (recording_) recording_->push_back({name, pending_.back().tensor, 0, bs, true});
   } else {
     add(e, value, bs);
+    if (recording_) recording_->push_back({name, Tensor(), value, bs, false});
   }
+}
+
+void MetricStore::relog(const Logged& l, const Tensor& tensor) {
+  if (tensor.defined())
+    pending_.push_back({l.name, tensor, l.batch_size});
+  else
+    add(entries_.at(l.name), l.value, l.batch_size);
 }
 
 void MetricStore::add(Entry& e, double v, int64_t batch_size) {

@@ -35,6 +35,21 @@ class MetricStore {
   // one element, an unknown reduce_fx, or options that change between calls for one name.
   void log(const std::string& name, const Tensor& tensor, double value, const LogOptions& opt, bool step_hook,
            int64_t batch_size, const std::string& hook);
+  // One log() call, kept so that a replayed training step (graphs/step_replay.h) can log the
+  // same again: `tensor` is what log() keeps (an F32 or I64 one-element tensor), undefined for a
+  // host value.
+  struct Logged {
+    std::string name;
+    Tensor tensor;
+    double value = 0;
+    int64_t batch_size = 1;
+    bool is_tensor = false;  // kept when `tensor` is dropped
+  };
+  // While set, every log() call is also appended to *sink (nullptr stops).
+  void record_logs(std::vector<Logged>* sink) { recording_ = sink; }
+  // Logs `l` again (its name was logged before, options unchanged) with `tensor` as the value,
+  // or l.value when `tensor` is undefined.
+  void relog(const Logged& l, const Tensor& tensor);
   // Reads every tensor logged since the last call (after the step graph ran).
   void read_pending();
   // Values logged with on_step since the last clear_step(). training: callback metrics also
@@ -63,6 +78,7 @@ class MetricStore {
   void add(Entry& e, double v, int64_t batch_size);
   std::map<std::string, Entry> entries_;
   std::vector<Pending> pending_;
+  std::vector<Logged>* recording_ = nullptr;
 };
 
 }  // namespace hg::training

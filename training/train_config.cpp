@@ -141,6 +141,7 @@ TrainerOptions read_trainer(ConfigReader& r) {
   o.logger = read_loggers(r, o.default_root_dir);
   o.enable_checkpointing = r.get("enable_checkpointing", o.enable_checkpointing);
   o.enable_progress_bar = r.get("enable_progress_bar", o.enable_progress_bar);
+  o.replay_steps = r.get("replay_steps", o.replay_steps);
   const json& fdr = r.raw("fast_dev_run");
   if (fdr.is_boolean()) o.fast_dev_run = fdr.get<bool>() ? 1 : 0;
   else if (fdr.is_number_integer() && fdr.get<int>() >= 0) o.fast_dev_run = fdr.get<int>();

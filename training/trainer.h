@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "graphs/step_replay.h"
 #include "training/callback.h"
 #include "training/dataloader.h"
 #include "training/lightning_module.h"
@@ -78,6 +79,10 @@ struct TrainerOptions {
   int fast_dev_run = 0;                   // n > 0: n batches of train/val/test, 1 epoch, no loggers or checkpoints
   std::chrono::milliseconds dist_timeout = std::chrono::minutes(30);  // rendezvous and collectives
   std::ostream* out = nullptr;            // progress bar and messages; default std::cout
+  // Lazy mode on one HPU with automatic optimization: once two training steps record the same
+  // graph, later steps replay it without calling training_step (graphs/step_replay.h; what a
+  // replay skips: docs/training.md).
+  bool replay_steps = false;
 };
 
 class Trainer {
@@ -129,6 +134,9 @@ class Trainer {
   // ModelCheckpoint never deletes it (Lightning's trainer.ckpt_path).
   const std::filesystem::path& ckpt_path() const { return ckpt_path_; }
   std::ostream& out() const;
+  // The last fit's replayed training steps (replay_steps): traced, replayed, why not (all zero
+  // without replay_steps).
+  const graphs::StepReplayStats& step_replay_stats() const { return replay_stats_; }
 
  private:
   friend class LightningModule;
@@ -149,6 +157,7 @@ class Trainer {
   bool sanity_checking_ = false;
   std::string stage_;
   std::filesystem::path ckpt_path_;
+  graphs::StepReplayStats replay_stats_;
 };
 
 // Seeds every device generator and the host generator the loaders' shuffles do not use.

@@ -3,10 +3,12 @@
 // eval_loop.cpp validation / test / predict, trainer_checkpoint.cpp checkpoint dump and restore).
 #pragma once
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "graphs/step_replay.h"
 #include "training/checkpoint.h"
 #include "training/metric_store.h"
 #include "training/trainer.h"
@@ -20,6 +22,10 @@ struct Trainer::Loop {
   bool environment_ready = false;
   Device device;
   bool lazy = false;  // hpu in lazy mode: mark_step after every step
+  // TrainerOptions::replay_steps, when the fit allows it: the training step and what it logs.
+  std::unique_ptr<graphs::StepReplay> replay;
+  std::vector<MetricStore::Logged> replay_logs;  // without their tensors
+  bool replay_stepped = false;
 
   // Where log() goes and with which defaults.
   MetricStore train_metrics, eval_metrics;
@@ -61,6 +67,10 @@ struct Trainer::Loop {
   void fit(LightningModule& m, const DataLoader& train, const DataLoader* val);
   void train_epoch(LightningModule& m, const DataLoader& train);
   void train_batch(LightningModule& m, const Batch& batch, int64_t idx);
+  // zero_grad, training_step, backward and (at a boundary) the optimizer steps; true when they stepped.
+  bool automatic_step(LightningModule& m, const Batch& batch, int64_t idx, bool boundary);
+  // automatic_step through `replay`; a replayed step logs again what its traced step logged.
+  bool replayed_step(LightningModule& m, const Batch& batch, int64_t idx);
   void optimizer_steps(LightningModule& m);
   void epoch_end_hooks(LightningModule& m);
   bool should_validate(int64_t idx) const;

@@ -3,8 +3,8 @@
 
 Usage: /usr/bin/python3 bench/train/report.py RESULTS.jsonl
 
-Prints markdown: per thread count, training samples/s of hgraph lazy, hgraph eager and PyTorch
-eager per (model, batch) with the ratios to PyTorch and the CPU each used per step (process
+Prints markdown: per thread count, training samples/s of hgraph lazy, replay (graphs::StepReplay),
+eager, the Trainer (lazy, replay_steps) and PyTorch eager per (model, batch) with the ratios to PyTorch and the CPU each used per step (process
 user + system time: hgraph runs its ops on hpu:0's queue worker while the main thread traces
 the next step, so it can keep more than one core busy at 1 compute thread); then DDP scaling
 (2 ranks x 1 thread against 2 independent 1-thread processes at the same time); then the
@@ -17,8 +17,9 @@ from collections import defaultdict
 NAMES = {"mlp": "MLP 64-64-10", "lenet5": "LeNet-5", "bert": "BERT enc s128"}
 # (key, column title); _s10: the loss read every 10 steps instead of every step
 RUNTIMES = [("torch_eager", "PyTorch eager"), ("hgraph_lazy", "hgraph lazy"), ("hgraph_lazy_s10", "lazy, read / 10"),
+            ("hgraph_replay", "hgraph replay"), ("hgraph_replay_s10", "replay, read / 10"),
             ("hgraph_eager", "hgraph eager"), ("hgraph_eager_s10", "eager, read / 10"),
-            ("hgraph_trainer_lazy", "hgraph Trainer")]
+            ("hgraph_trainer_lazy", "hgraph Trainer"), ("hgraph_trainer_replay", "Trainer, replay")]
 
 
 def fmt(x):
@@ -51,10 +52,11 @@ def check_table(check):
     if not check:
         return
     print("\n#### Same steps, same loss: the loss after the warm-up + N steps from the same init and batches\n")
-    print("| model | batch | steps | hgraph lazy | hgraph eager | PyTorch eager |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| model | batch | steps | hgraph lazy | hgraph replay | hgraph eager | PyTorch eager |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for (m, b, n), r in sorted(check.items(), key=lambda kv: (list(NAMES).index(kv[0][0]), kv[0][1])):
-        loss = [f"{r[rt]['last_loss']:.9g}" if rt in r else "-" for rt in ("hgraph_lazy", "hgraph_eager", "torch_eager")]
+        loss = [f"{r[rt]['last_loss']:.9g}" if rt in r else "-"
+                for rt in ("hgraph_lazy", "hgraph_replay", "hgraph_eager", "torch_eager")]
         print(f"| {NAMES.get(m, m)} | {b} | {n} | " + " | ".join(loss) + " |")
 
 
@@ -83,6 +85,16 @@ def speed_tables(speed):
                 extra = f"; reading the loss every 10 steps {lazy10 / torch:.2f}x ({fmt(lazy10)})" if lazy10 else ""
                 targets.append(f"- {'met' if ok else 'MISSED'}: {t}T {NAMES[m]} batch {b}: lazy {lazy / torch:.2f}x "
                                f"PyTorch eager (>= 1.5x): {fmt(lazy)} vs {fmt(torch)} samples/s{extra}")
+            rep = r["hgraph_replay"]
+            if m == "mlp" and b == 32 and rep and torch:
+                x = rep["samples_per_s"] / torch
+                targets.append(f"- {'met' if x >= 3 else 'MISSED'}: {t}T MLP batch 32: replayed steps {x:.2f}x "
+                               f"PyTorch eager (>= 3x): {fmt(rep['samples_per_s'])} vs {fmt(torch)} samples/s")
+                us = rep.get("replay_host_us", 0)
+                targets.append(f"- {'met' if 0 < us <= 3 else 'MISSED'}: {t}T MLP batch 32: host time per replayed "
+                               f"step {us:.2f} us (<= 3 us; traced lazy step: "
+                               f"{fmt(r['hgraph_lazy']['host_cpu_s'] / r['hgraph_lazy']['steps'] * 1e6) if r['hgraph_lazy'] else '-'} us "
+                               "of host CPU, waits included)")
         print(f"\nCPU time per step ({t} thread{'s' if t > 1 else ''}; process user + system time of all "
               "threads over the timed steps; in parentheses hgraph's host thread alone, which traces or "
               "dispatches while hpu:0's worker runs the kernels)\n")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The training benchmark of issue 7 in one run: training samples/s of hgraph eager, hgraph lazy
-# (the cached step graph) and PyTorch eager (Debian's python3-torch) on the digits MLP 64-64-10
+# The training benchmark in one run: training samples/s of hgraph eager, hgraph lazy (the cached
+# step graph), hgraph replay (graphs::StepReplay: the step replayed without tracing) and PyTorch eager (Debian's python3-torch) on the digits MLP 64-64-10
 # (batch 32 and 256), LeNet-5 (batch 32) and the BERT-style encoder (batch 8, 128 tokens), with
 # the same initial weights, batches, optimizer (SGD, momentum 0.9) and threads (OMP_NUM_THREADS +
 # HG_HPU_THREADS / torch.set_num_threads); then DDP scaling (2 ranks x 1 thread against 2
@@ -51,7 +51,7 @@ if has check; then
   export OMP_NUM_THREADS=1 HG_HPU_THREADS=1
   for c in "mlp 32" "lenet5 32" "bert 8"; do
     set -- $c
-    for mode in lazy eager; do
+    for mode in lazy replay eager; do
       cell "$bench" run "$data" --model "$1" --batch "$2" --mode "$mode" --steps 20 --tag check
     done
     cell torch_py run "$data" --model "$1" --batch "$2" --threads 1 --steps 20 --tag check
@@ -62,18 +62,20 @@ if has speed; then
   for round in $(seq "$rounds"); do
     for t in $thread_counts; do
       export OMP_NUM_THREADS=$t HG_HPU_THREADS=$t
-      echo "round $round, threads $t: hgraph lazy, hgraph eager, PyTorch eager, hgraph Trainer" >&2
+      echo "round $round, threads $t: hgraph lazy, replay, eager, PyTorch eager, hgraph Trainer (lazy, replay)" >&2
       for c in "${configs[@]}"; do
         set -- $c
         # the loss read on the host every step (the previous step's) and every 10 steps
-        for mode in lazy eager; do
+        for mode in lazy replay eager; do
           for every in 1 10; do
             cell "$bench" run "$data" --model "$1" --batch "$2" --mode "$mode" --seconds "$seconds" --sync-every "$every"
           done
         done
         cell torch_py run "$data" --model "$1" --batch "$2" --threads "$t" --seconds "$seconds"
         # the same through the Trainer (fixed steps: about SECONDS at the raw loop's speed)
-        cell "$bench" trainer "$data" --model "$1" --batch "$2" --steps "$(trainer_steps "$1" "$2")"
+        for replay in 0 1; do
+          cell "$bench" trainer "$data" --model "$1" --batch "$2" --steps "$(trainer_steps "$1" "$2")" --replay "$replay"
+        done
       done
     done
   done
