@@ -265,7 +265,7 @@ int run(const fs::path& root, const std::map<std::string, std::string>& o) {
   };
   auto step = [&] {
     const auto& [x, y] = batches[next++ % batches.size()];
-    if (mode == "replay") return replay.run({x, y}, body, sgd.replay_guard())[0];
+    if (mode == "replay") return replay.run({x, y}, body, sgd.replay_guard(), [&] { sgd.on_replayed_step(); })[0];
     Tensor loss = body({x, y})[0];
     hg::graphs::mark_step(kHpu);
     return loss;

@@ -85,7 +85,8 @@ void StepReplay::reset() {
   last_.reset();
 }
 
-std::vector<Tensor> StepReplay::run(const std::vector<Tensor>& args, const Body& body, uint64_t guard) {
+std::vector<Tensor> StepReplay::run(const std::vector<Tensor>& args, const Body& body, uint64_t guard,
+                                    const std::function<void()>& on_replay) {
   if (!lazy_mode_enabled()) {
     ++stats_.eager;
     reset();
@@ -93,7 +94,7 @@ std::vector<Tensor> StepReplay::run(const std::vector<Tensor>& args, const Body&
   }
   mark_step(device_);  // work recorded before this step runs first (and a capture throws here)
   if (plan_) {
-    if (can_replay(args, guard)) return replay(args);
+    if (can_replay(args, guard)) return replay(args, on_replay);
     stats_.last_fallback = "the guard, an argument or a state tensor changed";
     reset();
   }
@@ -228,7 +229,7 @@ std::string StepReplay::make_plan(const Record& prev, const Record& cur, std::ve
   return "";
 }
 
-std::vector<Tensor> StepReplay::replay(const std::vector<Tensor>& args) {
+std::vector<Tensor> StepReplay::replay(const std::vector<Tensor>& args, const std::function<void()>& on_replay) {
   Plan& p = *plan_;
   const Executable& exe = *p.exe;
   ExecQueue& q = *device_backend(device_).queue();
@@ -266,6 +267,7 @@ std::vector<Tensor> StepReplay::replay(const std::vector<Tensor>& args) {
   for (size_t r = 0; r < p.results.size(); ++r) s.out[p.results[r]] = storage(s.results[r], p.results[r]);
   Generator& gen = default_generator(device_);
   for (auto& seed : s.seeds) seed = static_cast<int64_t>(gen.next());
+  if (on_replay) on_replay();  // what it queues runs before the replay
   q.enqueue([&p, &s] { p.run(s); });  // the plan outlives its runs: reset() and ~StepReplay wait
   s.event = q.record();
   for (size_t k = 0; k < p.carriers.size(); ++k) {

@@ -9,7 +9,8 @@
 //       sgd.step();
 //       sgd.zero_grad();
 //       return std::vector<hg::Tensor>{loss};       // the step's results
-//     }, sgd.replay_guard());                       // host-side settings the body depends on
+//     }, sgd.replay_guard(),                        // host-side settings the body depends on
+//     [&] { sgd.on_replayed_step(); });             // host state a replay advances (Adam's counts)
 //     losses.push_back(out[0]);                     // read it later: the host runs ahead
 //   }
 //   step.stats();   // traced, replayed and eager steps; why the last traced step cannot replay
@@ -21,7 +22,8 @@
 // last value and the tensor that held it is given the new one, in place, as PyTorch optimizers
 // update), a tensor both steps read unchanged (read from its current storage), or a random seed
 // (redrawn). Anything else stops replaying, with the reason in stats().last_fallback: an input
-// made anew on the host at every step (a scalar computed on the host), a result that is not
+// made anew on the host at every step (a scalar computed on the host: the optimizers keep theirs
+// in tensors that persist and queue new values in device order), a result that is not
 // computed by the step, a value the step computed that someone still holds but the next step
 // does not read (replays would leave it stale), a host read or mark_step inside the body.
 //
@@ -65,7 +67,10 @@ class StepReplay {
   // body's results (fresh tensors on a replay). Throws InvalidArgument inside an HPU graph
   // capture on the device; whatever the body throws propagates (the trace is then dropped by the
   // next mark_step as usual and replaying starts over).
-  std::vector<Tensor> run(const std::vector<Tensor>& args, const Body& body, uint64_t guard = 0);
+  // on_replay: called on each replay just before it is queued, to advance what the body keeps
+  // on the host (Optimizer::on_replayed_step: Adam's step counts and their scalars).
+  std::vector<Tensor> run(const std::vector<Tensor>& args, const Body& body, uint64_t guard = 0,
+                          const std::function<void()>& on_replay = {});
   // Inside a traced body: a digest of host-side things the step did that a replay repeats (the
   // names of the values it logged, say). Two traced steps become replays only when their notes
   // agree as well as their graphs and guards.
@@ -79,7 +84,7 @@ class StepReplay {
   struct Record;
   struct Plan;
   std::vector<Tensor> traced(const std::vector<Tensor>& args, const Body& body, uint64_t guard);
-  std::vector<Tensor> replay(const std::vector<Tensor>& args);
+  std::vector<Tensor> replay(const std::vector<Tensor>& args, const std::function<void()>& on_replay);
   bool can_replay(const std::vector<Tensor>& args, uint64_t guard);
   std::string make_plan(const Record& prev, const Record& cur, std::vector<Tensor> inputs,
                         const std::vector<Tensor>& args);

@@ -9,6 +9,7 @@
 #include "tests/ddp_test_util.h"
 #include "tests/test_env.h"
 #include "tests/trainer_test_util.h"
+#include "training/adam.h"
 #include "training/schedulers.h"
 
 namespace hg::training {
@@ -89,6 +90,19 @@ TEST_F(TrainerReplayTest, AScheduleThatChangesTheLrEveryStepIsTracedEveryStep) {
   EXPECT_EQ(r.stats.replayed, 0u);
   EXPECT_EQ(r.stats.traced, 36u);
   EXPECT_EQ(r.stats.last_fallback, "the guard changed");
+}
+
+TEST_F(TrainerReplayTest, AdamWFitReplaysBitwise) {
+  TinyClassifier replayed, traced;
+  for (TinyClassifier* m : {&replayed, &traced})
+    m->make_optimizers = [](TinyClassifier& c) {
+      return std::vector<OptimizerConfig>{{.optimizer = std::make_shared<AdamW>(
+                                               c.net->named_parameters(), AdamOptions{.lr = 1e-2})}};
+    };
+  const Fitted r = fit(replayed, true, dir / "r"), p = fit(traced, false, dir / "p");
+  expect_same_training(replayed, r, traced, p);
+  EXPECT_EQ(r.stats.traced, 6u);  // two per epoch
+  EXPECT_EQ(r.stats.replayed, 30u);
 }
 
 // Logs the batch index, a host value that changes every step: never replayed.

@@ -1,6 +1,8 @@
 #include "training/adam.h"
 
 #include <cmath>
+#include <set>
+#include <tuple>
 
 #include "engine/autograd.h"
 #include "engine/error.h"
@@ -39,10 +41,11 @@ const StateSpec kState{.buffers = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
                            },
                        .with_step = true};
 
-// The step's scalars for one (device, step count): fresh device tensors, graph inputs.
-struct StepScalars {
-  Tensor step_size, bias2_sqrt;
-};
+// A device scalar kept while its value stays the same.
+const Tensor& held(std::pair<double, Tensor>& h, double value, Device d) {
+  if (!h.second.defined() || h.first != value || h.second.device() != d) h = {value, device_scalar(value, d)};
+  return h.second;
+}
 
 }  // namespace
 
@@ -56,14 +59,25 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions defaults, bool decoupled)
   complete_groups(groups_, defaults_of(defaults, decoupled), name(), check);
 }
 
+void Adam::scalars_for(size_t group, const std::string& dev, size_t slot, int64_t t, std::vector<Tensor>& targets,
+                       std::vector<double>& values) {
+  const OptionMap& o = groups_[group].options;
+  const StepScalars& sc = scalars_.at({group, dev}).at(slot);
+  const double bias1 = 1 - std::pow(o.at("beta1"), static_cast<double>(t));
+  const double bias2 = 1 - std::pow(o.at("beta2"), static_cast<double>(t));
+  targets.insert(targets.end(), {sc.step_size, sc.bias2_sqrt});
+  values.insert(values.end(), {o.at("lr") / bias1, std::sqrt(bias2)});
+}
+
 void Adam::step() {
   NoGradGuard no_grad;
-  for (ParamGroup& group : groups_) {
+  stepped_.clear();
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    ParamGroup& group = groups_[gi];
     const double lr = group.lr(), beta1 = group.options.at("beta1"), beta2 = group.options.at("beta2"),
                  eps = group.options.at("eps"), wd = group.options.at("weight_decay");
     const bool amsgrad = group.options.at("amsgrad") != 0;
-    std::map<std::string, Tensor> decay_t, eps_t;  // by device
-    std::map<std::pair<std::string, int64_t>, StepScalars> scalars;
+    std::map<std::pair<std::string, int64_t>, size_t> slot_of;  // (device, step count) -> slot
     for (auto& [name, p] : group.params) {
       Tensor g = p->grad();
       if (!g.defined()) continue;
@@ -83,14 +97,17 @@ void Adam::step() {
       if (!amsgrad) s.buffers.erase("max_exp_avg_sq");
       for (auto& [key, t] : s.buffers) follow_device(t, d);
       const int64_t t = ++s.step;
-      auto sc = scalars.find({dev, t});
-      if (sc == scalars.end()) {
-        const double bias1 = 1 - std::pow(beta1, static_cast<double>(t));
-        const double bias2 = 1 - std::pow(beta2, static_cast<double>(t));
-        sc = scalars.emplace(std::pair{dev, t}, StepScalars{device_scalar(lr / bias1, d), device_scalar(std::sqrt(bias2), d)})
-                 .first;
+      std::vector<StepScalars>& slots = scalars_[{gi, dev}];
+      const auto [slot, fresh] = slot_of.try_emplace({dev, t}, slot_of.size());
+      if (fresh) {  // its values queued before the ops that read them (eager mode runs them now)
+        if (slots.size() <= slot->second) slots.push_back({device_scalar(0, d), device_scalar(0, d)});
+        std::vector<Tensor> targets;
+        std::vector<double> values;
+        scalars_for(gi, dev, slot->second, t, targets, values);
+        write_scalars(targets, values);
       }
-      if (!eps_t.count(dev)) eps_t[dev] = device_scalar(eps, d);
+      stepped_.push_back({name, gi, dev, slot->second});
+      const StepScalars& sc = slots[slot->second];
       // g (+ weight_decay * p for Adam's L2), inside each program that needs it.
       const bool l2 = wd != 0 && !decoupled_;
       auto grad = [&](Fused& f) {
@@ -108,16 +125,26 @@ void Adam::step() {
       // p (* (1 - lr * wd) for AdamW) - step_size * m / (sqrt(v_hat) / sqrt(bias2) + eps)
       Fused u;
       const bool decay = wd != 0 && decoupled_;
-      if (decay && !decay_t.count(dev)) decay_t[dev] = device_scalar(1 - lr * wd, d);
-      const Fused::Reg pr = u.in(*p), mr = u.in(m), vr = u.in(v_hat), ss = u.in(sc->second.step_size),
-                       b2 = u.in(sc->second.bias2_sqrt), er = u.in(eps_t[dev]),
-                       dr = decay ? u.in(decay_t[dev]) : 0;
+      const Fused::Reg pr = u.in(*p), mr = u.in(m), vr = u.in(v_hat), ss = u.in(sc.step_size),
+                       b2 = u.in(sc.bias2_sqrt), er = u.in(held(eps_[{gi, dev}], eps, d)),
+                       dr = decay ? u.in(held(decay_[{gi, dev}], 1 - lr * wd, d)) : 0;
       const Fused::Reg denom = u.op(ew::Add, u.op(ew::Div, u.op(ew::Sqrt, vr), b2), er);
       const Fused::Reg delta = u.op(ew::Mul, ss, u.op(ew::Div, mr, denom));
       u.op(ew::Sub, decay ? u.op(ew::Mul, pr, dr) : pr, delta);
       commit_param(*p, u.run());
     }
   }
+}
+
+void Adam::on_replayed_step() {
+  std::map<std::string, std::pair<std::vector<Tensor>, std::vector<double>>> writes;  // by device
+  std::set<std::tuple<size_t, std::string, size_t>> written;
+  for (const Stepped& e : stepped_) {
+    const int64_t t = ++state_.at(e.name).step;
+    if (written.insert({e.group, e.device, e.slot}).second)
+      scalars_for(e.group, e.device, e.slot, t, writes[e.device].first, writes[e.device].second);
+  }
+  for (const auto& [dev, w] : writes) write_scalars(w.first, w.second);
 }
 
 StateBlob Adam::state_dict() const { return save_state(groups_, state_, /*with_step=*/true); }

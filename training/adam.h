@@ -40,6 +40,7 @@ class Adam : public Optimizer {
   Adam(std::vector<ParamGroup> groups, AdamOptions defaults);
   std::string name() const override { return decoupled_ ? "AdamW" : "Adam"; }
   void step() override;
+  void on_replayed_step() override;  // the step counts of the last step's parameters advance
   // state: {name: {"step": t}} with tensors "<name>.exp_avg", ".exp_avg_sq" and, with
   // amsgrad, ".max_exp_avg_sq".
   StateBlob state_dict() const override;
@@ -49,8 +50,25 @@ class Adam : public Optimizer {
   Adam(std::vector<ParamGroup> groups, AdamOptions defaults, bool decoupled);
 
  private:
+  // The step's scalars per (group, device) and distinct step count (slot): the same tensors every
+  // step, their values queued in device order, so a replayed step reads this step's values.
+  struct StepScalars {
+    Tensor step_size, bias2_sqrt;  // lr / (1 - beta1^t), sqrt(1 - beta2^t)
+  };
+  struct Stepped {  // a parameter the last step() updated
+    std::string name;
+    size_t group;
+    std::string device;
+    size_t slot;
+  };
+  // Queues slot `slot`'s values for step count t into `targets` / `values`.
+  void scalars_for(size_t group, const std::string& dev, size_t slot, int64_t t, std::vector<Tensor>& targets,
+                   std::vector<double>& values);
   bool decoupled_;
   std::map<std::string, ParamState> state_;
+  std::map<std::pair<size_t, std::string>, std::vector<StepScalars>> scalars_;
+  std::map<std::pair<size_t, std::string>, std::pair<double, Tensor>> eps_, decay_;  // remade when the value changes
+  std::vector<Stepped> stepped_;
 };
 
 class AdamW : public Adam {

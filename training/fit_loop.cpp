@@ -280,7 +280,9 @@ bool Trainer::Loop::replayed_step(LightningModule& m, const Batch& batch, int64_
   uint64_t guard = 0;
   for (auto& c : t.optimizers_) guard = guard * 0x100000001B3ull ^ c.optimizer->replay_guard();
   const uint64_t replays = replay->stats().replayed;
-  const std::vector<Tensor> out = replay->run(batch, body, guard);
+  const std::vector<Tensor> out = replay->run(batch, body, guard, [this] {
+    for (auto& c : t.optimizers_) c.optimizer->on_replayed_step();
+  });
   if (replay->stats().replayed == replays) {  // traced: what a replay of it will log again
     replay_logs = std::move(logged);
     replay_stepped = stepped;

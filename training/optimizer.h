@@ -49,6 +49,10 @@ class Optimizer {
   // Updates every parameter that has a gradient (parameters without one are skipped, as in
   // PyTorch). Engine ops only.
   virtual void step() = 0;
+  // A replayed training step (graphs/step_replay.h) ran the graph of this optimizer's last
+  // step() without calling it: advance what step() keeps on the host (Adam's step counts) and
+  // queue the per-step scalars the graph reads. Called before the replay is queued.
+  virtual void on_replayed_step() {}
   void zero_grad();  // drops every parameter's .grad
   // A digest of the host-side settings a step depends on besides tensors: every group's
   // hyper-parameters and parameters. A replayed training step (graphs/step_replay.h) is traced

@@ -10,6 +10,21 @@ namespace hg::training {
 
 Tensor device_scalar(double value, Device d) { return Tensor::full({}, static_cast<float>(value), d); }
 
+void write_scalars(const std::vector<Tensor>& targets, const std::vector<double>& values) {
+  if (targets.empty()) return;
+  std::vector<std::pair<std::shared_ptr<Storage>, float>> w;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const TensorImpl* t = targets[i].impl();
+    if (!t->storage || t->meta.dtype != DType::F32 || t->meta.numel() != 1 || t->offset != 0 ||
+        t->device != targets[0].device())
+      throw InternalError("write_scalars: target " + std::to_string(i) + " is not a one-element F32 tensor with storage");
+    w.emplace_back(t->storage, static_cast<float>(values.at(i)));
+  }
+  device_backend(targets[0].device()).enqueue([w = std::move(w)] {
+    for (const auto& [st, v] : w) *static_cast<float*>(st->data) = v;
+  });
+}
+
 Fused::Reg Fused::in(const Tensor& t) {
   if (!code_.empty()) throw InternalError("Fused: inputs come before instructions");
   inputs_.push_back(t.to(DType::F32));

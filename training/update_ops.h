@@ -21,6 +21,11 @@ namespace hg::training {
 // lazy mode it is a graph input: its value is not part of the compiled graph's cache key.
 Tensor device_scalar(double value, Device d);
 
+// Writes values[i] into the one-element F32 tensors targets[i] (with storage, all on one
+// device) in device order: work queued before reads the old values, work queued after the new.
+// The tensors keep their identity, so a replayed step (graphs/step_replay.h) reads the values.
+void write_scalars(const std::vector<Tensor>& targets, const std::vector<double>& values);
+
 // An element-wise program run as one fused_elementwise op (one pass, F32: inputs are cast to
 // F32, the result is F32; 0-d inputs broadcast). Eagerly it runs at once; lazily it is one node.
 class Fused {

@@ -31,6 +31,8 @@ def fmt(x):
 def load(path):
     speed, ddp, check = {}, defaultdict(list), defaultdict(dict)
     for line in open(path):
+        if not line.startswith("{"):  # a log line of the Trainer
+            continue
         j = json.loads(line)
         tag = j.get("tag", "")
         if tag == "check":
