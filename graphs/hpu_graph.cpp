@@ -41,15 +41,9 @@ HPUGraph::~HPUGraph() {
 void HPUGraph::capture_begin(const CaptureOptions& opt) {
   if (capturing_) throw InvalidArgument("HPUGraph::capture_begin: this graph is already capturing on " + device_.str());
   if (!lazy_backend()) enable_lazy_mode(false);  // the tracer must be installed to record
-  Trace& t = trace_for(device_);
-  auto nested = [&] {
-    return InvalidArgument("HPUGraph::capture_begin: " + device_.str() +
-                           " is already capturing into another HPUGraph; captures cannot nest");
-  };
-  {
-    std::lock_guard lk(t.mu);
-    if (t.capturing) throw nested();
-  }
+  if (recording_for(device_))
+    throw InvalidArgument("HPUGraph::capture_begin: this thread is already capturing on " + device_.str() +
+                          " into another HPUGraph; captures cannot nest");
   mark_step(device_);  // flush work recorded before the capture
   for (size_t i = 0; i < opt.frozen.size(); ++i) {
     const Tensor& f = opt.frozen[i];
@@ -58,17 +52,16 @@ void HPUGraph::capture_begin(const CaptureOptions& opt) {
                             (f.defined() ? " is on " + f.device().str() + ", not " + device_.str() : " is undefined"));
     materialize(f);
   }
-  std::lock_guard lk(t.mu);
-  if (t.capturing) throw nested();
   reset();
-  t.capturing = true;
+  recording_ = begin_recording(device_);
   capturing_ = true;
   opt_ = opt;
 }
 
 void HPUGraph::capture_abort() {
   if (!capturing_) return;
-  ClosedTrace c = end_capture(trace_for(device_));
+  ClosedTrace c = end_recording(*recording_);
+  recording_.reset();
   capturing_ = false;
   abort_values(c, "an aborted HPU graph capture on " + device_.str());
   opt_ = {};
@@ -88,7 +81,8 @@ void HPUGraph::capture(const std::function<void()>& body, const CaptureOptions& 
 
 void HPUGraph::capture_end() {
   if (!capturing_) throw InvalidArgument("HPUGraph::capture_end without capture_begin");
-  ClosedTrace c = end_capture(trace_for(device_));
+  ClosedTrace c = end_recording(*recording_);
+  recording_.reset();
   capturing_ = false;
   const CaptureOptions opt = std::move(opt_);
   opt_ = {};

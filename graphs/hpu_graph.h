@@ -15,7 +15,10 @@
 // tensors from outside the region are static inputs. Frozen tensors (weights of an inference
 // graph) must not change while the graph lives: the compiler may fold and pre-pack them.
 //
-// Capture safety: one capture per device at a time (a nested capture_begin throws); reading a
+// Capture safety: a capture records only the ops its own thread issues on its device; other
+// threads keep running (eagerly, or into the lazy trace), and several threads may capture on one
+// device at once. A thread captures into one graph at a time (a nested capture_begin throws); the
+// captured region is what runs on the thread that called capture_begin. Reading a captured
 // value on the host during capture throws naming the op that produced it; an op whose schema
 // says capturable = false throws naming it; an aborted capture (capture_abort, an exception in
 // capture(), a compile error, or destroying the graph while capturing) clears the trace, and the
@@ -33,6 +36,8 @@
 #include "graphs/executable.h"
 
 namespace hg::graphs {
+
+struct Recording;  // graphs/trace.h
 
 struct CaptureOptions {
   // Tensors whose values stay fixed for the graph's life (weights): graph inputs sharing their
@@ -107,6 +112,7 @@ class HPUGraph {
 
   Device device_;
   bool capturing_ = false;
+  std::shared_ptr<Recording> recording_;  // while capturing
   CaptureOptions opt_;
   std::shared_ptr<const Executable> exe_;
   std::vector<Tensor> inputs_, outputs_;

@@ -17,18 +17,26 @@ namespace {
 std::atomic<bool> g_lazy_on{false};
 std::atomic<uint64_t> g_steps{0}, g_hits{0}, g_disk_hits{0}, g_misses{0};
 
+thread_local std::shared_ptr<Recording> t_recording;  // this thread's capture, if any
+
+void run_lazy_trace(Device d) {  // mark_step without the capture check
+  ClosedTrace c = close_pending(d);
+  if (!c.outputs.empty()) launch_closed(c, d);
+}
+
 class Tracer final : public LazyBackend {
  public:
   bool traces(Device d) const override {
     if (!d.is_hpu()) return false;
-    return g_lazy_on.load(std::memory_order_relaxed) || trace_for(d).capturing;
+    return g_lazy_on.load(std::memory_order_relaxed) || recording_for(d);
   }
 
   Tensor record(const OpSchema& op, const std::vector<Tensor>& inputs, const Attrs& attrs, const TensorMeta& out,
                 Device d) override {
-    Trace& t = trace_for(d);
+    Trace* cap = recording_for(d);
+    Trace& t = cap ? *cap : trace_for(d);
     std::lock_guard lk(t.mu);
-    if (t.capturing && !op.capturable)
+    if (t.capture && !op.capturable)
       throw InvalidArgument("op '" + op.name + "' cannot be captured in an HPU graph on " + d.str() +
                             " (its output shape depends on data or it synchronises with the host); run it "
                             "outside the captured region");
@@ -43,7 +51,12 @@ class Tracer final : public LazyBackend {
         ids.push_back(tv->node);
         continue;
       }
-      if (tv) throw InternalError("lazy value from an older trace was never materialized");
+      if (tv)
+        throw InvalidArgument("op '" + op.name + "': input " + std::to_string(k) + " (from op '" + tv->op->name +
+                              "') was recorded " +
+                              (tv->in_capture ? "by an HPU graph capture that has not ended"
+                                              : "in " + tv->device.str() + "'s lazy trace and has not run") +
+                              "; " + (t.capture ? "run mark_step before capture_begin" : "end that capture first"));
       auto [it, fresh] = t.external_node.try_emplace(in.impl(), -1);
       if (fresh) {
         it->second = t.graph.add_input(in.meta());
@@ -57,7 +70,7 @@ class Tracer final : public LazyBackend {
     impl->meta = out;
     impl->strides = contiguous_strides(out.shape);
     impl->device = d;
-    impl->lazy = std::make_shared<TracedValue>(d, t.generation, node);
+    impl->lazy = std::make_shared<TracedValue>(d, t.generation, node, &op, t.capture);
     t.values.push_back(impl);
     return Tensor(impl);
   }
@@ -68,19 +81,12 @@ class Tracer final : public LazyBackend {
                             ": it has no value");
     auto* tv = dynamic_cast<TracedValue*>(impl.lazy.get());
     if (!tv) throw InternalError("materialize: not a traced value");
-    {
-      Trace& t = trace_for(tv->device);
-      std::lock_guard lk(t.mu);
-      if (t.capturing) {
-        const bool current = tv->generation == t.generation && tv->node < static_cast<int>(t.graph.nodes.size());
-        const std::string op = current ? t.graph.nodes[tv->node].op->name : std::string("?");
-        throw InvalidArgument("reading the value of op '" + op + "' (node " + std::to_string(tv->node) +
-                              ") on the host is not supported during HPU graph capture on " + tv->device.str() +
-                              ": a host read (to(cpu), item(), data(), detach() of a traced value) would "
-                              "synchronise inside the graph; move it out of the captured region");
-      }
-    }
-    mark_step(tv->device);
+    if (tv->in_capture)
+      throw InvalidArgument("reading the value of op '" + tv->op->name + "' (node " + std::to_string(tv->node) +
+                            ") on the host is not supported during HPU graph capture on " + tv->device.str() +
+                            ": a host read (to(cpu), item(), data(), detach() of a traced value) would "
+                            "synchronise inside the graph; move it out of the captured region");
+    run_lazy_trace(tv->device);  // a lazy value: reading it during a capture is fine
     if (impl.lazy) throw InternalError("materialize: value still lazy after mark_step");
   }
 };
@@ -126,10 +132,37 @@ void bind_outputs(const ClosedTrace& c, Device d) {
   }
 }
 
-ClosedTrace end_capture(Trace& t) {
-  std::lock_guard lk(t.mu);
-  ClosedTrace c = close_trace(t);
-  t.capturing = false;
+uint64_t next_trace_generation() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+Trace* recording_for(Device d) {
+  Recording* r = t_recording.get();
+  if (!r) return nullptr;
+  if (r->ended.load(std::memory_order_acquire)) {  // ended from another thread
+    t_recording.reset();
+    return nullptr;
+  }
+  return r->device == d ? &r->trace : nullptr;
+}
+
+std::shared_ptr<Recording> begin_recording(Device d) {
+  if (t_recording && !t_recording->ended.load(std::memory_order_acquire))
+    throw InvalidArgument("HPUGraph::capture_begin: this thread is already capturing on " +
+                          t_recording->device.str() + " into another HPUGraph; captures cannot nest");
+  t_recording = std::make_shared<Recording>(d);
+  return t_recording;
+}
+
+ClosedTrace end_recording(Recording& r) {
+  ClosedTrace c;
+  {
+    std::lock_guard lk(r.trace.mu);
+    r.ended.store(true, std::memory_order_release);
+    c = close_trace(r.trace);
+  }
+  if (t_recording.get() == &r) t_recording.reset();
   return c;
 }
 
@@ -157,10 +190,9 @@ void init_lazy_mode_from_env() {
   enable_lazy_mode(true);
 }
 
-ClosedTrace close_pending(Device d, const char* who) {
+ClosedTrace close_pending(Device d) {
   Trace& t = trace_for(d);
   std::lock_guard lk(t.mu);
-  if (t.capturing) throw InvalidArgument(std::string(who) + " inside an HPU graph capture on " + d.str());
   if (t.graph.nodes.empty()) return {};  // nothing recorded: no new generation either
   return close_trace(t);
 }
@@ -197,8 +229,8 @@ std::shared_ptr<const Executable> launch_closed(ClosedTrace& c, Device d) {
 
 void mark_step(Device d) {
   if (!d.is_hpu()) return;
-  ClosedTrace c = close_pending(d, "mark_step()");
-  if (!c.outputs.empty()) launch_closed(c, d);
+  if (recording_for(d)) throw InvalidArgument("mark_step() inside an HPU graph capture on " + d.str());
+  run_lazy_trace(d);
 }
 
 LazyStats lazy_stats() { return {g_steps.load(), g_hits.load(), g_disk_hits.load(), g_misses.load()}; }

@@ -8,8 +8,10 @@
 //   y.to_vector();                               // waits for hpu:0
 //   hg::graphs::lazy_stats();                    // graphs run, cache hits and misses
 //
-// A host read of a pending value runs mark_step for its device first. Inside an HPU graph
-// capture both a host read and mark_step throw (graphs/hpu_graph.h).
+// A host read of a pending value runs mark_step for its device first. Every thread's lazy ops on
+// a device go to that device's one trace. On a thread that is capturing an HPU graph
+// (graphs/hpu_graph.h), its ops on that device go to the capture instead, and mark_step for the
+// device and host reads of captured values throw.
 #pragma once
 #include <cstdint>
 

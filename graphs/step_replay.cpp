@@ -125,7 +125,7 @@ std::vector<Tensor> StepReplay::traced(const std::vector<Tensor>& args, const Bo
   rec->note = note_;
   std::vector<Tensor> inputs;  // alive while the plan classifies them
   {
-    ClosedTrace c = close_pending(device_, "StepReplay::run");
+    ClosedTrace c = close_pending(device_);
     if (!c.outputs.empty()) rec->exe = launch_closed(c, device_);
     for (const Tensor& x : c.inputs) rec->inputs.push_back(x.impl_ptr());
     for (const auto& o : c.outputs) rec->outputs.push_back(o);

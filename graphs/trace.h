@@ -1,10 +1,14 @@
-// Internal: the per-device trace that lazy mode and HPU graph capture record into.
+// Internal: the traces ops are recorded into: each device's lazy trace (lazy mode, every thread)
+// and the recordings of HPU graph captures (one thread and one device each).
 //
 //   Trace& t = trace_for(dev);
 //   std::lock_guard lk(t.mu);
 //   ClosedTrace c = close_trace(t);   // graph with the still-referenced values as outputs
-//   abort_values(c, "capture aborted");  // or: the values become unusable, naming their op
+//   auto r = begin_recording(dev);    // this thread's ops on dev now go to r->trace
+//   ClosedTrace g = end_recording(*r);
+//   abort_values(g, "capture aborted");  // or: the values become unusable, naming their op
 #pragma once
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -16,10 +20,13 @@
 namespace hg::graphs {
 
 struct TracedValue : LazyValue {
-  TracedValue(Device d, uint64_t g, int n) : device(d), generation(g), node(n) {}
+  TracedValue(Device d, uint64_t g, int n, const OpSchema* o, bool c)
+      : device(d), generation(g), node(n), op(o), in_capture(c) {}
   Device device;
-  uint64_t generation;
+  uint64_t generation;  // of the trace that recorded it (unique across traces)
   int node;
+  const OpSchema* op;   // what produced it, for errors
+  bool in_capture;      // recorded by an HPU graph capture (no value before capture_end)
 };
 
 // Marks a value recorded in a trace that was dropped (an aborted capture): using it throws
@@ -29,14 +36,25 @@ struct AbortedValue : LazyValue {
   std::string op, why;
 };
 
+uint64_t next_trace_generation();  // process-wide, so a value names the one trace it belongs to
+
 struct Trace {
   std::mutex mu;
   Graph graph;
   std::vector<Tensor> externals;                      // inputs, kept alive until the graph runs
   std::unordered_map<TensorImpl*, int> external_node;
   std::vector<std::weak_ptr<TensorImpl>> values;      // per node; empty for inputs
-  uint64_t generation = 1;
-  bool capturing = false;
+  uint64_t generation = next_trace_generation();
+  bool capture = false;  // an HPU graph capture's recording, else a device's lazy trace
+};
+
+// An HPU graph capture in progress: the trace one thread records into for one device. Ops of
+// other threads, and of this thread on other devices, do not land in it.
+struct Recording {
+  explicit Recording(Device d) : device(d) { trace.capture = true; }
+  Device device;
+  Trace trace;
+  std::atomic<bool> ended{false};  // end_recording ran (perhaps on another thread)
 };
 
 struct ClosedTrace {
@@ -45,17 +63,20 @@ struct ClosedTrace {
   std::vector<std::shared_ptr<TensorImpl>> outputs;  // same order as graph.outputs
 };
 
-Trace& trace_for(Device d);
+Trace& trace_for(Device d);  // d's lazy trace (every thread's lazy ops on d)
+// The trace the calling thread captures into on `d`, or null when it is not capturing there.
+Trace* recording_for(Device d);
+// Starts a capture on the calling thread; throws InvalidArgument when the thread already captures.
+std::shared_ptr<Recording> begin_recording(Device d);
+// Ends `r` (from any thread) and takes its graph.
+ClosedTrace end_recording(Recording& r);
 // Takes the recorded graph (caller holds t.mu), with every value still referenced as an
 // output, and starts a new generation.
 ClosedTrace close_trace(Trace& t);
 // Gives each output its own storage on `d` and clears its lazy mark.
 void bind_outputs(const ClosedTrace& c, Device d);
-// Locks `t`, takes its graph (close_trace) and ends the capture on its device.
-ClosedTrace end_capture(Trace& t);
-// Takes what `d`'s trace recorded so far (close_trace under its lock); throws InvalidArgument
-// naming `who` while the device is capturing an HPU graph.
-ClosedTrace close_pending(Device d, const char* who);
+// Takes what `d`'s lazy trace recorded so far (close_trace under its lock).
+ClosedTrace close_pending(Device d);
 // Compiles `c` through the graph caches (lazy_stats counts it), gives its outputs storage and
 // queues its run on `d`; returns the executable. A compile error aborts c's values and rethrows.
 std::shared_ptr<const Executable> launch_closed(ClosedTrace& c, Device d);

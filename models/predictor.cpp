@@ -19,11 +19,6 @@
 
 namespace hg::models {
 
-std::unique_lock<std::mutex> lock_device_captures() {
-  static std::mutex m;
-  return std::unique_lock<std::mutex>(m);
-}
-
 namespace {
 int64_t sample_size(const IOSpec& s) { return numel(Shape(s.shape.begin() + 1, s.shape.end())); }
 
@@ -82,7 +77,6 @@ struct Predictor::Impl {
 
   BucketInfo capture(Bucket& b) {  // caller holds b.mu
     if (!b.graph) {
-      auto lk = lock_device_captures();
       const auto t0 = std::chrono::steady_clock::now();
       b.inputs = make_inputs(b.batch, opt.device);
       auto g = std::make_unique<graphs::HPUGraph>(opt.device);
@@ -167,7 +161,6 @@ struct Predictor::Impl {
                      "captured graph (add a bucket to capture it)",
                      package.spec.name, batch, largest ? " " + std::to_string(largest) : " (none captured)");
     }
-    auto lk = lock_device_captures();  // no capture may be recording on the device meanwhile
     NoGradGuard no_grad;
     std::vector<Tensor> host = make_inputs(batch, Device());
     for (size_t i = 0; i < in.size(); ++i) std::memcpy(host[i].raw_data(), in[i], host[i].meta().bytes());

@@ -52,12 +52,6 @@ struct CaptureAllOptions {
   std::function<void(size_t, size_t, int64_t)> progress;
 };
 
-// Held while capturing an HPU graph, or while running eager ops on an HPU where another thread
-// may be capturing: a capture records every op issued on its device by any thread. Predictor
-// takes it for its captures and unpadded runs; other capturers in the process (the GPT
-// generator's warmup) take it too.
-std::unique_lock<std::mutex> lock_device_captures();
-
 class Predictor {
  public:
   static std::unique_ptr<Predictor> load(const std::filesystem::path& dir, const PredictorOptions& opt);

@@ -117,12 +117,9 @@ class GptGenerator final : public TextGenerator {
         max_queue_(config.max_queue_size),
         default_timeout_us_(config.default_timeout_us),
         allow_timeout_override_(config.allow_timeout_override) {
-    {
-      auto lk = models::lock_device_captures();  // no other model's eager run may land in these captures
-      for (int i = 0; i < std::max(1, config.instance_count); ++i) {
-        decoders_.push_back(std::make_unique<models::GPTGraphDecoder>(*gpt_, 1));
-        decoders_.back()->warmup();
-      }
+    for (int i = 0; i < std::max(1, config.instance_count); ++i) {
+      decoders_.push_back(std::make_unique<models::GPTGraphDecoder>(*gpt_, 1));
+      decoders_.back()->warmup();
     }
     if (max_queue_) queue_.set_capacity(static_cast<std::ptrdiff_t>(max_queue_));
     for (auto& d : decoders_) workers_.emplace_back([this, dec = d.get()] { work(*dec); });

@@ -3,7 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <functional>
+#include <future>
+#include <thread>
 #include <filesystem>
 #include <optional>
 #include <stdexcept>
@@ -295,6 +300,64 @@ TEST(HPUGraph, NestedCaptureThrows) {
   EXPECT_EQ(y.to_vector(), (std::vector<float>{6}));
   inner.capture([&] { y = ops::scale(x, 3); });  // after the outer one ended
   EXPECT_EQ(y.to_vector(), (std::vector<float>{9}));
+}
+
+// Captures relu(scale(x, 2)) on this thread while `other` runs on another thread, started after
+// capture_begin and finished before capture_end (each wait bounded, failing with what it waited
+// for); returns the captured graph's node count and checks its replay.
+size_t capture_while(const std::function<void()>& other) {
+  const Tensor x = ramp({4, 8}, 0.5f);
+  HPUGraph g(kHpu);
+  Tensor y;
+  std::promise<void> begun, done;
+  std::future<void> begun_f = begun.get_future(), done_f = done.get_future();
+  std::thread t([&] {
+    if (begun_f.wait_for(std::chrono::seconds(30)) != std::future_status::ready) return;
+    other();
+    done.set_value();
+  });
+  g.capture_begin();
+  y = ops::scale(x, 2);
+  begun.set_value();
+  const bool finished = done_f.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  y = ops::relu(y);
+  g.capture_end();
+  t.join();
+  EXPECT_TRUE(finished) << "the other thread's work on hpu:0 during the capture did not finish in 30 s";
+  g.replay();
+  std::vector<float> want = ramp({4, 8}, 1.0f).to_vector();
+  for (float& v : want) v = std::max(v, 0.0f);
+  EXPECT_EQ(y.to_vector(), want);
+  return g.stats().nodes;
+}
+
+TEST(HPUGraph, ACaptureRecordsOnlyItsOwnThread) {
+  const size_t alone = capture_while([] {});
+  EXPECT_EQ(alone, 3u);  // x, scale, relu
+  const Tensor w = ramp({8}, 0.25f);
+  std::vector<float> three_w = ramp({8}, 0.75f).to_vector();
+  // eager ops of another thread on the same device run, and do not land in the capture
+  std::vector<float> eager;
+  EXPECT_EQ(capture_while([&] { eager = ops::scale(w, 3).to_vector(); }), alone);
+  EXPECT_EQ(eager, three_w);
+  // lazy mode: the other thread records into hpu:0's lazy trace and runs it with mark_step
+  enable_lazy_mode(true);
+  std::vector<float> lazy;
+  EXPECT_EQ(capture_while([&] {
+              Tensor z = ops::scale(w, 3);
+              mark_step(kHpu);
+              lazy = z.to_vector();
+            }),
+            alone);
+  enable_lazy_mode(false);
+  EXPECT_EQ(lazy, three_w);
+  // two captures on one device at once, one per thread
+  HPUGraph other_graph(kHpu);
+  Tensor v;
+  EXPECT_EQ(capture_while([&] { other_graph.capture([&] { v = ops::scale(ops::scale(w, 3), 1); }); }), alone);
+  EXPECT_EQ(other_graph.stats().nodes, 3u);
+  other_graph.replay();
+  EXPECT_EQ(v.to_vector(), three_w);
 }
 
 TEST(HPUGraph, FailedCaptureLeavesNoHalfBuiltGraph) {
