@@ -105,6 +105,24 @@ TEST_F(TrainerReplayTest, AdamWFitReplaysBitwise) {
   EXPECT_EQ(r.stats.replayed, 30u);
 }
 
+TEST_F(TrainerReplayTest, ClippedStepsReplayBitwise) {
+  for (const char* algorithm : {"norm", "value"}) {
+    TinyClassifier replayed, traced;
+    auto run = [&](TinyClassifier& m, bool replay, const std::string& sub) {
+      Trainer t(quiet_options(dir / sub, {.accelerator = "hpu", .max_epochs = 2, .gradient_clip_val = 0.05,
+                                          .gradient_clip_algorithm = algorithm, .enable_checkpointing = false,
+                                          .replay_steps = replay}));
+      DataLoader loader(blobs(64, 3), {.batch_size = 8});
+      t.fit(m, loader);
+      return t.step_replay_stats();
+    };
+    const auto r = run(replayed, true, std::string("r_") + algorithm);
+    run(traced, false, std::string("p_") + algorithm);
+    EXPECT_EQ(r.replayed, 11u) << algorithm << ": " << r.last_fallback;  // 8 steps per epoch: 3 + 2 traced
+    EXPECT_EQ(test::weights_of(*replayed.net), test::weights_of(*traced.net)) << algorithm;
+  }
+}
+
 // Logs the batch index, a host value that changes every step: never replayed.
 class LogsItsIndex : public TinyClassifier {
  public:

@@ -85,9 +85,10 @@ Tensor clip_grad_norm(const NamedParams& params, double max_norm, double norm_ty
   if (error_if_nonfinite && !std::isfinite(total.item()))
     throw InvalidArgument("clip_grad_norm: the total norm of order " + std::to_string(norm_type) +
                           " of the gradients is non-finite, so it cannot be clipped");
-  // clip_coef = max_norm / (total + 1e-6), at most 1
-  const Tensor coef = minimum(ops::div(device_scalar(max_norm, d), ops::add(total, device_scalar(1e-6, d))),
-                              device_scalar(1.0, d));
+  // clip_coef = max_norm / (total + 1e-6), at most 1; the constants computed from `total` (x^0 is
+  // 1 for every x), not made on the host: a step that clips stays replayable (graphs/step_replay.h)
+  const Tensor one = ops::pow(total, 0.0);
+  const Tensor coef = minimum(ops::div(ops::scale(one, max_norm), ops::add(total, ops::scale(one, 1e-6))), one);
   for (Tensor* p : ps) set_grad(p, ops::mul(p->grad(), coef));
   return total;
 }
@@ -97,8 +98,9 @@ void clip_grad_value(const NamedParams& params, double clip_value) {
   NoGradGuard no_grad;
   for (Tensor* p : with_grads(params, "clip_grad_value")) {
     const Tensor g = p->grad();
-    const Device d = g.device();
-    set_grad(p, minimum(maximum(g, device_scalar(-clip_value, d).to(g.dtype())), device_scalar(clip_value, d).to(g.dtype())));
+    // the bounds computed from g (as clip_grad_norm's constants), not made on the host
+    const Tensor one = ops::pow(ops::sum(g.to(DType::F32)), 0.0);
+    set_grad(p, minimum(maximum(g, ops::scale(one, -clip_value).to(g.dtype())), ops::scale(one, clip_value).to(g.dtype())));
   }
 }
 
