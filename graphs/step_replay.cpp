@@ -60,10 +60,6 @@ struct StepReplay::Plan {
 
 namespace {
 
-const void* impl_data(const TensorImpl& i) {
-  return static_cast<const char*>(i.storage->data) + i.offset * static_cast<int64_t>(dtype_size(i.meta.dtype));
-}
-
 bool bindable(const TensorImpl& i, Device d) {
   return i.storage && !i.lazy && i.device == d && i.strides == contiguous_strides(i.meta.shape);
 }
@@ -256,10 +252,10 @@ std::vector<Tensor> StepReplay::replay(const std::vector<Tensor>& args, const st
     switch (b.kind) {
       case Plan::Kind::Arg:
         s.args[b.index] = args[b.index].impl()->storage;
-        s.in[i] = impl_data(*args[b.index].impl());
+        s.in[i] = data_ptr(*args[b.index].impl());
         break;
-      case Plan::Kind::State: s.in[i] = impl_data(*p.carriers[b.index]); break;
-      case Plan::Kind::Held: s.in[i] = impl_data(*p.held[b.index]); break;
+      case Plan::Kind::State: s.in[i] = data_ptr(*p.carriers[b.index]); break;
+      case Plan::Kind::Held: s.in[i] = data_ptr(*p.held[b.index]); break;
       case Plan::Kind::Seed: s.in[i] = static_cast<const int64_t*>(p.seed_store->data) + b.index; break;
     }
   }

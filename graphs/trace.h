@@ -84,9 +84,9 @@ std::shared_ptr<const Executable> launch_closed(ClosedTrace& c, Device d);
 void abort_values(const ClosedTrace& c, const std::string& why);
 
 // Where a materialized tensor's elements start, without waiting for its device.
-inline const void* data_ptr(const Tensor& t) {
-  const TensorImpl* i = t.impl();
-  return static_cast<const char*>(i->storage->data) + i->offset * static_cast<int64_t>(dtype_size(t.dtype()));
+inline const void* data_ptr(const TensorImpl& i) {
+  return static_cast<const char*>(i.storage->data) + i.offset * static_cast<int64_t>(dtype_size(i.meta.dtype));
 }
+inline const void* data_ptr(const Tensor& t) { return data_ptr(*t.impl()); }
 
 }  // namespace hg::graphs
