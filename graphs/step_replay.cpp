@@ -46,7 +46,8 @@ struct StepReplay::Plan {
   // replay after it writes (the queue runs in order), unless someone else holds it by then.
   std::vector<std::shared_ptr<Storage>> spare;
   std::vector<std::shared_ptr<TensorImpl>> held;  // read as they are
-  std::vector<size_t> results;                    // per result: its output index
+  std::vector<size_t> result_out;                 // the outputs the caller gets, each once
+  std::vector<size_t> results;                    // per result: its index in result_out
   std::vector<void*> scratch_out;                 // per output no one reads: where it goes, else null
   std::shared_ptr<Storage> arena, scratch, seed_store;
   size_t num_seeds = 0;
@@ -185,7 +186,10 @@ std::string StepReplay::make_plan(const Record& prev, const Record& cur, std::ve
     if (cur.results[k] < 0) return "result " + std::to_string(k) + " is not computed by the step's graph";
     if (linked[static_cast<size_t>(cur.results[k])])
       return "result " + std::to_string(k) + " is also state that the next step reads";
-    p->results.push_back(static_cast<size_t>(cur.results[k]));
+    const auto j = static_cast<size_t>(cur.results[k]);  // a value returned twice shares one storage
+    const auto at = std::find(p->result_out.begin(), p->result_out.end(), j);
+    p->results.push_back(static_cast<size_t>(at - p->result_out.begin()));
+    if (at == p->result_out.end()) p->result_out.push_back(j);
   }
   // A value a step computed that the code still holds, that the next step does not read and that
   // is not a result: a replay would never update it.
@@ -197,7 +201,7 @@ std::string StepReplay::make_plan(const Record& prev, const Record& cur, std::ve
                ") of a step is still held but the next step does not read it; a replay would leave it stale";
   std::vector<bool> read(nout, false);
   for (size_t j : p->carrier_out) read[j] = true;
-  for (size_t j : p->results) read[j] = true;
+  for (size_t j : p->result_out) read[j] = true;
   std::vector<size_t> at(nout, 0);
   size_t scratch = 0;
   for (size_t j = 0; j < nout; ++j)
@@ -218,7 +222,7 @@ std::string StepReplay::make_plan(const Record& prev, const Record& cur, std::ve
     s.in.resize(p->ins.size());
     s.out = p->scratch_out;
     s.args.resize(args.size());
-    s.results.resize(p->results.size());
+    s.results.resize(p->result_out.size());
     s.seeds.resize(p->num_seeds);
   }
   plan_ = std::move(p);
@@ -260,7 +264,7 @@ std::vector<Tensor> StepReplay::replay(const std::vector<Tensor>& args, const st
     }
   }
   for (size_t k = 0; k < p.carriers.size(); ++k) s.out[p.carrier_out[k]] = storage(p.spare[k], p.carrier_out[k]);
-  for (size_t r = 0; r < p.results.size(); ++r) s.out[p.results[r]] = storage(s.results[r], p.results[r]);
+  for (size_t u = 0; u < p.result_out.size(); ++u) s.out[p.result_out[u]] = storage(s.results[u], p.result_out[u]);
   Generator& gen = default_generator(device_);
   for (auto& seed : s.seeds) seed = static_cast<int64_t>(gen.next());
   if (on_replay) on_replay();  // what it queues runs before the replay
@@ -273,12 +277,12 @@ std::vector<Tensor> StepReplay::replay(const std::vector<Tensor>& args, const st
   }
   std::vector<Tensor> results;
   results.reserve(p.results.size());
-  for (size_t r = 0; r < p.results.size(); ++r) {
+  for (size_t u : p.results) {
     auto t = std::make_shared<TensorImpl>();
-    t->meta = exe.output_metas()[p.results[r]];
+    t->meta = exe.output_metas()[p.result_out[u]];
     t->strides = contiguous_strides(t->meta.shape);
     t->device = device_;
-    t->storage = s.results[r];
+    t->storage = s.results[u];
     results.emplace_back(std::move(t));
   }
   ++stats_.replayed;

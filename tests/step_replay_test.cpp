@@ -106,6 +106,26 @@ TEST(StepReplay, ReplaysAfterTwoEqualStepsBitwiseAsTracing) {
   EXPECT_LT(replayed.losses.back().item(), replayed.losses.front().item());
 }
 
+TEST(StepReplay, AResultReturnedTwiceGetsItsValueBothTimes) {
+  test::ModeGuard lazy(test::Mode::HpuLazy);
+  Trainee replayed, plain;
+  graphs::StepReplay sr(kHpu);
+  for (int k = 0; k < 6; ++k) {
+    const auto [x, y] = batch(k);
+    auto out = sr.run({x, y}, [&](const std::vector<Tensor>& in) {
+      auto r = replayed.step(in);
+      return std::vector<Tensor>{r[0], ops::relu(in[0]), r[0]};  // the loss twice, a value between
+    });
+    ASSERT_EQ(out.size(), 3u);
+    const Tensor want = plain.step({x, y})[0];
+    graphs::mark_step(kHpu);
+    EXPECT_EQ(out[0].to_vector(), want.to_vector()) << "step " << k;
+    EXPECT_EQ(out[2].to_vector(), want.to_vector()) << "step " << k;
+    EXPECT_EQ(out[1].to_vector(), ops::relu(x).to_vector()) << "step " << k;
+  }
+  EXPECT_EQ(sr.stats().replayed, 3u);
+}
+
 TEST(StepReplay, DropoutSeedsAreRedrawnAsTracingDraws) {
   test::ModeGuard lazy(test::Mode::HpuLazy);
   Trainee replayed(true), plain(true);
