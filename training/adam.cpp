@@ -41,12 +41,6 @@ const StateSpec kState{.buffers = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
                            },
                        .with_step = true};
 
-// A device scalar kept while its value stays the same.
-const Tensor& held(std::pair<double, Tensor>& h, double value, Device d) {
-  if (!h.second.defined() || h.first != value || h.second.device() != d) h = {value, device_scalar(value, d)};
-  return h.second;
-}
-
 }  // namespace
 
 Adam::Adam(NamedParams params, AdamOptions options) : Adam({{std::move(params), {}}}, options, false) {}
@@ -126,8 +120,8 @@ void Adam::step() {
       Fused u;
       const bool decay = wd != 0 && decoupled_;
       const Fused::Reg pr = u.in(*p), mr = u.in(m), vr = u.in(v_hat), ss = u.in(sc.step_size),
-                       b2 = u.in(sc.bias2_sqrt), er = u.in(held(eps_[{gi, dev}], eps, d)),
-                       dr = decay ? u.in(held(decay_[{gi, dev}], 1 - lr * wd, d)) : 0;
+                       b2 = u.in(sc.bias2_sqrt), er = u.in(held_scalar(eps_[{gi, dev}], eps, d)),
+                       dr = decay ? u.in(held_scalar(decay_[{gi, dev}], 1 - lr * wd, d)) : 0;
       const Fused::Reg denom = u.op(ew::Add, u.op(ew::Div, u.op(ew::Sqrt, vr), b2), er);
       const Fused::Reg delta = u.op(ew::Mul, ss, u.op(ew::Div, mr, denom));
       u.op(ew::Sub, decay ? u.op(ew::Mul, pr, dr) : pr, delta);

@@ -53,11 +53,7 @@ void SGD::step() {
         throw ShapeError("SGD: gradient of '" + name + "' has shape " + shape_str(g.shape()) + ", the parameter " +
                          shape_str(p->shape()));
       const Device d = p->device();
-      auto& [lr_value, lr] = lr_[{gi, d.str()}];
-      if (!lr.defined() || lr_value != group.lr()) {
-        lr_value = group.lr();
-        lr = device_scalar(lr_value, d);
-      }
+      const Tensor& lr = held_scalar(lr_[{gi, d.str()}], group.lr(), d);
       // g + weight_decay * p, inside each program that needs it (recomputed: no extra pass).
       auto decayed = [&](Fused& f, Fused::Reg gr, Fused::Reg pr) {
         return wd != 0 ? f.op(ew::Add, gr, f.scale(pr, wd)) : gr;

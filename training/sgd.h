@@ -44,8 +44,7 @@ class SGD : public Optimizer {
 
  private:
   std::map<std::string, ParamState> state_;
-  // The lr as a device scalar per group and device, made again only when the lr changes: the
-  // same tensor every step, so a replayed step (graphs/step_replay.h) reads it as it is.
+  // The lr as a device scalar per group and device (held_scalar, training/update_ops.h).
   std::map<std::pair<size_t, std::string>, std::pair<double, Tensor>> lr_;
 };
 

@@ -10,6 +10,11 @@ namespace hg::training {
 
 Tensor device_scalar(double value, Device d) { return Tensor::full({}, static_cast<float>(value), d); }
 
+const Tensor& held_scalar(std::pair<double, Tensor>& slot, double value, Device d) {
+  if (!slot.second.defined() || slot.first != value || slot.second.device() != d) slot = {value, device_scalar(value, d)};
+  return slot.second;
+}
+
 void write_scalars(const std::vector<Tensor>& targets, const std::vector<double>& values) {
   if (targets.empty()) return;
   std::vector<std::pair<std::shared_ptr<Storage>, float>> w;

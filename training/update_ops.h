@@ -10,6 +10,7 @@
 //   hg::training::commit_param(*p, f.run());
 #pragma once
 #include <array>
+#include <utility>
 #include <vector>
 
 #include "engine/fused_ops.h"
@@ -20,6 +21,11 @@ namespace hg::training {
 // A fresh 0-d F32 tensor holding `value` on `d`. It has storage (never a traced value), so in
 // lazy mode it is a graph input: its value is not part of the compiled graph's cache key.
 Tensor device_scalar(double value, Device d);
+
+// A device scalar holding `value` on `d`, kept in `slot` while the value and the device stay the
+// same and made again when either changes: the same graph input every step, so a replayed step
+// (graphs/step_replay.h) reads it as it is (the optimizers' lr, eps, decay factors).
+const Tensor& held_scalar(std::pair<double, Tensor>& slot, double value, Device d);
 
 // Writes values[i] into the one-element F32 tensors targets[i] (with storage, all on one
 // device) in device order: work queued before reads the old values, work queued after the new.
