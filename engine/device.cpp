@@ -151,13 +151,15 @@ ExecQueue::~ExecQueue() {
   worker_.join();
 }
 
-void ExecQueue::enqueue(std::function<void()> task) {
+uint64_t ExecQueue::enqueue(std::function<void()> task) {
+  uint64_t event = 0;
   {
     std::lock_guard lk(mu_);
     tasks_.push_back(std::move(task));
-    ++enqueued_;
+    event = ++enqueued_;
   }
   cv_.notify_one();
+  return event;
 }
 
 uint64_t ExecQueue::record() {
@@ -202,11 +204,19 @@ void ExecQueue::synchronize() {
   const uint64_t target = enqueued_;
   spin_until(lk, [&] { return completed_ >= target; });
   done_cv_.wait(lk, [&] { return completed_ >= target; });
-  if (!error_.empty()) {
-    std::string e = std::move(error_);
+  lk.unlock();
+  rethrow_error();
+}
+
+void ExecQueue::rethrow_error() {
+  std::string e;
+  {
+    std::lock_guard lk(mu_);
+    if (error_.empty()) return;
+    e = std::move(error_);
     error_.clear();
-    throw InternalError(name_ + ": a queued task failed: " + e);
   }
+  throw InternalError(name_ + ": a queued task failed: " + e);
 }
 
 namespace {

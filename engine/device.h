@@ -79,12 +79,13 @@ class ExecQueue {
   // threads > 0: the OpenMP team size of work run on the worker thread.
   explicit ExecQueue(std::string name, int threads = 0);
   ~ExecQueue();
-  void enqueue(std::function<void()> task);
+  uint64_t enqueue(std::function<void()> task);  // returns the task's event (see record)
   // Runs `task` in queue order and returns when it has run: on the calling thread when the
-  // queue is idle (no hand-off to the worker, with the queue's OpenMP team size), else
-  // queued behind the pending work.
+  // queue is idle (no hand-off to the worker, with the queue's OpenMP team size; returns
+  // true), else queued behind the pending work (waits for it alone, then rethrows a task error
+  // as synchronize does; returns false).
   template <class F>
-  void run_sync(F&& task);
+  bool run_sync(F&& task);
   uint64_t record();               // an event: the count of tasks enqueued so far
   void wait(uint64_t event);       // blocks until that task has run
   bool done(uint64_t event) const;
@@ -95,6 +96,7 @@ class ExecQueue {
   void run(int threads);
   bool try_begin_inline();
   void end_inline();
+  void rethrow_error();  // the first recorded task error, as InternalError (caller holds no lock)
   std::string name_;
   mutable std::mutex mu_;
   std::condition_variable cv_, done_cv_;
@@ -108,7 +110,7 @@ class ExecQueue {
 };
 
 template <class F>
-void ExecQueue::run_sync(F&& task) {
+bool ExecQueue::run_sync(F&& task) {
   if (try_begin_inline()) {
     try {
       task();
@@ -117,10 +119,11 @@ void ExecQueue::run_sync(F&& task) {
       throw;
     }
     end_inline();
-    return;
+    return true;
   }
-  enqueue(std::forward<F>(task));
-  synchronize();
+  wait(enqueue(std::forward<F>(task)));
+  rethrow_error();
+  return false;
 }
 
 // The interface a device implementation provides; the host backend is the only one here.

@@ -15,68 +15,38 @@ size_t executable_bytes(const Executable& exe) { return exe.arena_bytes() + exe.
 
 std::shared_ptr<const Executable> GraphCache::get(const std::string& key) {
   std::lock_guard lk(mu_);
-  auto it = map_.find(key);
-  if (it == map_.end()) {
-    ++misses_;
-    return nullptr;
-  }
-  ++hits_;
-  lru_.splice(lru_.begin(), lru_, it->second);
-  return it->second->exe;
+  const Entry* e = lru_.get(key);
+  return e ? *e : nullptr;
 }
 
 void GraphCache::put(const std::string& key, std::shared_ptr<const Executable> exe) {
-  const size_t bytes = executable_bytes(*exe);
   std::lock_guard lk(mu_);
-  if (auto it = map_.find(key); it != map_.end()) {
-    bytes_ -= it->second->bytes;
-    lru_.erase(it->second);
-    map_.erase(it);
-  }
-  if (bytes > limits_.max_bytes) return;  // would evict everything and still not fit
-  lru_.push_front({key, std::move(exe), bytes});
-  map_[key] = lru_.begin();
-  bytes_ += bytes;
-  evict_locked();
-}
-
-void GraphCache::evict_locked() {
-  while (!lru_.empty() && (lru_.size() > limits_.max_entries || bytes_ > limits_.max_bytes)) {
-    bytes_ -= lru_.back().bytes;
-    map_.erase(lru_.back().key);
-    lru_.pop_back();
-    ++evictions_;
-  }
+  lru_.put(key, std::move(exe));
 }
 
 void GraphCache::clear() {
   std::lock_guard lk(mu_);
   lru_.clear();
-  map_.clear();
-  bytes_ = 0;
 }
 
 void GraphCache::set_limits(GraphCacheLimits limits) {
   std::lock_guard lk(mu_);
-  limits_ = limits;
-  evict_locked();
+  lru_.set_limits(limits);
 }
 
 GraphCacheLimits GraphCache::limits() const {
   std::lock_guard lk(mu_);
-  return limits_;
+  return lru_.limits();
 }
 
 GraphCacheStats GraphCache::stats() const {
   std::lock_guard lk(mu_);
-  return {hits_, misses_, evictions_, lru_.size(), bytes_};
+  return lru_.stats();
 }
 
 std::vector<std::string> GraphCache::keys() const {
   std::lock_guard lk(mu_);
-  std::vector<std::string> k;
-  for (const auto& e : lru_) k.push_back(e.key);
-  return k;
+  return lru_.keys();
 }
 
 GraphCache& memory_graph_cache() {

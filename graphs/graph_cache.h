@@ -12,58 +12,44 @@
 //   cache.put(key, exe);              // evicts least recently used beyond either bound
 //   cache.stats();                    // hits, misses, evictions, entries, bytes
 #pragma once
-#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "graphs/executable.h"
+#include "graphs/lru_cache.h"
 
 namespace hg::graphs {
 
-struct GraphCacheLimits {
-  size_t max_entries = 256;
-  size_t max_bytes = size_t{1} << 30;
-};
-
-struct GraphCacheStats {
-  uint64_t hits = 0, misses = 0, evictions = 0;
-  size_t entries = 0, bytes = 0;
-};
+using GraphCacheLimits = CacheLimits;
+using GraphCacheStats = CacheStats;
 
 // The memory an executable accounts for: its arena (allocated per user) plus the constant
 // buffers it owns.
 size_t executable_bytes(const Executable& exe);
 
+// The compiled-program cache: an LruCache (graphs/lru_cache.h) of executables, costed by
+// executable_bytes, behind a lock.
 class GraphCache {
  public:
-  explicit GraphCache(GraphCacheLimits limits = {}) : limits_(limits) {}
+  explicit GraphCache(GraphCacheLimits limits = {.max_entries = 256, .max_bytes = size_t{1} << 30})
+      : lru_(limits, [](const Entry& e) { return executable_bytes(*e); }) {}
   std::shared_ptr<const Executable> get(const std::string& key);
   // Inserts (or replaces) `key` as the most recent entry, then evicts from the least recent
   // end until both bounds hold. An entry larger than max_bytes on its own is not kept (and
   // evicts nothing).
   void put(const std::string& key, std::shared_ptr<const Executable> exe);
   void clear();  // drops every entry (the hit/miss/eviction counters keep counting)
-  void set_limits(GraphCacheLimits limits);  // evicts down to the new bounds
+  void set_limits(GraphCacheLimits limits);  // evicts down to the new bounds (0: unbounded)
   GraphCacheLimits limits() const;
   GraphCacheStats stats() const;
   std::vector<std::string> keys() const;  // most recent first
 
  private:
-  struct Entry {
-    std::string key;
-    std::shared_ptr<const Executable> exe;
-    size_t bytes;
-  };
-  void evict_locked();
-  GraphCacheLimits limits_;
+  using Entry = std::shared_ptr<const Executable>;
   mutable std::mutex mu_;
-  std::list<Entry> lru_;  // most recent first
-  std::unordered_map<std::string, std::list<Entry>::iterator> map_;
-  size_t bytes_ = 0;
-  uint64_t hits_ = 0, misses_ = 0, evictions_ = 0;
+  LruCache<std::string, Entry> lru_;
 };
 
 // The process-wide memory cache compile_cached uses.

@@ -35,7 +35,7 @@ HPUGraph::HPUGraph(Device d) : device_(d) {
 
 HPUGraph::~HPUGraph() {
   capture_abort();
-  if (arena_) synchronize(device_);  // a queued replay may still use the arena
+  if (rt_) rt_->wait();  // queued replays use the static buffers
 }
 
 void HPUGraph::capture_begin(const CaptureOptions& opt) {
@@ -103,8 +103,9 @@ void HPUGraph::capture_end() {
     frozen_data[static_cast<size_t>(n.input_index)] = data_ptr(x);
   }
   CompileInfo info;
+  std::shared_ptr<const Executable> exe;
   try {
-    exe_ = compile_cached(c.graph, frozen_data, &info);
+    exe = compile_cached(c.graph, frozen_data, &info);
   } catch (...) {
     abort_values(c, "an HPU graph capture on " + device_.str() + " whose compile failed");
     ++stats_.aborted_captures;
@@ -118,10 +119,10 @@ void HPUGraph::capture_end() {
   inputs_ = std::move(c.inputs);
   frozen_ = std::move(frozen);
   for (auto& o : c.outputs) outputs_.emplace_back(o);
-  arena_ = std::make_shared<Storage>(device_, std::max<size_t>(exe_->arena_bytes(), 1));
+  std::vector<size_t> seeds;
   for (size_t i = 0; i < inputs_.size(); ++i) {
     in_ptrs_.push_back(data_ptr(inputs_[i]));
-    if (inputs_[i].impl()->rng_seed) rng_inputs_.push_back(i);
+    if (inputs_[i].impl()->rng_seed) seeds.push_back(i);
     else if (!frozen_[i]) {
       user_in_.push_back(static_cast<int>(i));
       user_in_meta_.push_back(inputs_[i].meta());
@@ -131,102 +132,92 @@ void HPUGraph::capture_end() {
     out_ptrs_.push_back(outputs_[j].impl()->storage->data);
     user_out_.push_back(j);
   }
+  rt_ = std::make_unique<Runtime>(std::move(exe), device_, RuntimeOptions{.depth = kDepth, .seeds = std::move(seeds)});
+  const Executable& program = rt_->program();
   ++stats_.captures;
   stats_.nodes = c.graph.nodes.size();
-  stats_.steps = exe_->num_steps();
+  stats_.steps = program.num_steps();
   stats_.inputs = inputs_.size();
   stats_.frozen_inputs = static_cast<size_t>(std::count(frozen_.begin(), frozen_.end(), true));
   stats_.outputs = outputs_.size();
-  stats_.arena_bytes = exe_->arena_bytes();
-  if (!opt.dry_run) launch(in_ptrs_, out_ptrs_, {}, false);
+  stats_.arena_bytes = program.arena_bytes();
+  if (!opt.dry_run) {
+    rt_->setup(in_ptrs_, out_ptrs_);
+    launch(false);
+  }
 }
 
 void HPUGraph::replay(bool asynchronous) {
-  if (!exe_) throw InvalidArgument("HPUGraph::replay before a capture");
+  if (!rt_) throw InvalidArgument("HPUGraph::replay before a capture");
   ++stats_.replays;
-  if (!rng_inputs_.empty()) {
-    launch(in_ptrs_, out_ptrs_, {}, asynchronous);
-    return;
-  }
-  auto run = [this] { exe_->run(arena_->data, in_ptrs_.data(), out_ptrs_.data()); };  // no allocation
-  if (asynchronous) device_backend(device_).enqueue(run);
-  else device_backend(device_).run_sync(run);
+  rt_->setup(in_ptrs_, out_ptrs_);  // no allocation
+  launch(asynchronous);
 }
 
-void HPUGraph::launch(std::vector<const void*> in, std::vector<void*> out, std::vector<std::shared_ptr<Storage>> keep,
-                      bool asynchronous) {
-  std::vector<int64_t> seeds;  // new seeds, written in queue order just before this run
-  Generator& gen = default_generator(device_);
-  for (size_t k = 0; k < rng_inputs_.size(); ++k) seeds.push_back(static_cast<int64_t>(gen.next()));
-  auto run = [this, in = std::move(in), out = std::move(out), keep = std::move(keep), seeds = std::move(seeds)] {
-    for (size_t k = 0; k < rng_inputs_.size(); ++k)
-      *static_cast<int64_t*>(const_cast<void*>(in[rng_inputs_[k]])) = seeds[k];
-    exe_->run(arena_->data, in.data(), out.data());
-  };
-  if (asynchronous) device_backend(device_).enqueue(std::move(run));
-  else device_backend(device_).run_sync(std::move(run));
+void HPUGraph::launch(bool asynchronous) {
+  if (asynchronous) rt_->invoke();
+  else rt_->run();
 }
 
 void HPUGraph::replay_with(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, bool asynchronous) {
-  if (!exe_) throw InvalidArgument("HPUGraph::replay_with before a capture");
+  if (!rt_) throw InvalidArgument("HPUGraph::replay_with before a capture");
   if (inputs.size() != user_in_.size())
     throw InvalidArgument("HPUGraph::replay_with: " + std::to_string(inputs.size()) + " inputs given, the graph has " +
                           std::to_string(user_in_.size()) + " user inputs");
   if (!outputs.empty() && outputs.size() != user_out_.size())
     throw InvalidArgument("HPUGraph::replay_with: " + std::to_string(outputs.size()) +
                           " outputs given, the graph has " + std::to_string(user_out_.size()) + " user outputs");
-  std::vector<const void*> in = in_ptrs_;
-  std::vector<void*> out = out_ptrs_;
-  std::vector<std::shared_ptr<Storage>> keep;
   for (size_t k = 0; k < inputs.size(); ++k) {
     check_buffer(inputs[k], user_in_meta_[k], device_, "input " + std::to_string(k));
     if (inputs[k].is_lazy()) materialize(inputs[k]);
-    if (user_in_[k] >= 0) in[static_cast<size_t>(user_in_[k])] = data_ptr(inputs[k]);
-    keep.push_back(inputs[k].impl()->storage);
   }
-  const size_t num_in_storages = keep.size();
   for (size_t j = 0; j < outputs.size(); ++j) {
     const std::string what = "output " + std::to_string(j);
     check_buffer(outputs[j], outputs_[user_out_[j]].meta(), device_, what);
     if (outputs[j].is_lazy()) materialize(outputs[j]);
     const Storage* s = outputs[j].impl()->storage.get();
-    for (size_t k = 0; k < keep.size(); ++k)
-      if (keep[k].get() == s)
+    for (size_t k = 0; k < inputs.size() + j; ++k)
+      if ((k < inputs.size() ? inputs[k] : outputs[k - inputs.size()]).impl()->storage.get() == s)
         throw InvalidArgument("HPUGraph::replay_with: " + what + " shares memory with " +
-                              (k < num_in_storages ? "input " + std::to_string(k)
-                                                   : "output " + std::to_string(k - num_in_storages)));
+                              (k < inputs.size() ? "input " + std::to_string(k)
+                                                 : "output " + std::to_string(k - inputs.size())));
     for (const Tensor& x : inputs_)
       if (x.impl()->storage.get() == s)
         throw InvalidArgument("HPUGraph::replay_with: " + what + " shares memory with a static input of the graph");
-    out[user_out_[j]] = const_cast<void*>(data_ptr(outputs[j]));
-    keep.push_back(outputs[j].impl()->storage);
+  }
+  rt_->setup(in_ptrs_, out_ptrs_);  // then the caller's buffers replace the static ones
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (user_in_[k] >= 0) rt_->bind_input(static_cast<size_t>(user_in_[k]), data_ptr(inputs[k]));
+    if (asynchronous) rt_->keep(inputs[k].impl()->storage);
+  }
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    rt_->bind_output(user_out_[j], const_cast<void*>(data_ptr(outputs[j])));
+    if (asynchronous) rt_->keep(outputs[j].impl()->storage);
   }
   ++stats_.zero_copy_replays;
-  launch(std::move(in), std::move(out), std::move(keep), asynchronous);
+  launch(asynchronous);
 }
 
 void HPUGraph::replay_host(const std::vector<const void*>& inputs, const std::vector<void*>& outputs) {
-  if (!exe_) throw InvalidArgument("HPUGraph::replay_host before a capture");
+  if (!rt_) throw InvalidArgument("HPUGraph::replay_host before a capture");
   if (inputs.size() != user_in_.size() || outputs.size() != user_out_.size())
     throw InvalidArgument("HPUGraph::replay_host: " + std::to_string(inputs.size()) + " inputs and " +
                           std::to_string(outputs.size()) + " outputs given, the graph has " +
                           std::to_string(user_in_.size()) + " and " + std::to_string(user_out_.size()));
-  std::vector<const void*> in = in_ptrs_;
-  std::vector<void*> out = out_ptrs_;
-  for (size_t k = 0; k < inputs.size(); ++k) {
+  for (size_t k = 0; k < inputs.size(); ++k)
     if (!inputs[k]) throw InvalidArgument("HPUGraph::replay_host: input " + std::to_string(k) + " is null");
-    if (user_in_[k] >= 0) in[static_cast<size_t>(user_in_[k])] = inputs[k];
-  }
-  for (size_t j = 0; j < outputs.size(); ++j) {
+  for (size_t j = 0; j < outputs.size(); ++j)
     if (!outputs[j]) throw InvalidArgument("HPUGraph::replay_host: output " + std::to_string(j) + " is null");
-    out[user_out_[j]] = outputs[j];
-  }
+  rt_->setup(in_ptrs_, out_ptrs_);  // no allocation: the caller's pointers replace the static ones
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (user_in_[k] >= 0) rt_->bind_input(static_cast<size_t>(user_in_[k]), inputs[k]);
+  for (size_t j = 0; j < outputs.size(); ++j) rt_->bind_output(user_out_[j], outputs[j]);
   ++stats_.zero_copy_replays;
-  launch(std::move(in), std::move(out), {}, false);
+  launch(false);
 }
 
 void HPUGraph::mark_user_inputs(const std::vector<Tensor>& placeholders) {
-  if (!exe_) throw InvalidArgument("HPUGraph::mark_user_inputs before a capture");
+  if (!rt_) throw InvalidArgument("HPUGraph::mark_user_inputs before a capture");
   std::vector<int> idx;
   std::vector<TensorMeta> metas;
   for (size_t k = 0; k < placeholders.size(); ++k) {
@@ -251,7 +242,7 @@ void HPUGraph::mark_user_inputs(const std::vector<Tensor>& placeholders) {
 }
 
 void HPUGraph::mark_user_outputs(const std::vector<Tensor>& outs) {
-  if (!exe_) throw InvalidArgument("HPUGraph::mark_user_outputs before a capture");
+  if (!rt_) throw InvalidArgument("HPUGraph::mark_user_outputs before a capture");
   std::vector<size_t> idx;
   for (size_t k = 0; k < outs.size(); ++k) {
     size_t found = outputs_.size();
@@ -269,18 +260,15 @@ void HPUGraph::mark_user_outputs(const std::vector<Tensor>& outs) {
 }
 
 void HPUGraph::reset() {
-  if (arena_) synchronize(device_);
-  exe_.reset();
+  rt_.reset();  // waits for its queued replays
   inputs_.clear();
   outputs_.clear();
   in_ptrs_.clear();
   out_ptrs_.clear();
-  rng_inputs_.clear();
   frozen_.clear();
   user_in_.clear();
   user_in_meta_.clear();
   user_out_.clear();
-  arena_.reset();
 }
 
 }  // namespace hg::graphs

@@ -34,6 +34,7 @@
 
 #include "engine/tensor.h"
 #include "graphs/executable.h"
+#include "graphs/runtime.h"
 
 namespace hg::graphs {
 
@@ -98,28 +99,27 @@ class HPUGraph {
 
   void reset();  // frees the graph and its arena (statistics are kept)
 
-  bool captured() const { return exe_ != nullptr; }
-  const Executable& executable() const { return *exe_; }
-  size_t arena_bytes() const { return exe_ ? exe_->arena_bytes() : 0; }
+  bool captured() const { return rt_ != nullptr; }
+  const Executable& executable() const { return rt_->program(); }
+  const Runtime& runtime() const { return *rt_; }  // the captured program bound to the graph's memory
+  size_t arena_bytes() const { return rt_ ? rt_->arena_bytes() : 0; }
   const std::vector<Tensor>& static_inputs() const { return inputs_; }
   const std::vector<Tensor>& static_outputs() const { return outputs_; }
   Device device() const { return device_; }
   const HPUGraphStats& stats() const { return stats_; }
 
  private:
-  void launch(std::vector<const void*> in, std::vector<void*> out, std::vector<std::shared_ptr<Storage>> keep,
-              bool asynchronous);
+  void launch(bool asynchronous);
+  static constexpr size_t kDepth = 4;  // asynchronous replays queued at once
 
   Device device_;
   bool capturing_ = false;
   std::shared_ptr<Recording> recording_;  // while capturing
   CaptureOptions opt_;
-  std::shared_ptr<const Executable> exe_;
+  std::unique_ptr<Runtime> rt_;
   std::vector<Tensor> inputs_, outputs_;
-  std::shared_ptr<Storage> arena_;
-  std::vector<const void*> in_ptrs_;
-  std::vector<size_t> rng_inputs_;  // static inputs that are RNG seeds
-  std::vector<bool> frozen_;        // per static input
+  std::vector<const void*> in_ptrs_;  // the static buffers
+  std::vector<bool> frozen_;          // per static input
   std::vector<void*> out_ptrs_;
   std::vector<int> user_in_;        // per user input: its static input index, -1 when not read
   std::vector<TensorMeta> user_in_meta_;

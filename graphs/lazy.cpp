@@ -8,6 +8,8 @@
 #include "engine/error.h"
 #include "engine/lazy.h"
 #include "graphs/graph_cache.h"
+#include "graphs/lru_cache.h"
+#include "graphs/runtime.h"
 #include "graphs/trace.h"
 
 namespace hg::graphs {
@@ -197,6 +199,27 @@ ClosedTrace close_pending(Device d) {
   return close_trace(t);
 }
 
+namespace {
+
+// Per device: a Runtime per lazy program, so that a repeated step reuses its arena and bindings.
+struct LazyRuntimes {
+  std::mutex mu;
+  LruCache<const Executable*, std::unique_ptr<Runtime>> cache{
+      {.max_entries = 64, .max_bytes = size_t{256} << 20},
+      [](const std::unique_ptr<Runtime>& r) { return r->arena_bytes(); }};
+};
+
+LazyRuntimes& lazy_runtimes(Device d) {
+  static std::mutex mu;
+  static auto* all = new std::unordered_map<int, std::unique_ptr<LazyRuntimes>>();  // device threads run at exit
+  std::lock_guard lk(mu);
+  auto& r = (*all)[d.index];
+  if (!r) r = std::make_unique<LazyRuntimes>();
+  return *r;
+}
+
+}  // namespace
+
 std::shared_ptr<const Executable> launch_closed(ClosedTrace& c, Device d) {
   CompileInfo info;
   std::shared_ptr<const Executable> exe;
@@ -209,21 +232,26 @@ std::shared_ptr<const Executable> launch_closed(ClosedTrace& c, Device d) {
   ++g_steps;
   ++(info.memory_hit ? g_hits : info.disk_hit ? g_disk_hits : g_misses);
   bind_outputs(c, d);
-  auto arena = std::make_shared<Storage>(d, std::max<size_t>(exe->arena_bytes(), 1));
   std::vector<const void*> in;
   std::vector<void*> out;
-  std::vector<std::shared_ptr<Storage>> keep;  // the data the run touches (not the tensors: their
-  for (const auto& x : c.inputs) {              // gradients and other fields are not the run's)
-    in.push_back(data_ptr(x));
-    keep.push_back(x.impl()->storage);
+  for (const auto& x : c.inputs) in.push_back(data_ptr(x));
+  for (const auto& o : c.outputs) out.push_back(o->storage->data);
+  LazyRuntimes& rts = lazy_runtimes(d);
+  std::lock_guard lk(rts.mu);
+  std::unique_ptr<Runtime>* rt = rts.cache.get(exe.get());
+  if (!rt) rt = rts.cache.put(exe.get(), std::make_unique<Runtime>(exe, d, RuntimeOptions{.depth = 4}));
+  if (!rt) {  // an arena over the cache's bound: a Runtime for this step alone
+    Runtime once(exe, d);
+    once.setup(in, out);
+    once.run();
+    return exe;
   }
-  for (const auto& o : c.outputs) {
-    out.push_back(o->storage->data);
-    keep.push_back(o->storage);
-  }
-  device_backend(d).enqueue([exe, arena, in = std::move(in), out = std::move(out), keep = std::move(keep)] {
-    exe->run(arena->data, in.data(), out.data());
-  });
+  Runtime& r = **rt;
+  r.setup(in, out);
+  // the data the run touches (not the tensors: their gradients and other fields are not the run's)
+  for (const auto& x : c.inputs) r.keep(x.impl()->storage);
+  for (const auto& o : c.outputs) r.keep(o->storage);
+  r.invoke();
   return exe;
 }
 

@@ -4,8 +4,8 @@
 #include <chrono>
 
 #include "engine/error.h"
-#include "engine/generator.h"
 #include "graphs/lazy.h"
+#include "graphs/runtime.h"
 #include "graphs/trace.h"
 
 namespace hg::graphs {
@@ -25,18 +25,8 @@ struct StepReplay::Plan {
     Kind kind;
     size_t index;  // argument, carrier, held tensor or seed slot
   };
-  // What one queued replay reads; a ring of them bounds how far the host runs ahead.
-  struct Slot {
-    uint64_t event = 0;  // the queue event of the replay that used the slot last (0: none)
-    std::vector<const void*> in;
-    std::vector<void*> out;
-    std::vector<std::shared_ptr<Storage>> args;     // the arguments' data, alive until the run
-    std::vector<std::shared_ptr<Storage>> results;  // handed to the caller; reused once released
-    std::vector<std::shared_ptr<Storage>> retired;  // spares given up while an earlier replay reads them
-    std::vector<int64_t> seeds;
-  };
-  static constexpr size_t kSlots = 8;
-  std::shared_ptr<const Executable> exe;
+  static constexpr size_t kSlots = 8;  // the Runtime's bindings: how far the host runs ahead
+  std::unique_ptr<Runtime> rt;
   uint64_t guard = 0;
   std::vector<In> ins;
   std::vector<TensorMeta> arg_metas;
@@ -49,13 +39,13 @@ struct StepReplay::Plan {
   std::vector<size_t> result_out;                 // the outputs the caller gets, each once
   std::vector<size_t> results;                    // per result: its index in result_out
   std::vector<void*> scratch_out;                 // per output no one reads: where it goes, else null
-  std::shared_ptr<Storage> arena, scratch, seed_store;
-  size_t num_seeds = 0;
-  std::vector<Slot> slots = std::vector<Slot>(kSlots);
-  size_t next_slot = 0;
-  void run(const Slot& s) const {
-    std::copy(s.seeds.begin(), s.seeds.end(), static_cast<int64_t*>(seed_store->data));
-    exe->run(arena->data, s.in.data(), s.out.data());
+  std::shared_ptr<Storage> scratch;
+  std::vector<size_t> seeds;                      // the inputs that are random seeds
+  // Per Runtime binding: the result storages handed to the caller (reused once released).
+  std::vector<std::vector<std::shared_ptr<Storage>>> results_of =
+      std::vector<std::vector<std::shared_ptr<Storage>>>(kSlots);
+  ~Plan() {  // queued replays write the scratch and the spares
+    if (rt) rt->wait();
   }
 };
 
@@ -72,12 +62,9 @@ StepReplay::StepReplay(Device d) : device_(d) {
   device_backend(d);
 }
 
-StepReplay::~StepReplay() {
-  if (plan_) synchronize(device_);  // queued replays use the plan's arena and scratch
-}
+StepReplay::~StepReplay() = default;  // the plan's Runtime waits for its replays
 
 void StepReplay::reset() {
-  if (plan_) synchronize(device_);
   plan_.reset();
   last_.reset();
 }
@@ -145,7 +132,6 @@ std::string StepReplay::make_plan(const Record& prev, const Record& cur, std::ve
   if (cur.guard != prev.guard) return "the guard changed";
   if (cur.note != prev.note) return "the step's notes (what it logged) changed";
   auto p = std::make_unique<Plan>();
-  p->exe = cur.exe;
   p->guard = cur.guard;
   const size_t nout = cur.outputs.size();
   std::vector<bool> linked(nout, false);
@@ -157,7 +143,8 @@ std::string StepReplay::make_plan(const Record& prev, const Record& cur, std::ve
       continue;
     }
     if (x->rng_seed) {
-      p->ins.push_back({Plan::Kind::Seed, p->num_seeds++});
+      p->ins.push_back({Plan::Kind::Seed, p->seeds.size()});
+      p->seeds.push_back(i);
       continue;
     }
     const auto from = std::find_if(prev.outputs.begin(), prev.outputs.end(),
@@ -210,44 +197,32 @@ std::string StepReplay::make_plan(const Record& prev, const Record& cur, std::ve
       scratch += (cur.exe->output_metas()[j].bytes() + 63) / 64 * 64;
     }
   for (const Tensor& a : args) p->arg_metas.push_back(a.meta());
-  p->arena = std::make_shared<Storage>(device_, std::max<size_t>(cur.exe->arena_bytes(), 1));
   p->scratch = std::make_shared<Storage>(device_, std::max<size_t>(scratch, 1));
-  p->seed_store = std::make_shared<Storage>(device_, std::max<size_t>(p->num_seeds * sizeof(int64_t), 1));
   p->scratch_out.assign(nout, nullptr);
   for (size_t j = 0; j < nout; ++j)
     if (!read[j]) p->scratch_out[j] = static_cast<char*>(p->scratch->data) + at[j];
   for (size_t j : p->carrier_out)
     p->spare.push_back(std::make_shared<Storage>(device_, std::max<size_t>(cur.exe->output_metas()[j].bytes(), 1)));
-  for (Plan::Slot& s : p->slots) {
-    s.in.resize(p->ins.size());
-    s.out = p->scratch_out;
-    s.args.resize(args.size());
-    s.results.resize(p->result_out.size());
-    s.seeds.resize(p->num_seeds);
-  }
+  for (auto& r : p->results_of) r.resize(p->result_out.size());
+  p->rt = std::make_unique<Runtime>(cur.exe, device_, RuntimeOptions{.depth = Plan::kSlots, .seeds = p->seeds});
   plan_ = std::move(p);
   return "";
 }
 
 std::vector<Tensor> StepReplay::replay(const std::vector<Tensor>& args, const std::function<void()>& on_replay) {
   Plan& p = *plan_;
-  const Executable& exe = *p.exe;
-  ExecQueue& q = *device_backend(device_).queue();
-  Plan::Slot& s = p.slots[p.next_slot];
-  p.next_slot = (p.next_slot + 1) % Plan::kSlots;
-  auto t0 = std::chrono::steady_clock::now();
-  if (s.event != 0 && !q.done(s.event)) {  // the replay kSlots ago must have run: its slot is free
-    q.wait(s.event);
-    const auto t1 = std::chrono::steady_clock::now();
-    stats_.replay_wait_s += std::chrono::duration<double>(t1 - t0).count();
-    t0 = t1;
-  }
-  s.retired.clear();  // their readers ran before the replay that last used this slot
+  Runtime& rt = *p.rt;
+  const Executable& exe = rt.program();
+  const auto t0 = std::chrono::steady_clock::now();
+  const double waited = rt.stats().wait_s;
+  // The binding used kSlots replays ago must have run (the host is that far ahead at most); the
+  // seeds are drawn here, in tracing's order.
+  const size_t slot = rt.setup();
   auto storage = [&](std::shared_ptr<Storage>& st, size_t j) {  // reused when only we hold it
     if (st && st.use_count() == 1) return st->data;
     // The replay before this one may still read a spare (its carrier's last value): it lives
     // until this replay has run.
-    if (st) s.retired.push_back(std::move(st));
+    if (st) rt.keep(std::move(st));
     st = std::make_shared<Storage>(device_, std::max<size_t>(exe.output_metas()[j].bytes(), 1));
     return st->data;
   };
@@ -255,21 +230,21 @@ std::vector<Tensor> StepReplay::replay(const std::vector<Tensor>& args, const st
     const Plan::In& b = p.ins[i];
     switch (b.kind) {
       case Plan::Kind::Arg:
-        s.args[b.index] = args[b.index].impl()->storage;
-        s.in[i] = data_ptr(*args[b.index].impl());
+        rt.keep(args[b.index].impl()->storage);  // the argument's data, alive until the run
+        rt.bind_input(i, data_ptr(*args[b.index].impl()));
         break;
-      case Plan::Kind::State: s.in[i] = data_ptr(*p.carriers[b.index]); break;
-      case Plan::Kind::Held: s.in[i] = data_ptr(*p.held[b.index]); break;
-      case Plan::Kind::Seed: s.in[i] = static_cast<const int64_t*>(p.seed_store->data) + b.index; break;
+      case Plan::Kind::State: rt.bind_input(i, data_ptr(*p.carriers[b.index])); break;
+      case Plan::Kind::Held: rt.bind_input(i, data_ptr(*p.held[b.index])); break;
+      case Plan::Kind::Seed: break;  // bound by the Runtime
     }
   }
-  for (size_t k = 0; k < p.carriers.size(); ++k) s.out[p.carrier_out[k]] = storage(p.spare[k], p.carrier_out[k]);
-  for (size_t u = 0; u < p.result_out.size(); ++u) s.out[p.result_out[u]] = storage(s.results[u], p.result_out[u]);
-  Generator& gen = default_generator(device_);
-  for (auto& seed : s.seeds) seed = static_cast<int64_t>(gen.next());
+  for (size_t j = 0; j < p.scratch_out.size(); ++j)
+    if (p.scratch_out[j]) rt.bind_output(j, p.scratch_out[j]);
+  for (size_t k = 0; k < p.carriers.size(); ++k) rt.bind_output(p.carrier_out[k], storage(p.spare[k], p.carrier_out[k]));
+  std::vector<std::shared_ptr<Storage>>& mine = p.results_of[slot];
+  for (size_t u = 0; u < p.result_out.size(); ++u) rt.bind_output(p.result_out[u], storage(mine[u], p.result_out[u]));
   if (on_replay) on_replay();  // what it queues runs before the replay
-  q.enqueue([&p, &s] { p.run(s); });  // the plan outlives its runs: reset() and ~StepReplay wait
-  s.event = q.record();
+  rt.invoke();
   for (size_t k = 0; k < p.carriers.size(); ++k) {
     TensorImpl& c = *p.carriers[k];
     std::swap(c.storage, p.spare[k]);
@@ -282,11 +257,13 @@ std::vector<Tensor> StepReplay::replay(const std::vector<Tensor>& args, const st
     t->meta = exe.output_metas()[p.result_out[u]];
     t->strides = contiguous_strides(t->meta.shape);
     t->device = device_;
-    t->storage = s.results[u];
+    t->storage = mine[u];
     results.emplace_back(std::move(t));
   }
   ++stats_.replayed;
-  stats_.replay_host_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double wait = rt.stats().wait_s - waited;
+  stats_.replay_wait_s += wait;
+  stats_.replay_host_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - wait;
   return results;
 }
 

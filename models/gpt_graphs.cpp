@@ -31,31 +31,33 @@ Tensor GPTGraphDecoder::step(const Tensor& tokens) {
   NoGradGuard no_grad;
   DecodeInputs in = gpt_.decode_inputs(tokens, cache_);
   const int64_t bucket = in.attend.dim(3);
-  Bucket& b = buckets_[bucket];
-  if (!b.graph) {  // capture: these inputs become the static ones; capture_end runs the step once
-    b.in = std::move(in);
-    b.out = cache_;
-    b.graph = std::make_unique<graphs::HPUGraph>(gpt_.device());
+  Bucket* hit = buckets_.get(bucket);
+  if (!hit) {  // capture: these inputs become the static ones; capture_end runs the step once
+    Bucket c;
+    c.in = std::move(in);
+    c.out = cache_;
+    c.graph = std::make_unique<graphs::HPUGraph>(gpt_.device());
     std::vector<Tensor> weights;  // frozen: folded and pre-packed once
     for (const auto& [name, t] : std::as_const(gpt_).named_parameters()) weights.push_back(*t);
-    b.graph->capture_begin({.frozen = std::move(weights)});
+    c.graph->capture_begin({.frozen = std::move(weights)});
     try {
-      b.logits = gpt_.decode(b.in, b.out);
-      b.graph->capture_end();
+      c.logits = gpt_.decode(c.in, c.out);
+      c.graph->capture_end();
     } catch (...) {  // as Predictor::capture: drop the outputs, then the graph (its destructor ends the capture)
-      b.logits = Tensor();
-      b.out = {};
-      b.graph.reset();
-      buckets_.erase(bucket);  // no half-built graph to replay: the next step captures afresh
-      throw;
+      c.logits = Tensor();
+      c.out = {};
+      c.graph.reset();
+      throw;  // no half-built graph to replay: the next step captures afresh
     }
+    hit = buckets_.put(bucket, std::move(c));
   } else {
-    b.in.tokens.copy_from(in.tokens);
-    b.in.position.copy_from(in.position);
-    b.in.write.copy_from(in.write);
-    b.in.attend.copy_from(in.attend);
-    b.graph->replay();
+    hit->in.tokens.copy_from(in.tokens);
+    hit->in.position.copy_from(in.position);
+    hit->in.write.copy_from(in.write);
+    hit->in.attend.copy_from(in.attend);
+    hit->graph->replay();
   }
+  const Bucket& b = *hit;
   for (size_t l = 0; l < cache_.k.size(); ++l) {
     cache_.k[l].copy_from(b.out.k[l]);
     cache_.v[l].copy_from(b.out.v[l]);

@@ -10,10 +10,10 @@
 //   dec.warmup();                                             // captures every bucket up front (serving)
 //   dec.reset();                                              // an empty cache for the next sequence
 #pragma once
-#include <map>
 #include <memory>
 
 #include "graphs/hpu_graph.h"
+#include "graphs/lru_cache.h"
 #include "models/gpt.h"
 
 namespace hg::models {
@@ -53,7 +53,7 @@ class GPTGraphDecoder {
   };
   GPT& gpt_;
   KVCache cache_;  // static: every bucket's graph reads it; steps copy their updated cache back
-  std::map<int64_t, Bucket> buckets_;
+  graphs::LruCache<int64_t, Bucket> buckets_;  // by attention bucket; unbounded (a few per model)
 };
 
 }  // namespace hg::models

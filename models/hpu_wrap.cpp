@@ -23,7 +23,7 @@ std::string arg_str(const Arg& a) {
 }  // namespace
 
 HPUGraphModule::HPUGraphModule(std::shared_ptr<Module> module, const HPUGraphWrapOptions& opt, ModuleFn fn)
-    : module_(std::move(module)), opt_(opt), fn_(std::move(fn)) {
+    : module_(std::move(module)), opt_(opt), fn_(std::move(fn)), cache_({.max_entries = opt.max_graphs}) {
   if (!module_) throw InvalidArgument("wrap_in_hpu_graph: no module");
   register_module("module", module_);
   train(module_->training());
@@ -69,26 +69,24 @@ std::string HPUGraphModule::key_of(const std::vector<Tensor>& inputs, const std:
   return k;
 }
 
-void HPUGraphModule::clear_cache() {
-  for (auto& [k, e] : cache_) {  // the destructors wait for queued replays
-    e.graph.reset();
-    e.graphed.reset();
-  }
-  cache_.clear();
-  lru_.clear();
-}
+void HPUGraphModule::clear_cache() { cache_.clear(); }  // the graphs' destructors wait for queued replays
 
 HPUGraphWrapStats HPUGraphModule::stats() const {
   HPUGraphWrapStats s = stats_;
-  s.graphs = cache_.size();
+  const graphs::CacheStats c = cache_.stats();
+  s.hits = c.hits;
+  s.misses = c.misses;
+  s.evictions = c.evictions;
+  s.graphs = c.entries;
   s.arena_bytes = 0;
-  for (auto& [k, e] : cache_)
+  cache_.for_each([&](const std::string&, const Entry& e) {
     s.arena_bytes += e.graph ? e.graph->arena_bytes()
                              : e.graphed->forward_graph().arena_bytes() + e.graphed->backward_graph().arena_bytes();
+  });
   return s;
 }
 
-std::vector<std::string> HPUGraphModule::cached_keys() const { return {lru_.begin(), lru_.end()}; }
+std::vector<std::string> HPUGraphModule::cached_keys() const { return cache_.keys(); }
 
 std::vector<Tensor> HPUGraphModule::call(const std::vector<Tensor>& inputs, const std::vector<Arg>& args, bool bypass) {
   ++stats_.calls;
@@ -105,19 +103,14 @@ std::vector<Tensor> HPUGraphModule::call(const std::vector<Tensor>& inputs, cons
     spdlog::warn("wrap_in_hpu_graph: keying graphs on non-tensor argument values; every distinct value captures "
                  "a graph of its own (pass per-call scalars as tensors to avoid it)");
   }
-  if (!cache_.empty() && (state_storages() != captured_state_ || module_->training() != captured_training_)) {
+  if (cache_.size() && (state_storages() != captured_state_ || module_->training() != captured_training_)) {
     ++stats_.invalidations;
     clear_cache();
   }
   const std::string key = key_of(inputs, args, with_grad());
-  auto it = cache_.find(key);
-  if (it == cache_.end()) {
-    ++stats_.misses;
-    return capture(key, inputs, args);
-  }
-  ++stats_.hits;
-  Entry& e = it->second;
-  lru_.splice(lru_.begin(), lru_, e.lru);
+  Entry* hit = cache_.get(key);
+  if (!hit) return capture(key, inputs, args);
+  Entry& e = *hit;
   if (e.graphed) return (*e.graphed)(inputs);
   if (opt_.disable_tensor_cache) {
     std::vector<Tensor> outs;
@@ -134,12 +127,7 @@ std::vector<Tensor> HPUGraphModule::call(const std::vector<Tensor>& inputs, cons
 
 std::vector<Tensor> HPUGraphModule::capture(const std::string& key, const std::vector<Tensor>& inputs,
                                             const std::vector<Arg>& args) {
-  if (opt_.max_graphs > 0 && cache_.size() >= opt_.max_graphs) {
-    cache_.erase(lru_.back());
-    lru_.pop_back();
-    ++stats_.evictions;
-  }
-  if (cache_.empty()) {
+  if (!cache_.size()) {
     captured_state_ = state_storages();
     captured_training_ = module_->training();
   }
@@ -198,9 +186,7 @@ std::vector<Tensor> HPUGraphModule::capture(const std::string& key, const std::v
 
 std::vector<Tensor> HPUGraphModule::insert(const std::string& key, Entry e, std::vector<Tensor> result) {
   ++stats_.captures;
-  lru_.push_front(key);
-  e.lru = lru_.begin();
-  cache_.emplace(key, std::move(e));
+  cache_.put(key, std::move(e));  // evicts the least recently used beyond max_graphs
   return result;
 }
 

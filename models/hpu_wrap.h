@@ -31,15 +31,14 @@
 #pragma once
 #include <cstdint>
 #include <functional>
-#include <list>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <variant>
 #include <vector>
 
 #include "graphs/graphed_callables.h"
 #include "graphs/hpu_graph.h"
+#include "graphs/lru_cache.h"
 #include "models/module.h"
 
 namespace hg::models {
@@ -88,7 +87,6 @@ class HPUGraphModule : public Module {
     std::unique_ptr<graphs::HPUGraph> graph;               // forward only
     std::unique_ptr<graphs::GraphedCallable> graphed;      // or forward + backward (training)
     std::vector<Tensor> static_in, outputs;
-    std::list<std::string>::iterator lru;
   };
   std::string key_of(const std::vector<Tensor>& inputs, const std::vector<Arg>& args, bool with_grad) const;
   bool with_grad() const;  // train mode, grad mode on, a parameter that requires grad
@@ -102,9 +100,8 @@ class HPUGraphModule : public Module {
   std::vector<std::pair<std::string, Tensor*>> state_;  // parameters and buffers
   std::vector<const Storage*> captured_state_;          // their storages when the cache was filled
   bool captured_training_ = false;
-  std::list<std::string> lru_;                          // most recent first
-  std::unordered_map<std::string, Entry> cache_;
-  HPUGraphWrapStats stats_;
+  graphs::LruCache<std::string, Entry> cache_;
+  HPUGraphWrapStats stats_;  // calls, captures, bypasses, invalidations (the cache counts the rest)
   bool warned_args_ = false;
 };
 
