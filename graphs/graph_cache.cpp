@@ -13,15 +13,19 @@ namespace hg::graphs {
 
 size_t executable_bytes(const Executable& exe) { return exe.arena_bytes() + exe.constant_bytes(); }
 
-std::shared_ptr<const Executable> GraphCache::get(const std::string& key) {
+uint64_t memory_key(const Graph& g, const PassOptions& opt) { return g.structural_hash() ^ (opt.fusion ? 0 : ~0ull); }
+
+std::shared_ptr<const Executable> GraphCache::get(const Graph& g, const PassOptions& opt) {
+  const uint64_t key = memory_key(g, opt);
   std::lock_guard lk(mu_);
-  const Entry* e = lru_.get(key);
-  return e ? *e : nullptr;
+  const Entry* e = lru_.get_if(key, [&](const Entry& e) { return e.graph.same_structure(g); });
+  return e ? e->exe : nullptr;
 }
 
-void GraphCache::put(const std::string& key, std::shared_ptr<const Executable> exe) {
+void GraphCache::put(const Graph& g, std::shared_ptr<const Executable> exe, const PassOptions& opt) {
+  const uint64_t key = memory_key(g, opt);
   std::lock_guard lk(mu_);
-  lru_.put(key, std::move(exe));
+  lru_.put(key, {g, std::move(exe)});
 }
 
 void GraphCache::clear() {
@@ -44,7 +48,7 @@ GraphCacheStats GraphCache::stats() const {
   return lru_.stats();
 }
 
-std::vector<std::string> GraphCache::keys() const {
+std::vector<uint64_t> GraphCache::keys() const {
   std::lock_guard lk(mu_);
   return lru_.keys();
 }
@@ -150,15 +154,15 @@ std::shared_ptr<const Executable> compile_cached(const Graph& g, std::vector<con
     return exe;
   };
   const PassOptions opt = default_pass_options();
-  const std::string key = compile_key(g, opt);
   bool frozen = false;
   for (const Node& n : g.nodes) frozen = frozen || n.frozen;
   if (!frozen) {
-    if (auto exe = memory_graph_cache().get(key)) {
+    if (auto exe = memory_graph_cache().get(g, opt)) {
       out.memory_hit = true;
       return done(std::move(exe));
     }
   }
+  const std::string key = compile_key(g, opt);  // text: built only past the memory cache
   std::shared_ptr<DiskCache> disk = disk_cache();
   std::shared_ptr<const Executable> exe;
   // With frozen data, the constants computed from it are cached on disk next to the graph.
@@ -212,7 +216,7 @@ std::shared_ptr<const Executable> compile_cached(const Graph& g, std::vector<con
   if (disk && frozen && !constants_stored)
     if (const StoredConstants computed = exe->computed_constants(); !computed.empty())
       disk->store_blob(ckey(), constants_payload(computed).parts);
-  if (!frozen) memory_graph_cache().put(key, exe);
+  if (!frozen) memory_graph_cache().put(g, exe, opt);
   return done(std::move(exe));
 }
 

@@ -8,8 +8,8 @@
 //   if (info.disk_hit) ...;  info.compile_ms;
 //
 //   hg::graphs::GraphCache cache({.max_entries = 64, .max_bytes = 256 << 20});
-//   auto e = cache.get(key);          // null on a miss; a hit becomes the most recent
-//   cache.put(key, exe);              // evicts least recently used beyond either bound
+//   auto e = cache.get(graph);        // null on a miss; a hit becomes the most recent
+//   cache.put(graph, exe);            // evicts least recently used beyond either bound
 //   cache.stats();                    // hits, misses, evictions, entries, bytes
 #pragma once
 #include <memory>
@@ -29,27 +29,35 @@ using GraphCacheStats = CacheStats;
 // buffers it owns.
 size_t executable_bytes(const Executable& exe);
 
-// The compiled-program cache: an LruCache (graphs/lru_cache.h) of executables, costed by
-// executable_bytes, behind a lock.
+// The key of `g` compiled with `opt` in the memory cache: Graph::structural_hash with the pass
+// options mixed in (no text is built; a hit is confirmed by comparing the graphs).
+uint64_t memory_key(const Graph& g, const PassOptions& opt = default_pass_options());
+
+// The compiled-program cache: an LruCache (graphs/lru_cache.h) of executables by memory_key,
+// costed by executable_bytes, behind a lock. Each entry keeps the graph it was compiled from.
 class GraphCache {
  public:
   explicit GraphCache(GraphCacheLimits limits = {.max_entries = 256, .max_bytes = size_t{1} << 30})
-      : lru_(limits, [](const Entry& e) { return executable_bytes(*e); }) {}
-  std::shared_ptr<const Executable> get(const std::string& key);
-  // Inserts (or replaces) `key` as the most recent entry, then evicts from the least recent
+      : lru_(limits, [](const Entry& e) { return executable_bytes(*e.exe); }) {}
+  // The executable compiled from a graph with the same structure as `g`, or null.
+  std::shared_ptr<const Executable> get(const Graph& g, const PassOptions& opt = default_pass_options());
+  // Inserts (or replaces) `g` as the most recent entry, then evicts from the least recent
   // end until both bounds hold. An entry larger than max_bytes on its own is not kept (and
   // evicts nothing).
-  void put(const std::string& key, std::shared_ptr<const Executable> exe);
+  void put(const Graph& g, std::shared_ptr<const Executable> exe, const PassOptions& opt = default_pass_options());
   void clear();  // drops every entry (the hit/miss/eviction counters keep counting)
   void set_limits(GraphCacheLimits limits);  // evicts down to the new bounds (0: unbounded)
   GraphCacheLimits limits() const;
   GraphCacheStats stats() const;
-  std::vector<std::string> keys() const;  // most recent first
+  std::vector<uint64_t> keys() const;  // memory_key of each entry, most recent first
 
  private:
-  using Entry = std::shared_ptr<const Executable>;
+  struct Entry {
+    Graph graph;  // as given to compile: confirms a key match
+    std::shared_ptr<const Executable> exe;
+  };
   mutable std::mutex mu_;
-  LruCache<std::string, Entry> lru_;
+  LruCache<uint64_t, Entry> lru_;
 };
 
 // The process-wide memory cache compile_cached uses.
@@ -62,7 +70,7 @@ struct CompileInfo {
   double compile_ms = 0;  // time spent in compile_cached (lookup + compile)
 };
 
-// The cache key of `g` compiled with `opt`: its signature (topology, attributes, input
+// The disk cache's key of `g` compiled with `opt`: its signature (topology, attributes, input
 // signature with frozen marks) and the pass options; the disk cache adds engine version and ISA.
 std::string compile_key(const Graph& g, const PassOptions& opt);
 

@@ -1,6 +1,8 @@
 #include "graphs/ir.h"
 
+#include <bit>
 #include <charconv>
+#include <type_traits>
 
 #include "engine/error.h"
 
@@ -56,6 +58,57 @@ std::string Graph::signature() const {
   s += "->";
   for (int o : outputs) s += std::to_string(o) + ',';
   return s;
+}
+
+namespace {
+
+void mix(uint64_t& h, uint64_t v) {
+  h = (h ^ v) * 0xff51afd7ed558ccdull;
+  h ^= h >> 29;
+}
+
+template <class T>
+void mix_all(uint64_t& h, const std::vector<T>& v) {
+  mix(h, v.size());
+  for (const T& x : v) mix(h, std::bit_cast<uint64_t>(static_cast<std::conditional_t<sizeof(T) == 8, T, int64_t>>(x)));
+}
+
+// The fields signature() writes: kind or op, frozen mark, meta, inputs, attributes (floats by bit pattern).
+bool same_node(const Node& a, const Node& b) {
+  auto same_bits = [](const std::vector<double>& x, const std::vector<double>& y) {
+    if (x.size() != y.size()) return false;
+    for (size_t k = 0; k < x.size(); ++k)
+      if (std::bit_cast<uint64_t>(x[k]) != std::bit_cast<uint64_t>(y[k])) return false;
+    return true;
+  };
+  if (a.kind != b.kind) return false;
+  if (a.kind == Node::Kind::Input ? a.frozen != b.frozen : a.op != b.op) return false;
+  return a.meta == b.meta && a.inputs == b.inputs && a.attrs.ints == b.attrs.ints &&
+         same_bits(a.attrs.floats, b.attrs.floats);
+}
+
+}  // namespace
+
+uint64_t Graph::structural_hash() const {
+  uint64_t h = 0x6a09e667f3bcc909ull;
+  mix(h, nodes.size());
+  for (const Node& n : nodes) {
+    mix(h, n.kind == Node::Kind::Input ? (n.frozen ? 1 : 2) : reinterpret_cast<uintptr_t>(n.op));
+    mix(h, static_cast<uint64_t>(n.meta.dtype));
+    mix_all(h, n.meta.shape);
+    mix_all(h, n.inputs);
+    mix_all(h, n.attrs.ints);
+    mix_all(h, n.attrs.floats);
+  }
+  mix_all(h, outputs);
+  return h;
+}
+
+bool Graph::same_structure(const Graph& other) const {
+  if (nodes.size() != other.nodes.size() || outputs != other.outputs) return false;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (!same_node(nodes[i], other.nodes[i])) return false;
+  return true;
 }
 
 namespace {

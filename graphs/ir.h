@@ -7,7 +7,9 @@
 //   int y = g.add_op(hg::op_schema("linear"), {x, w, b}, hg::Attrs{{0}, {}});
 //   g.outputs = {g.add_op(hg::op_schema("relu"), {y}, {})};
 //   std::string key = g.signature();   // structure + attributes + input signature
+//   uint64_t h = g.structural_hash();  // the same, hashed without building text
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -36,7 +38,11 @@ struct Graph {
   int add_op(const OpSchema& op, std::vector<int> inputs, const Attrs& attrs);  // infers meta
   int add_op(const OpSchema& op, std::vector<int> inputs, const Attrs& attrs, const TensorMeta& meta);
   std::vector<int> use_counts() const;  // consumers per node (outputs count as uses)
-  std::string signature() const;        // canonical text: the cache key
+  std::string signature() const;        // canonical text: the disk cache's key
+  // What signature() says, without building text: a 64-bit hash (the memory cache's key) and the
+  // comparison that confirms a hash match. Ops are told apart by schema (process-local).
+  uint64_t structural_hash() const;
+  bool same_structure(const Graph& other) const;
   // Readable listing: ids, op, inputs, attrs, meta, frozen/constant marks, fused groups;
   // notes[i] (when given) is appended to node i's line.
   std::string dump(const std::vector<std::string>& notes = {}) const;

@@ -38,8 +38,13 @@ class LruCache {
   explicit LruCache(CacheLimits limits = {}, Cost cost = {}) : limits_(limits), cost_(std::move(cost)) {}
 
   V* get(const K& key) {
+    return get_if(key, [](const V&) { return true; });
+  }
+  // get, where an entry counts as found only when accept(value) holds (a hash key confirmed).
+  template <class Accept>
+  V* get_if(const K& key, Accept&& accept) {
     auto it = map_.find(key);
-    if (it == map_.end()) {
+    if (it == map_.end() || !accept(it->second->value)) {
       ++stats_.misses;
       return nullptr;
     }

@@ -91,14 +91,14 @@ std::vector<const void*> frozen_ptrs(const Graph& g, const std::vector<std::vect
 
 TEST(GraphCacheMemory, EvictsLeastRecentlyUsedByCount) {
   GraphCache cache({.max_entries = 2, .max_bytes = size_t{1} << 40});
-  auto a = Executable::compile(mlp_graph(1, 8, false)), b = Executable::compile(mlp_graph(2, 8, false)),
-       c = Executable::compile(mlp_graph(3, 8, false));
-  cache.put("a", a);
-  cache.put("b", b);
-  EXPECT_EQ(cache.get("a"), a);  // a becomes the most recent: b is evicted next
-  cache.put("c", c);
-  EXPECT_EQ(cache.keys(), (std::vector<std::string>{"c", "a"}));
-  EXPECT_EQ(cache.get("b"), nullptr);
+  const Graph ga = mlp_graph(1, 8, false), gb = mlp_graph(2, 8, false), gc = mlp_graph(3, 8, false);
+  auto a = Executable::compile(ga), b = Executable::compile(gb), c = Executable::compile(gc);
+  cache.put(ga, a);
+  cache.put(gb, b);
+  EXPECT_EQ(cache.get(mlp_graph(1, 8, false)), a);  // an equal graph hits; a becomes the most recent
+  cache.put(gc, c);
+  EXPECT_EQ(cache.keys(), (std::vector<uint64_t>{memory_key(gc), memory_key(ga)}));
+  EXPECT_EQ(cache.get(gb), nullptr);
   const GraphCacheStats s = cache.stats();
   EXPECT_EQ(s.hits, 1u);
   EXPECT_EQ(s.misses, 1u);
@@ -107,29 +107,51 @@ TEST(GraphCacheMemory, EvictsLeastRecentlyUsedByCount) {
   EXPECT_EQ(s.bytes, executable_bytes(*a) + executable_bytes(*c));
 }
 
+TEST(GraphCacheMemory, KeysTellStructuresApartAndAHitIsConfirmed) {
+  const Graph g = mlp_graph(4, 8, false);
+  Graph other_attr = g, other_frozen = g, other_shape = mlp_graph(4, 9, false);
+  other_attr.nodes.back().attrs.ints[0] = 1;  // a fused activation on the last linear
+  other_frozen.nodes[1].frozen = true;
+  for (const Graph* o : {&other_attr, &other_frozen, &other_shape}) {
+    EXPECT_NE(memory_key(*o), memory_key(g));
+    EXPECT_FALSE(o->same_structure(g));
+    EXPECT_NE(o->signature(), g.signature());
+  }
+  EXPECT_NE(memory_key(g, {.fusion = false}), memory_key(g));
+  Graph scale = g, scale_neg_zero = g;  // floats compare by bit pattern, as the signature does
+  const int s1 = scale.add_op(op_schema("scale"), {scale.outputs[0]}, Attrs{{}, {0.0}});
+  const int s2 = scale_neg_zero.add_op(op_schema("scale"), {scale_neg_zero.outputs[0]}, Attrs{{}, {-0.0}});
+  scale.outputs = {s1};
+  scale_neg_zero.outputs = {s2};
+  EXPECT_FALSE(scale.same_structure(scale_neg_zero));
+  EXPECT_TRUE(g.same_structure(mlp_graph(4, 8, false)));
+  EXPECT_EQ(memory_key(g), memory_key(mlp_graph(4, 8, false)));
+}
+
 TEST(GraphCacheMemory, EvictsLeastRecentlyUsedByBytes) {
-  auto small = Executable::compile(mlp_graph(1, 64, false));
-  auto mid = Executable::compile(mlp_graph(8, 64, false));
-  auto big = Executable::compile(mlp_graph(64, 64, false));
+  const Graph gs = mlp_graph(1, 64, false), gm = mlp_graph(8, 64, false), gbig = mlp_graph(64, 64, false);
+  auto small = Executable::compile(gs);
+  auto mid = Executable::compile(gm);
+  auto big = Executable::compile(gbig);
   ASSERT_GT(executable_bytes(*small), 0u);
   ASSERT_LT(executable_bytes(*small), executable_bytes(*mid));
   ASSERT_LT(executable_bytes(*mid), executable_bytes(*big));
   GraphCache cache({.max_entries = 100, .max_bytes = executable_bytes(*mid) + executable_bytes(*big)});
-  cache.put("small", small);
-  cache.put("mid", mid);
-  cache.get("small");
-  cache.put("big", big);  // over the byte bound: mid, the least recent, goes
-  EXPECT_EQ(cache.keys(), (std::vector<std::string>{"big", "small"}));
-  EXPECT_EQ(cache.get("mid"), nullptr);
+  cache.put(gs, small);
+  cache.put(gm, mid);
+  cache.get(gs);
+  cache.put(gbig, big);  // over the byte bound: mid, the least recent, goes
+  EXPECT_EQ(cache.keys(), (std::vector<uint64_t>{memory_key(gbig), memory_key(gs)}));
+  EXPECT_EQ(cache.get(gm), nullptr);
   EXPECT_EQ(cache.stats().bytes, executable_bytes(*small) + executable_bytes(*big));
   EXPECT_EQ(cache.stats().evictions, 1u);
 
-  cache.get("small");
+  cache.get(gs);
   cache.set_limits({.max_entries = 100, .max_bytes = executable_bytes(*small)});  // shrinking evicts big
-  EXPECT_EQ(cache.keys(), (std::vector<std::string>{"small"}));
-  cache.put("big", big);  // larger than the bound on its own: not kept, nothing else evicted
-  EXPECT_EQ(cache.keys(), (std::vector<std::string>{"small"}));
-  EXPECT_EQ(cache.get("big"), nullptr);
+  EXPECT_EQ(cache.keys(), (std::vector<uint64_t>{memory_key(gs)}));
+  cache.put(gbig, big);  // larger than the bound on its own: not kept, nothing else evicted
+  EXPECT_EQ(cache.keys(), (std::vector<uint64_t>{memory_key(gs)}));
+  EXPECT_EQ(cache.get(gbig), nullptr);
 }
 
 TEST(GraphCacheMemory, CompileCachedHitsMemoryOnlyWithoutFrozenInputs) {
