@@ -5,6 +5,7 @@
 #include "engine/act_internal.h"
 #include "engine/error.h"
 #include "engine/generator.h"
+#include "engine/op_attrs.h"
 #include "engine/op_families.h"
 #include "engine/ops.h"
 #include "engine/schema_util.h"
@@ -181,7 +182,7 @@ namespace ops {
 Tensor gelu(const Tensor& x, std::string_view approximate) {
   if (approximate != "none" && approximate != "tanh")
     throw InvalidArgument("op 'gelu': approximate must be \"none\" or \"tanh\", got \"" + std::string(approximate) + "\"");
-  return dispatch("gelu", {x}, Attrs{{approximate == "tanh"}, {}});
+  return dispatch("gelu", {x}, attrs::Gelu{approximate == "tanh"}.pack());
 }
 Tensor silu(const Tensor& x) { return dispatch("silu", {x}); }
 Tensor tanh(const Tensor& x) { return dispatch("tanh", {x}); }
@@ -213,7 +214,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) { return dispatch("where", {cond, a, b}); }
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
-  return dispatch("masked_fill", {x, mask}, Attrs{{}, {value}});
+  return dispatch("masked_fill", {x, mask}, attrs::MaskedFill{value}.pack());
 }
 
 }  // namespace ops

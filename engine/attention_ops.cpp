@@ -8,6 +8,7 @@
 
 #include "engine/error.h"
 #include "engine/kernels_shape.h"
+#include "engine/op_attrs.h"
 #include "engine/ops.h"
 #include "engine/schema_util.h"
 
@@ -60,7 +61,7 @@ void register_attention_ops() {
 
 namespace ops {
 
-Tensor causal_fill(const Tensor& x, double value) { return dispatch("causal_fill", {x}, Attrs{{}, {value}}); }
+Tensor causal_fill(const Tensor& x, double value) { return dispatch("causal_fill", {x}, attrs::CausalFill{value}.pack()); }
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
                                     bool causal, double scale) {

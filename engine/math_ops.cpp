@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "engine/dtype_dispatch.h"
+#include "engine/op_attrs.h"
 #include "engine/op_families.h"
 #include "engine/ops.h"
 #include "engine/schema_util.h"
@@ -13,10 +14,10 @@ namespace {
 using Metas = std::vector<TensorMeta>;
 using Ts = std::vector<Tensor>;
 
-enum class MathFn : int64_t { Sqrt = 0, Erf = 1, Exp = 2, Pow = 3 };
+using attrs::MathFn;
 
 Tensor unary_math(const Tensor& x, MathFn fn, double exponent = 0) {
-  return dispatch("unary_math", {x}, Attrs{{static_cast<int64_t>(fn)}, {exponent}});
+  return dispatch("unary_math", {x}, attrs::UnaryMath{fn, exponent}.pack());
 }
 
 TensorMeta infer_unary_math(const OpSchema& op, const Metas& in, const Attrs& a) {

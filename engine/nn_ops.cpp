@@ -21,6 +21,7 @@
 //   layer_norm_backward (g, x, w)                {which: 0 x, 1 weight, 2 bias, normalized shape...} / {eps}
 #include "engine/error.h"
 #include "engine/kernels_nn.h"
+#include "engine/op_attrs.h"
 #include "engine/op_families.h"
 #include "engine/ops_nn.h"
 #include "engine/post_ops.h"
@@ -64,30 +65,27 @@ Attrs with(Attrs a, size_t keep, std::initializer_list<int64_t> extra) {
 
 // ---- convolution ----
 
-struct ConvAttrs {
-  int64_t sh, sw, ph, pw, dh, dw, groups;
-};
-
-ConvAttrs conv_attrs(const OpSchema& op, const Metas& in, const Attrs& a) {
-  ConvAttrs c{a.i(0, 1), a.i(1, 1), a.i(2), a.i(3), a.i(4, 1), a.i(5, 1), a.i(6, 1)};
-  if (c.sh <= 0 || c.sw <= 0) fail(op, in, "stride must be positive");
-  if (c.ph < 0 || c.pw < 0) fail(op, in, "padding must be non-negative");
-  if (c.dh <= 0 || c.dw <= 0) fail(op, in, "dilation must be positive");
+attrs::Conv conv_attrs(const OpSchema& op, const Metas& in, const Attrs& a) {
+  const attrs::Conv c = attrs::Conv::of(a);
+  if (c.stride_h <= 0 || c.stride_w <= 0) fail(op, in, "stride must be positive");
+  if (c.pad_h < 0 || c.pad_w < 0) fail(op, in, "padding must be non-negative");
+  if (c.dilation_h <= 0 || c.dilation_w <= 0) fail(op, in, "dilation must be positive");
   if (c.groups <= 0) fail(op, in, "groups must be positive");
   return c;
 }
 
 // Checks x [N, C, H, W] against weight [O, C/groups, kh, kw]; returns the output shape.
-Shape conv_out_shape(const OpSchema& op, const Metas& in, const Shape& x, const Shape& w, const ConvAttrs& c) {
+Shape conv_out_shape(const OpSchema& op, const Metas& in, const Shape& x, const Shape& w, const attrs::Conv& c) {
   if (x[1] % c.groups || w[0] % c.groups)
     fail(op, in, "in_channels (" + str(x[1]) + ") and out_channels (" + str(w[0]) + ") must be divisible by groups (" +
                      str(c.groups) + ")");
   if (w[1] * c.groups != x[1])
     fail(op, in, "weight expects " + str(w[1] * c.groups) + " input channels but x has " + str(x[1]));
   if (w[2] <= 0 || w[3] <= 0) fail(op, in, "empty kernel");
-  const int64_t oh = window_out_size(x[2], w[2], c.sh, c.ph, c.dh), ow = window_out_size(x[3], w[3], c.sw, c.pw, c.dw);
+  const int64_t oh = window_out_size(x[2], w[2], c.stride_h, c.pad_h, c.dilation_h),
+                ow = window_out_size(x[3], w[3], c.stride_w, c.pad_w, c.dilation_w);
   if (oh <= 0 || ow <= 0)
-    fail(op, in, "kernel (dilated) is larger than the padded input " + shape_str({x[2] + 2 * c.ph, x[3] + 2 * c.pw}));
+    fail(op, in, "kernel (dilated) is larger than the padded input " + shape_str({x[2] + 2 * c.pad_h, x[3] + 2 * c.pad_w}));
   return {x[0], w[0], oh, ow};
 }
 
@@ -98,7 +96,7 @@ TensorMeta infer_conv2d(const OpSchema& op, const Metas& in, const Attrs& a) {
     fail(op, in, "takes " + str(static_cast<int64_t>(plain)) + " inputs, or one more: a residual added before the activation");
   for (size_t i = 0; i < in.size(); ++i) expect_dnnl_float(op, in, i), expect_same_dtype(op, in, 0, i);
   expect_rank(op, in, 0, 4), expect_rank(op, in, 1, 4);
-  const ConvAttrs c = conv_attrs(op, in, a);
+  const attrs::Conv c = conv_attrs(op, in, a);
   if (!valid_fused_act(a.i(7))) fail(op, in, "bad fused activation code " + str(a.i(7)));
   Shape out = conv_out_shape(op, in, in[0].shape, in[1].shape, c);
   if (plain == 3) {
@@ -115,7 +113,7 @@ TensorMeta infer_conv2d(const OpSchema& op, const Metas& in, const Attrs& a) {
 TensorMeta infer_conv2d_backward_input(const OpSchema& op, const Metas& in, const Attrs& a) {
   expect_dnnl_float(op, in, 0), expect_same_dtype(op, in, 0, 1);
   expect_rank(op, in, 0, 4), expect_rank(op, in, 1, 4);
-  const ConvAttrs c = conv_attrs(op, in, a);
+  const attrs::Conv c = conv_attrs(op, in, a);
   const Shape x{in[0].shape[0], in[1].shape[1] * c.groups, a.i(7), a.i(8)};
   if (conv_out_shape(op, in, x, in[1].shape, c) != in[0].shape) fail(op, in, "grad does not match the conv output");
   return {x, in[0].dtype};
@@ -125,7 +123,7 @@ TensorMeta infer_conv2d_backward_input(const OpSchema& op, const Metas& in, cons
 TensorMeta infer_conv2d_backward_weight(const OpSchema& op, const Metas& in, const Attrs& a) {
   expect_dnnl_float(op, in, 0), expect_same_dtype(op, in, 0, 1);
   expect_rank(op, in, 0, 4), expect_rank(op, in, 1, 4);
-  const ConvAttrs c = conv_attrs(op, in, a);
+  const attrs::Conv c = conv_attrs(op, in, a);
   if (in[1].shape[1] % c.groups) fail(op, in, "channels not divisible by groups");
   const Shape w{in[0].shape[1], in[1].shape[1] / c.groups, a.i(7), a.i(8)};
   if (conv_out_shape(op, in, in[1].shape, w, c) != in[0].shape) fail(op, in, "grad does not match the conv output");
@@ -355,7 +353,7 @@ void register_nn_ops() {
 namespace ops {
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Size2 s, Size2 p, Size2 d, int64_t groups) {
-  const Attrs a{{s[0], s[1], p[0], p[1], d[0], d[1], groups}, {}};
+  const Attrs a = attrs::Conv{s[0], s[1], p[0], p[1], d[0], d[1], groups}.pack();
   return b.defined() ? dispatch("conv2d", {x, w, b}, a) : dispatch("conv2d_nobias", {x, w}, a);
 }
 
@@ -382,10 +380,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   const Shape c{x.ndim() >= 2 ? x.dim(1) : 1};
   const Tensor w = weight.defined() ? weight : Tensor::full(c, 1.0f, x.device());
   const Tensor b = bias.defined() ? bias : Tensor::full(c, 0.0f, x.device());
-  if (training) return dispatch("batch_norm_train", {x, w, b}, Attrs{{}, {eps}});
+  if (training) return dispatch("batch_norm_train", {x, w, b}, attrs::BatchNorm{eps}.pack());
   if (!running_mean.defined() || !running_var.defined())
     throw InvalidArgument("op 'batch_norm_eval': running_mean and running_var are required when not training");
-  return dispatch("batch_norm_eval", {x, w, b, running_mean, running_var}, Attrs{{}, {eps}});
+  return dispatch("batch_norm_eval", {x, w, b, running_mean, running_var}, attrs::BatchNorm{eps}.pack());
 }
 
 BatchNormStats batch_norm_update_stats(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,

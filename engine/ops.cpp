@@ -3,30 +3,31 @@
 #include "engine/error.h"
 #include "engine/kernels.h"
 #include "engine/op.h"
+#include "engine/op_attrs.h"
 
 namespace hg::ops {
 
 namespace {
 Tensor binary(const Tensor& a, const Tensor& b, kernels::BinaryOp op) {
   const DType t = promote_types(a.dtype(), b.dtype());
-  return dispatch("binary", {a.to(t), b.to(t)}, Attrs{{static_cast<int64_t>(op)}, {}});
+  return dispatch("binary", {a.to(t), b.to(t)}, attrs::Binary{op}.pack());
 }
 int64_t norm(const Tensor& x, int64_t dim) { return dim < 0 && dim != kAllDims ? dim + x.ndim() : dim; }
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   if (a.defined() && b.defined() && (a.ndim() > 2 || b.ndim() > 2)) return bmm(a, b, ta, tb);  // batched
-  return dispatch("matmul", {a, b}, Attrs{{ta, tb}, {}});
+  return dispatch("matmul", {a, b}, attrs::Matmul{ta, tb}.pack());
 }
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) { return dispatch("linear", {x, w, b}, Attrs{{0}, {}}); }
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) { return dispatch("linear", {x, w, b}, attrs::Linear{}.pack()); }
 Tensor add(const Tensor& a, const Tensor& b) { return binary(a, b, kernels::BinaryOp::Add); }
 Tensor sub(const Tensor& a, const Tensor& b) { return binary(a, b, kernels::BinaryOp::Sub); }
 Tensor mul(const Tensor& a, const Tensor& b) { return binary(a, b, kernels::BinaryOp::Mul); }
 Tensor div(const Tensor& a, const Tensor& b) { return binary(a, b, kernels::BinaryOp::Div); }
-Tensor scale(const Tensor& a, double s) { return dispatch("scale", {a}, Attrs{{}, {s}}); }
+Tensor scale(const Tensor& a, double s) { return dispatch("scale", {a}, attrs::Scale{s}.pack()); }
 Tensor relu(const Tensor& x) { return dispatch("relu", {x}); }
-Tensor softmax(const Tensor& x, int64_t dim) { return dispatch("softmax", {x}, Attrs{{norm(x, dim), 0}, {}}); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return dispatch("softmax", {x}, Attrs{{norm(x, dim), 1}, {}}); }
+Tensor softmax(const Tensor& x, int64_t dim) { return dispatch("softmax", {x}, attrs::Softmax{norm(x, dim), false}.pack()); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return dispatch("softmax", {x}, attrs::Softmax{norm(x, dim), true}.pack()); }
 // The reductions are in reduce_ops.cpp (any set of axes); these are the single-axis forms.
 Tensor sum(const Tensor& x, int64_t dim, bool keepdim) { return sum(x, dim == kAllDims ? Shape{} : Shape{dim}, keepdim); }
 Tensor mean(const Tensor& x, int64_t dim, bool keepdim) { return mean(x, dim == kAllDims ? Shape{} : Shape{dim}, keepdim); }

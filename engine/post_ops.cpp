@@ -19,15 +19,6 @@ const char* fused_act_name(FusedAct act) {
   return "?";
 }
 
-std::optional<FusedAct> fused_act_of_op(std::string_view name, const Attrs& a) {
-  if (name == "relu") return FusedAct::Relu;
-  if (name == "gelu") return a.i(0) ? FusedAct::GeluTanh : FusedAct::GeluErf;
-  if (name == "silu") return FusedAct::Silu;
-  if (name == "sigmoid") return FusedAct::Sigmoid;
-  if (name == "tanh") return FusedAct::Tanh;
-  return std::nullopt;
-}
-
 double apply_fused_act(FusedAct act, double x) {
   constexpr double kSqrt2OverPi = 0.79788456080286535588, kInvSqrt2 = 0.70710678118654752440;
   switch (act) {

@@ -11,11 +11,8 @@
 //
 //   hg::Attrs a{{0, 1, static_cast<int64_t>(hg::FusedAct::GeluErf)}, {}};
 //   hg::Tensor y = hg::dispatch("matmul", {x, w}, a);        // gelu(x w^T) in one primitive
-//   hg::FusedAct act = hg::fused_act_of_op("gelu", gelu_attrs);  // FusedAct::GeluErf
 #pragma once
 #include <cstdint>
-#include <optional>
-#include <string_view>
 
 #include "engine/op.h"
 
@@ -25,8 +22,6 @@ enum class FusedAct : int64_t { None = 0, Relu = 1, GeluErf = 2, GeluTanh = 3, S
 
 bool valid_fused_act(int64_t code);
 const char* fused_act_name(FusedAct act);  // "relu", "gelu", "gelu_tanh", ...
-// The post-op that computes op `name` (an activation schema with attrs `a`), if there is one.
-std::optional<FusedAct> fused_act_of_op(std::string_view name, const Attrs& a);
 // act(x) in double, the definition every post-op implementation is compared with.
 double apply_fused_act(FusedAct act, double x);
 

@@ -6,6 +6,7 @@
 #include "engine/error.h"
 #include "engine/kernels.h"
 #include "engine/kernels_shape.h"
+#include "engine/op_attrs.h"
 #include "engine/op_families.h"
 #include "engine/ops.h"
 #include "engine/schema_util.h"
@@ -306,7 +307,7 @@ std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t dim) {
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
-  return dispatch("bmm", {a, b}, Attrs{{trans_a, trans_b}, {}});
+  return dispatch("bmm", {a, b}, attrs::Bmm{trans_a, trans_b}.pack());
 }
 
 }  // namespace ops

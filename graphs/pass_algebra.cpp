@@ -11,14 +11,13 @@
 // merged either (x*a*b and x*(a*b) round differently).
 #include <optional>
 
+#include "engine/op_attrs.h"
 #include "graphs/passes.h"
 #include "graphs/rewrite.h"
 
 namespace hg::graphs {
 
 namespace {
-
-enum class MathFn : int64_t { Pow = 3 };  // engine/math_ops.cpp: unary_math {fn} / {exponent}
 
 Shape normalized_dims(const Shape& dims) {
   const int64_t n = static_cast<int64_t>(dims.size());
@@ -51,17 +50,21 @@ bool is_identity_permutation(const Shape& dims) {
 std::optional<int> identity_source(const Graph& g, const Node& n) {
   const int x = n.inputs[0];
   const bool same_meta = g.nodes[x].meta.shape == n.meta.shape && g.nodes[x].meta.dtype == n.meta.dtype;
-  const std::string& op = n.op->name;
-  if (op == "contiguous") return x;
-  if (op == "scale" && n.attrs.f(0) == 1.0) return x;
-  if (op == "unary_math" && n.attrs.i(0) == static_cast<int64_t>(MathFn::Pow) && n.attrs.f(0) == 1.0) return x;
-  if (op == "permute" && is_identity_permutation(normalized_dims(n.attrs.ints))) return x;
-  if (op == "cast" && is_op(g.nodes[x], "cast")) {  // cast(cast(y, via), y's dtype) with nothing lost
+  const KnownOps& k = known_ops();
+  const OpSchema* op = n.op;
+  if (op == k.contiguous) return x;
+  if (op == k.scale && attrs::Scale::of(n.attrs).factor == 1.0) return x;
+  if (op == k.unary_math) {
+    const auto m = attrs::UnaryMath::of(n.attrs);
+    if (m.fn == attrs::MathFn::Pow && m.exponent == 1.0) return x;
+  }
+  if (op == k.permute && is_identity_permutation(normalized_dims(n.attrs.ints))) return x;
+  if (op == k.cast && is_op(g.nodes[x], k.cast)) {  // cast(cast(y, via), y's dtype) with nothing lost
     const int y = g.nodes[x].inputs[0];
     if (g.nodes[y].meta.dtype == n.meta.dtype && round_trips(n.meta.dtype, g.nodes[x].meta.dtype)) return y;
   }
-  if (same_meta && (op == "cast" || op == "reshape" || op == "expand" || op == "sum_to" || op == "slice" ||
-                    (op == "concat" && n.inputs.size() == 1)))
+  if (same_meta && (op == k.cast || op == k.reshape || op == k.expand || op == k.sum_to || op == k.slice ||
+                    (op == k.concat && n.inputs.size() == 1)))
     return x;
   return std::nullopt;
 }
@@ -70,11 +73,11 @@ std::optional<int> identity_source(const Graph& g, const Node& n) {
 bool merge_with_producer(const Graph& g, Node& n) {
   const Node& p = g.nodes[n.inputs[0]];
   if (p.kind != Node::Kind::Op || p.op != n.op) return false;
-  if (n.op->name == "reshape") {
+  if (n.op == known_ops().reshape) {
     n.inputs = {p.inputs[0]};
     return true;
   }
-  if (n.op->name == "permute") {
+  if (n.op == known_ops().permute) {
     const Shape outer = normalized_dims(n.attrs.ints), inner = normalized_dims(p.attrs.ints);
     Shape dims(outer.size());
     for (size_t i = 0; i < outer.size(); ++i) dims[i] = inner[outer[i]];  // out[i] = x[inner[outer[i]]]

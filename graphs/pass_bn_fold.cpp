@@ -9,6 +9,7 @@
 // unfolded batch norm does. F32 only (a BF16 w' would round w * s once more); a producer with a
 // residual input or a fused activation is left alone.
 #include "engine/kernels.h"
+#include "engine/op_attrs.h"
 #include "graphs/passes.h"
 #include "graphs/rewrite.h"
 
@@ -16,24 +17,21 @@ namespace hg::graphs {
 
 namespace {
 
-constexpr size_t kPlainConvAttrs = 7;  // stride, pad, dilation (h, w), groups; ints[7] is a fused activation
-constexpr int64_t kMathPow = 3;        // unary_math {fn} / {exponent} (engine/math_ops.cpp)
-constexpr int64_t kMul = static_cast<int64_t>(kernels::BinaryOp::Mul);  // binary {op}
-
 // The producer a batch norm can fold into: a conv or linear whose output channel (dim 1) is its
 // weight's dim 0, with no fused activation or residual yet. Returns its bias input count (0 or 1),
 // or -1 when `n` is not one.
 int plain_producer_bias(const Node& n) {
-  if (is_op(n, "conv2d") || is_op(n, "conv2d_nobias")) {
-    const int bias = is_op(n, "conv2d") ? 1 : 0;
-    return n.inputs.size() == 2u + bias && n.attrs.i(kPlainConvAttrs) == 0 ? bias : -1;
+  const KnownOps& k = known_ops();
+  if (is_op(n, k.conv2d) || is_op(n, k.conv2d_nobias)) {
+    const int bias = is_op(n, k.conv2d) ? 1 : 0;
+    return n.inputs.size() == 2u + bias && attrs::Conv::of(n.attrs).act == FusedAct::None ? bias : -1;
   }
-  if (is_op(n, "linear")) return n.inputs.size() == 3 && n.attrs.i(0) == 0 ? 1 : -1;  // ints[0]: fused activation
+  if (is_op(n, k.linear)) return n.inputs.size() == 3 && attrs::Linear::of(n.attrs).act == FusedAct::None ? 1 : -1;
   return -1;
 }
 
 bool foldable(const Graph& g, const std::vector<std::vector<int>>& users, const Node& bn) {
-  if (!is_op(bn, "batch_norm_eval") || bn.inputs.size() != 5) return false;
+  if (!is_op(bn, known_ops().batch_norm_eval) || bn.inputs.size() != 5) return false;
   const int c = bn.inputs[0];
   const Node& prod = g.nodes[c];
   if (plain_producer_bias(prod) < 0) return false;
@@ -45,8 +43,8 @@ bool foldable(const Graph& g, const std::vector<std::vector<int>>& users, const 
   return true;
 }
 
-int add_constant(Graph& g, const char* op, std::vector<int> inputs, const Attrs& attrs) {
-  const int id = g.add_op(op_schema(op), std::move(inputs), attrs);
+int add_constant(Graph& g, const OpSchema* op, std::vector<int> inputs, const Attrs& attrs) {
+  const int id = g.add_op(*op, std::move(inputs), attrs);
   g.nodes[id].constant = true;
   return id;
 }
@@ -56,25 +54,26 @@ void fold(Graph& g, int b) {
   const Node bn = g.nodes[b];
   const Node prod = g.nodes[bn.inputs[0]];
   const int gamma = bn.inputs[1], beta = bn.inputs[2], mean = bn.inputs[3], var = bn.inputs[4];
-  const Attrs eps{{}, {bn.attrs.f(0)}};
+  const KnownOps& k = known_ops();
+  const Attrs eps = attrs::BatchNorm::of(bn.attrs).pack();
   const Shape wshape = g.nodes[prod.inputs[1]].meta.shape;
   const int64_t out_ch = wshape[0];
   Shape per_channel(wshape.size(), 1);  // [O, 1, 1, 1] (conv) or [O, 1] (linear)
   per_channel[0] = out_ch;
 
   // pow(v, 0) is 1 for every v (NaN and inf included), so ones and zeros are exact.
-  const int ones = add_constant(g, "unary_math", {mean}, Attrs{{kMathPow}, {0.0}});
-  const int zeros = add_constant(g, "scale", {ones}, Attrs{{}, {0.0}});
-  const int ones2 = add_constant(g, "reshape", {ones}, Attrs{{1, out_ch}, {}});
-  const int s2 = add_constant(g, "batch_norm_eval", {ones2, gamma, zeros, zeros, var}, eps);  // gamma / sqrt(var + eps)
-  const int sw = add_constant(g, "reshape", {s2}, Attrs{per_channel, {}});
-  const int w = add_constant(g, "binary", {prod.inputs[1], sw}, Attrs{{kMul}, {}});
-  const int b2 = add_constant(g, "reshape", {plain_producer_bias(prod) ? prod.inputs[2] : zeros}, Attrs{{1, out_ch}, {}});
-  const int b2s = add_constant(g, "batch_norm_eval", {b2, gamma, beta, mean, var}, eps);  // (b - mean) * s + beta
-  const int bias = add_constant(g, "reshape", {b2s}, Attrs{{out_ch}, {}});
+  const int ones = add_constant(g, k.unary_math, {mean}, attrs::UnaryMath{attrs::MathFn::Pow, 0.0}.pack());
+  const int zeros = add_constant(g, k.scale, {ones}, attrs::Scale{0.0}.pack());
+  const int ones2 = add_constant(g, k.reshape, {ones}, Attrs{{1, out_ch}, {}});
+  const int s2 = add_constant(g, k.batch_norm_eval, {ones2, gamma, zeros, zeros, var}, eps);  // gamma / sqrt(var + eps)
+  const int sw = add_constant(g, k.reshape, {s2}, Attrs{per_channel, {}});
+  const int w = add_constant(g, k.binary, {prod.inputs[1], sw}, attrs::Binary{kernels::BinaryOp::Mul}.pack());
+  const int b2 = add_constant(g, k.reshape, {plain_producer_bias(prod) ? prod.inputs[2] : zeros}, Attrs{{1, out_ch}, {}});
+  const int b2s = add_constant(g, k.batch_norm_eval, {b2, gamma, beta, mean, var}, eps);  // (b - mean) * s + beta
+  const int bias = add_constant(g, k.reshape, {b2s}, Attrs{{out_ch}, {}});
 
   Node& n = g.nodes[b];
-  n.op = &op_schema(is_op(prod, "linear") ? "linear" : "conv2d");
+  n.op = is_op(prod, k.linear) ? k.linear : k.conv2d;
   n.inputs = {prod.inputs[0], w, bias};
   n.attrs = prod.attrs;
   n.fused = prod.fused.empty() ? std::vector<std::string>{prod.op->name} : prod.fused;

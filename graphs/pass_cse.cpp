@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "engine/kernels.h"
+#include "engine/op_attrs.h"
 #include "graphs/passes.h"
 #include "graphs/rewrite.h"
 
@@ -16,8 +17,9 @@ namespace {
 
 // binary add and mul are commutative, bit for bit (IEEE a + b == b + a); sub and div are not.
 bool commutative(const Node& n) {
-  const auto op = static_cast<kernels::BinaryOp>(n.attrs.i(0));
-  return n.op->name == "binary" && (op == kernels::BinaryOp::Add || op == kernels::BinaryOp::Mul);
+  if (n.op != known_ops().binary) return false;
+  const kernels::BinaryOp op = attrs::Binary::of(n.attrs).op;
+  return op == kernels::BinaryOp::Add || op == kernels::BinaryOp::Mul;
 }
 
 std::string node_key(const Node& n) {

@@ -7,6 +7,7 @@
 // bmm's only reader goes into the matmul as its bias. Not exact to the bit (a different
 // summation order), so it is a fusion pass; the reshapes are planned in place (no copies).
 #include "engine/kernels.h"
+#include "engine/op_attrs.h"
 #include "graphs/passes.h"
 #include "graphs/rewrite.h"
 
@@ -21,7 +22,7 @@ struct Match {
 };
 
 bool is_bias_add(const Graph& g, const Node& add, int bmm, int* vec) {
-  if (!is_op(add, "binary") || add.attrs.i(0) != static_cast<int64_t>(kernels::BinaryOp::Add)) return false;
+  if (!is_op(add, known_ops().binary) || attrs::Binary::of(add.attrs).op != kernels::BinaryOp::Add) return false;
   const Node& y = g.nodes[bmm];
   if (add.meta != y.meta) return false;
   const int64_t n = y.meta.shape.back();
@@ -44,7 +45,7 @@ int flatten_matmul(Graph& g) {
   std::vector<Match> matches;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
-    if (!is_op(n, "bmm") || n.attrs.i(0) != 0) continue;  // a transposed left operand stays a bmm
+    if (!is_op(n, known_ops().bmm) || attrs::Bmm::of(n.attrs).trans_a) continue;  // a transposed left operand stays a bmm
     const TensorMeta& a = g.nodes[n.inputs[0]].meta;
     const TensorMeta& b = g.nodes[n.inputs[1]].meta;
     if (a.shape.size() < 3 || b.shape.size() != 2 || a.dtype != b.dtype || a.numel() == 0) continue;
@@ -58,14 +59,15 @@ int flatten_matmul(Graph& g) {
     const Node bmm = g.nodes[m.bmm];  // a copy: add_op below may reallocate the node list
     const Shape& as = g.nodes[bmm.inputs[0]].meta.shape;
     const int64_t k = as.back(), rows = g.nodes[bmm.inputs[0]].meta.numel() / k;
-    const int flat = g.add_op(op_schema("reshape"), {bmm.inputs[0]}, Attrs{{rows, k}, {}});
+    const int flat = g.add_op(*known_ops().reshape, {bmm.inputs[0]}, Attrs{{rows, k}, {}});
     std::vector<int> mm_in{flat, bmm.inputs[1]};
     if (m.bias >= 0) mm_in.push_back(m.bias);
-    const int mm = g.add_op(op_schema("matmul"), mm_in, Attrs{{0, bmm.attrs.i(1), 0}, {}});
+    const attrs::Matmul mm_attrs{.trans_b = attrs::Bmm::of(bmm.attrs).trans_b};
+    const int mm = g.add_op(*known_ops().matmul, mm_in, mm_attrs.pack());
     g.nodes[mm].fused = m.bias >= 0 ? std::vector<std::string>{"bmm", "add"} : std::vector<std::string>{"bmm"};
     // The last node of the match becomes the reshape back to the bmm's shape; the rest dies.
     Node& out = g.nodes[m.bias_add >= 0 ? m.bias_add : m.bmm];
-    out.op = &op_schema("reshape");
+    out.op = known_ops().reshape;
     out.inputs = {mm};
     out.attrs = Attrs{bmm.meta.shape, {}};
     out.fused.clear();

@@ -6,16 +6,13 @@
 // reader and is not a graph output. bmm(q, k, 0, 0) is k given transposed (ONNX: MatMul after
 // a Transpose).
 #include "engine/fused_ops.h"
+#include "engine/op_attrs.h"
 #include "graphs/passes.h"
+#include "graphs/rewrite.h"
 
 namespace hg::graphs {
 
 namespace {
-
-bool op_is(const Graph& g, int id, const char* name) {
-  const Node& n = g.nodes[id];
-  return n.kind == Node::Kind::Op && n.op->name == name;
-}
 
 struct Match {
   int q = -1, k = -1, v = -1, mask = -1, fill = -1;
@@ -27,41 +24,46 @@ struct Match {
 
 // Walks back from the final bmm at `out`; every intermediate must have exactly one reader.
 bool match(const Graph& g, const std::vector<int>& uses, int out, Match& m) {
+  const KnownOps& op = known_ops();
+  auto op_is = [&](int id, const OpSchema* o) { return is_op(g.nodes[id], o); };
   const Node& pv = g.nodes[out];
-  if (!op_is(g, out, "bmm") || pv.attrs.i(0) || pv.attrs.i(1) || pv.meta.dtype != DType::F32) return false;
+  if (!op_is(out, op.bmm) || pv.meta.dtype != DType::F32) return false;
+  if (const auto t = attrs::Bmm::of(pv.attrs); t.trans_a || t.trans_b) return false;
   int cur = pv.inputs[0];
   auto single = [&](int id) { return g.nodes[id].kind == Node::Kind::Op && uses[id] == 1; };
   std::vector<std::string> chain = {"bmm"};
-  if (!op_is(g, cur, "softmax") || !single(cur)) return false;
+  if (!op_is(cur, op.softmax) || !single(cur)) return false;
   const Node& sm = g.nodes[cur];
-  if (sm.attrs.i(0) != static_cast<int64_t>(sm.meta.shape.size()) - 1 || sm.attrs.i(1) != 0) return false;
+  const auto softmax = attrs::Softmax::of(sm.attrs);
+  if (softmax.dim != static_cast<int64_t>(sm.meta.shape.size()) - 1 || softmax.log) return false;
   const Shape scores = sm.meta.shape;
   chain.push_back("softmax");
   cur = sm.inputs[0];
   auto take_causal = [&](int64_t mode) {
-    if (m.causal != sdpa::kNotCausal || !op_is(g, cur, "causal_fill") || !single(cur)) return;
+    if (m.causal != sdpa::kNotCausal || !op_is(cur, op.causal_fill) || !single(cur)) return;
     m.causal = mode;
-    m.causal_value = g.nodes[cur].attrs.f(0);
+    m.causal_value = attrs::CausalFill::of(g.nodes[cur].attrs).value;
     chain.push_back("causal_fill");
     cur = g.nodes[cur].inputs[0];
   };
   take_causal(sdpa::kCausalAfterMask);
   if (single(cur)) {
     const Node& n = g.nodes[cur];
-    if (n.op->name == "where" && g.nodes[n.inputs[0]].meta.dtype == DType::BOOL && n.meta.shape == scores &&
+    if (n.op == op.where && g.nodes[n.inputs[0]].meta.dtype == DType::BOOL && n.meta.shape == scores &&
         g.nodes[n.inputs[2]].meta.numel() == 1 && g.nodes[n.inputs[2]].meta.dtype == DType::F32) {
       m.kind = sdpa::kWhere, m.mask = n.inputs[0], m.fill = n.inputs[2];
       chain.push_back("where");
       cur = n.inputs[1];
-    } else if (n.op->name == "masked_fill" && g.nodes[n.inputs[1]].meta.dtype == DType::BOOL && n.meta.shape == scores) {
-      m.kind = sdpa::kMaskedFill, m.mask = n.inputs[1], m.fill_value = n.attrs.f(0);
+    } else if (n.op == op.masked_fill && g.nodes[n.inputs[1]].meta.dtype == DType::BOOL && n.meta.shape == scores) {
+      m.kind = sdpa::kMaskedFill, m.mask = n.inputs[1], m.fill_value = attrs::MaskedFill::of(n.attrs).value;
       chain.push_back("masked_fill");
       cur = n.inputs[0];
-    } else if (n.op->name == "binary" && n.attrs.i(0) == 0 && n.meta.shape == scores) {
+    } else if (n.op == op.binary && attrs::Binary::of(n.attrs).op == kernels::BinaryOp::Add &&
+               n.meta.shape == scores) {
       // Either operand may be the scores: the one whose producer chain goes on to a bmm.
       const int a = n.inputs[0], b = n.inputs[1];
       const bool a_scores = g.nodes[a].meta.shape == scores && g.nodes[a].kind == Node::Kind::Op &&
-                            (op_is(g, a, "scale") || op_is(g, a, "bmm") || op_is(g, a, "causal_fill"));
+                            (op_is(a, op.scale) || op_is(a, op.bmm) || op_is(a, op.causal_fill));
       m.kind = sdpa::kAdd, m.mask = a_scores ? b : a;
       if (g.nodes[m.mask].meta.dtype != DType::F32) return false;
       chain.push_back("add");
@@ -69,17 +71,17 @@ bool match(const Graph& g, const std::vector<int>& uses, int out, Match& m) {
     }
   }
   if (m.causal == sdpa::kNotCausal && m.kind != sdpa::kNoMask) take_causal(sdpa::kCausalBeforeMask);
-  if (op_is(g, cur, "scale") && single(cur)) {
-    m.scale = g.nodes[cur].attrs.f(0);
+  if (op_is(cur, op.scale) && single(cur)) {
+    m.scale = attrs::Scale::of(g.nodes[cur].attrs).factor;
     chain.push_back("scale");
     cur = g.nodes[cur].inputs[0];
   }
-  if (!op_is(g, cur, "bmm") || !single(cur) || g.nodes[cur].attrs.i(0)) return false;
+  if (!op_is(cur, op.bmm) || !single(cur) || attrs::Bmm::of(g.nodes[cur].attrs).trans_a) return false;
   const Node& qk = g.nodes[cur];
   if (qk.meta.shape != scores) return false;
   chain.push_back("bmm");
   m.q = qk.inputs[0], m.k = qk.inputs[1], m.v = pv.inputs[1];
-  m.k_transposed = qk.attrs.i(1) == 0;
+  m.k_transposed = !attrs::Bmm::of(qk.attrs).trans_b;
   // The kernel takes q, k and v with equal batch dims (no broadcasting), all F32.
   const Shape &sq = g.nodes[m.q].meta.shape, &sk = g.nodes[m.k].meta.shape, &sv = g.nodes[m.v].meta.shape;
   if (sq.size() < 3 || sk.size() != sq.size() || sv.size() != sq.size()) return false;
@@ -95,7 +97,7 @@ bool match(const Graph& g, const std::vector<int>& uses, int out, Match& m) {
 
 int fuse_attention(Graph& g) {
   const std::vector<int> uses = g.use_counts();
-  const OpSchema& sdpa_op = op_schema("sdpa");
+  const OpSchema* sdpa_op = known_ops().sdpa;
   int fused = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Match m;
@@ -104,9 +106,9 @@ int fuse_attention(Graph& g) {
     std::vector<int> inputs = {m.q, m.k, m.v};
     if (m.kind != sdpa::kNoMask) inputs.push_back(m.mask);
     if (m.kind == sdpa::kWhere) inputs.push_back(m.fill);
-    n.op = &sdpa_op;
+    n.op = sdpa_op;
     n.inputs = std::move(inputs);
-    n.attrs = Attrs{{m.kind, m.causal, m.k_transposed}, {m.scale, m.causal_value, m.fill_value}};
+    n.attrs = attrs::Sdpa{m.kind, m.causal, m.k_transposed, m.scale, m.causal_value, m.fill_value}.pack();
     n.fused = std::move(m.fused);
     ++fused;
   }

@@ -10,7 +10,9 @@
 #include <optional>
 
 #include "engine/fused_ops.h"
+#include "engine/op_attrs.h"
 #include "graphs/passes.h"
+#include "graphs/rewrite.h"
 
 namespace hg::graphs {
 
@@ -21,39 +23,45 @@ struct Instr {
   double k = 0;
 };
 
-bool is_activation(const std::string& name) {
-  return name == "relu" || name == "gelu" || name == "silu" || name == "sigmoid" || name == "tanh";
+bool is_activation(const OpSchema* op) {
+  const KnownOps& k = known_ops();
+  return op == k.relu || op == k.gelu || op == k.silu || op == k.sigmoid || op == k.tanh;
 }
 
 // The activation at `id` is the post-op of a linear, matmul or conv2d with no other reader.
 bool post_op_candidate(const Graph& g, const std::vector<int>& uses, int id) {
+  const KnownOps& k = known_ops();
   int src = g.nodes[id].inputs[0];
-  while (g.nodes[src].kind == Node::Kind::Op && g.nodes[src].op->name == "reshape" && uses[src] == 1)
-    src = g.nodes[src].inputs[0];
+  while (is_op(g.nodes[src], k.reshape) && uses[src] == 1) src = g.nodes[src].inputs[0];
   const Node& p = g.nodes[src];
   if (p.kind != Node::Kind::Op || uses[src] != 1) return false;
-  const std::string& n = p.op->name;
-  return n == "linear" || n == "matmul" || n == "conv2d" || n == "conv2d_nobias";
+  return p.op == k.linear || p.op == k.matmul || p.op == k.conv2d || p.op == k.conv2d_nobias;
 }
 
 // The instruction node `id` computes, if it is a fusable element-wise op.
 std::optional<Instr> instruction(const Graph& g, const std::vector<int>& uses, int id) {
   const Node& n = g.nodes[id];
   if (n.kind != Node::Kind::Op || n.meta.dtype != DType::F32) return std::nullopt;
-  const std::string& name = n.op->name;
+  const KnownOps& k = known_ops();
+  const OpSchema* op = n.op;
   auto dtype = [&](size_t i) { return g.nodes[n.inputs[i]].meta.dtype; };
-  if (name == "binary" && dtype(0) == DType::F32 && n.attrs.i(0) >= 0 && n.attrs.i(0) <= 3)
-    return Instr{ew::Add + n.attrs.i(0)};
-  if (name == "where" && dtype(0) == DType::BOOL) return Instr{ew::Where};
-  if (name == "masked_fill" && dtype(1) == DType::BOOL) return Instr{ew::MaskedFill, n.attrs.f(0)};
-  if (name == "scale") return Instr{ew::Scale, n.attrs.f(0)};
-  if (name == "unary_math" && n.attrs.i(0) >= 0 && n.attrs.i(0) <= 3)
-    return Instr{ew::Sqrt + n.attrs.i(0), n.attrs.f(0)};  // sqrt, erf, exp, pow: the opcodes' order
-  if (!is_activation(name) || post_op_candidate(g, uses, id)) return std::nullopt;
-  if (name == "relu") return Instr{ew::Relu};
-  if (name == "gelu") return Instr{n.attrs.i(0) ? ew::GeluTanh : ew::GeluErf};
-  if (name == "silu") return Instr{ew::Silu};
-  if (name == "sigmoid") return Instr{ew::Sigmoid};
+  if (op == k.binary && dtype(0) == DType::F32) {  // add, sub, mul, div: the opcodes' order
+    const auto b = static_cast<int64_t>(attrs::Binary::of(n.attrs).op);
+    if (b >= 0 && b <= 3) return Instr{ew::Add + b};
+  }
+  if (op == k.where && dtype(0) == DType::BOOL) return Instr{ew::Where};
+  if (op == k.masked_fill && dtype(1) == DType::BOOL) return Instr{ew::MaskedFill, attrs::MaskedFill::of(n.attrs).value};
+  if (op == k.scale) return Instr{ew::Scale, attrs::Scale::of(n.attrs).factor};
+  if (op == k.unary_math) {  // sqrt, erf, exp, pow: the opcodes' order
+    const auto m = attrs::UnaryMath::of(n.attrs);
+    const auto fn = static_cast<int64_t>(m.fn);
+    if (fn >= 0 && fn <= 3) return Instr{ew::Sqrt + fn, m.exponent};
+  }
+  if (!is_activation(op) || post_op_candidate(g, uses, id)) return std::nullopt;
+  if (op == k.relu) return Instr{ew::Relu};
+  if (op == k.gelu) return Instr{attrs::Gelu::of(n.attrs).tanh ? ew::GeluTanh : ew::GeluErf};
+  if (op == k.silu) return Instr{ew::Silu};
+  if (op == k.sigmoid) return Instr{ew::Sigmoid};
   return Instr{ew::Tanh};
 }
 
@@ -64,7 +72,7 @@ int fuse_elementwise(Graph& g) {
   const int n = static_cast<int>(g.nodes.size());
   std::vector<std::optional<Instr>> instr(n);
   for (int i = 0; i < n; ++i) instr[i] = instruction(g, uses, i);
-  const OpSchema& fused_op = op_schema("fused_elementwise");
+  const OpSchema& fused_op = *known_ops().fused_elementwise;
   std::vector<char> taken(n, 0);
   int groups = 0;
   for (int root = n - 1; root >= 0; --root) {

@@ -8,11 +8,13 @@
 //     between (linear -> reshape -> gelu, as the zoo's Linear on 3-D inputs traces).
 // The consumer node takes over: its op becomes the producer's with the post-op in its attrs
 // or inputs (engine/post_ops.h), `fused` lists the merged ops; the producer dies (DCE).
-#include <string_view>
+#include <optional>
 
 #include "engine/kernels.h"
+#include "engine/op_attrs.h"
 #include "engine/post_ops.h"
 #include "graphs/passes.h"
+#include "graphs/rewrite.h"
 
 namespace hg::graphs {
 
@@ -22,37 +24,62 @@ enum class Producer { None, Linear, Matmul, Conv, ConvNoBias };
 
 Producer producer_kind(const Node& n) {
   if (n.kind != Node::Kind::Op) return Producer::None;
-  const std::string_view name = n.op->name;
-  if (name == "linear") return Producer::Linear;
-  if (name == "matmul") return Producer::Matmul;
-  if (name == "conv2d") return Producer::Conv;
-  if (name == "conv2d_nobias") return Producer::ConvNoBias;
+  const KnownOps& k = known_ops();
+  if (n.op == k.linear) return Producer::Linear;
+  if (n.op == k.matmul) return Producer::Matmul;
+  if (n.op == k.conv2d) return Producer::Conv;
+  if (n.op == k.conv2d_nobias) return Producer::ConvNoBias;
   return Producer::None;
+}
+
+// The post-op that computes activation node `n`, if there is one.
+std::optional<FusedAct> activation_of(const Node& n) {
+  const KnownOps& k = known_ops();
+  if (n.op == k.relu) return FusedAct::Relu;
+  if (n.op == k.gelu) return attrs::Gelu::of(n.attrs).tanh ? FusedAct::GeluTanh : FusedAct::GeluErf;
+  if (n.op == k.silu) return FusedAct::Silu;
+  if (n.op == k.sigmoid) return FusedAct::Sigmoid;
+  if (n.op == k.tanh) return FusedAct::Tanh;
+  return std::nullopt;
 }
 
 bool is_conv(Producer p) { return p == Producer::Conv || p == Producer::ConvNoBias; }
 
 bool is_add(const Node& n) {
-  return n.kind == Node::Kind::Op && n.op->name == "binary" &&
-         n.attrs.i(0) == static_cast<int64_t>(kernels::BinaryOp::Add);
+  return is_op(n, known_ops().binary) && attrs::Binary::of(n.attrs).op == kernels::BinaryOp::Add;
 }
 
-bool is_reshape(const Node& n) { return n.kind == Node::Kind::Op && n.op->name == "reshape"; }
+bool is_reshape(const Node& n) { return is_op(n, known_ops().reshape); }
 
-// Where the producer keeps its fused activation, and the defaults of the ints before it.
-size_t act_slot(Producer p) { return p == Producer::Linear ? 0 : p == Producer::Matmul ? 2 : 7; }
-
-int64_t act_of(const Node& p) { return p.attrs.i(act_slot(producer_kind(p))); }
+// The producer's fused activation (None: none yet).
+FusedAct act_of(const Node& p) {
+  switch (producer_kind(p)) {
+    case Producer::Linear: return attrs::Linear::of(p.attrs).act;
+    case Producer::Matmul: return attrs::Matmul::of(p.attrs).act;
+    case Producer::Conv:
+    case Producer::ConvNoBias: return attrs::Conv::of(p.attrs).act;
+    default: return FusedAct::None;
+  }
+}
 
 void set_act(Node& p, FusedAct act) {
-  const Producer k = producer_kind(p);
-  std::vector<int64_t>& ints = p.attrs.ints;
-  if (is_conv(k)) {
-    static constexpr int64_t kConvDefaults[7] = {1, 1, 0, 0, 1, 1, 1};  // stride, pad, dilation, groups
-    while (ints.size() < 7) ints.push_back(kConvDefaults[ints.size()]);
+  switch (producer_kind(p)) {
+    case Producer::Linear: p.attrs = attrs::Linear{act}.pack(); break;
+    case Producer::Matmul: {
+      auto m = attrs::Matmul::of(p.attrs);
+      m.act = act;
+      p.attrs = m.pack();
+      break;
+    }
+    case Producer::Conv:
+    case Producer::ConvNoBias: {
+      auto c = attrs::Conv::of(p.attrs);
+      c.act = act;
+      p.attrs = c.pack();
+      break;
+    }
+    default: break;
   }
-  if (ints.size() <= act_slot(k)) ints.resize(act_slot(k) + 1, 0);
-  ints[act_slot(k)] = static_cast<int64_t>(act);
 }
 
 bool has_bias(const Node& p) {
@@ -87,14 +114,14 @@ std::vector<std::string> fused_names(const Node& p, const char* next) {
 bool fuse_add(Graph& g, Node& c, int p_id, int other) {
   const Node& p = g.nodes[p_id];
   const Node& b = g.nodes[other];
-  if (c.meta != p.meta || b.meta.dtype != p.meta.dtype || act_of(p) != 0) return false;
+  if (c.meta != p.meta || b.meta.dtype != p.meta.dtype || act_of(p) != FusedAct::None) return false;
   const Producer k = producer_kind(p);
   std::vector<int> inputs = p.inputs;
   const OpSchema* op = p.op;
   if (!has_bias(p) && bias_shaped(p, b.meta.shape)) {
     // the bias goes before a residual: conv2d (x, w, b[, res]), matmul (a, b, bias)
     if (k == Producer::ConvNoBias) {
-      op = &op_schema("conv2d");
+      op = known_ops().conv2d;
       inputs.insert(inputs.begin() + 2, other);
     } else {
       inputs.push_back(other);
@@ -129,14 +156,14 @@ int fuse_post_ops(Graph& g) {
       }
       continue;
     }
-    const std::optional<FusedAct> act = fused_act_of_op(c.op->name, c.attrs);
+    const std::optional<FusedAct> act = activation_of(c);
     if (!act) continue;
     int src = c.inputs[0];
     const bool through_reshape = is_reshape(g.nodes[src]) && uses[src] == 1;
     const int p = through_reshape ? g.nodes[src].inputs[0] : src;
     if (uses[src] != 1 || uses[p] != 1) continue;
     Node& prod = g.nodes[p];
-    if (producer_kind(prod) == Producer::None || act_of(prod) != 0) continue;
+    if (producer_kind(prod) == Producer::None || act_of(prod) != FusedAct::None) continue;
     if (through_reshape) {
       // act(reshape(p)) == reshape(act(p)): p keeps its place with the activation, the
       // activation node becomes the reshape, the old reshape dies.

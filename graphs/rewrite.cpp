@@ -111,7 +111,20 @@ std::vector<std::vector<int>> consumers(const Graph& g) {
 
 bool is_graph_output(const Graph& g, int id) { return std::find(g.outputs.begin(), g.outputs.end(), id) != g.outputs.end(); }
 
-bool is_op(const Node& n, std::string_view name) { return n.kind == Node::Kind::Op && n.op->name == name; }
+const KnownOps& known_ops() {
+  static const KnownOps ops = [] {
+    auto s = [](const char* name) { return &op_schema(name); };
+    return KnownOps{s("batch_norm_eval"), s("binary"),       s("bmm"),          s("cast"),
+                    s("causal_fill"),     s("concat"),       s("contiguous"),   s("conv2d"),
+                    s("conv2d_nobias"),   s("dropout"),      s("embedding"),    s("expand"),
+                    s("fused_elementwise"), s("gelu"),       s("linear"),       s("masked_fill"),
+                    s("matmul"),          s("permute"),      s("relu"),         s("reshape"),
+                    s("scale"),           s("sdpa"),         s("sigmoid"),      s("silu"),
+                    s("slice"),           s("softmax"),      s("sum_to"),       s("tanh"),
+                    s("unary_math"),      s("where")};
+  }();
+  return ops;
+}
 
 bool is_constant_value(const Graph& g, int id) {
   const Node& n = g.nodes[id];
@@ -121,11 +134,11 @@ bool is_constant_value(const Graph& g, int id) {
 std::vector<char> random_ops(const Graph& g) {
   std::vector<char> seed(g.nodes.size(), 0), random(g.nodes.size(), 0);
   for (const auto& n : g.nodes)
-    if (is_op(n, "dropout") && n.inputs.size() > 1) seed[n.inputs[1]] = 1;
+    if (is_op(n, known_ops().dropout) && n.inputs.size() > 1) seed[n.inputs[1]] = 1;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     if (n.kind != Node::Kind::Op) continue;
-    random[i] = is_op(n, "dropout") || std::any_of(n.inputs.begin(), n.inputs.end(), [&](int in) { return seed[in]; });
+    random[i] = is_op(n, known_ops().dropout) || std::any_of(n.inputs.begin(), n.inputs.end(), [&](int in) { return seed[in]; });
   }
   return random;
 }

@@ -19,7 +19,6 @@
 //   const auto users = consumers(g);                 // users[i]: nodes reading node i
 //   if (users[conv].size() == 1 && !is_graph_output(g, conv)) ...
 #pragma once
-#include <string_view>
 #include <vector>
 
 #include "graphs/ir.h"
@@ -44,7 +43,17 @@ void topo_sort(Graph& g);
 std::vector<std::vector<int>> consumers(const Graph& g);
 bool is_graph_output(const Graph& g, int id);
 
-bool is_op(const Node& n, std::string_view name);
+// The ops the passes match, looked up once. Schemas are interned (op_schema returns one object per
+// name for the life of the process), so passes compare schema pointers, never names:
+//   const KnownOps& op = known_ops();
+//   if (is_op(n, op.reshape)) ...
+struct KnownOps {
+  const OpSchema *batch_norm_eval, *binary, *bmm, *cast, *causal_fill, *concat, *contiguous, *conv2d, *conv2d_nobias,
+      *dropout, *embedding, *expand, *fused_elementwise, *gelu, *linear, *masked_fill, *matmul, *permute, *relu,
+      *reshape, *scale, *sdpa, *sigmoid, *silu, *slice, *softmax, *sum_to, *tanh, *unary_math, *where;
+};
+const KnownOps& known_ops();
+inline bool is_op(const Node& n, const OpSchema* op) { return n.kind == Node::Kind::Op && n.op == op; }
 // A frozen Input or an Op marked constant: its value is fixed for the life of the compiled graph.
 bool is_constant_value(const Graph& g, int id);
 

@@ -13,6 +13,7 @@
 #include "engine/ops.h"
 #include "graphs/graph_cache.h"
 #include "graphs/hpu_graph.h"
+#include "graphs/rewrite.h"
 #include "models/buckets.h"
 #include "models/module.h"
 #include "models/onnx_import.h"
@@ -118,7 +119,7 @@ struct Predictor::Impl {
     const graphs::Graph& gr = g.executable().graph();
     std::vector<int64_t> rows(inputs.size(), 0);
     for (const auto& n : gr.nodes) {
-      if (n.kind != graphs::Node::Kind::Op || n.op->name != "embedding") continue;
+      if (!graphs::is_op(n, graphs::known_ops().embedding)) continue;
       const graphs::Node& ids = gr.nodes[n.inputs[0]];
       if (ids.kind != graphs::Node::Kind::Input) continue;
       const TensorImpl* s = g.static_inputs()[ids.input_index].impl();

@@ -228,12 +228,12 @@ TEST(PassesHelpers, ExpectCloseFailsOnNaNAndInfinity) {
 
 int count_ops(const Graph& g, const char* name) {
   int c = 0;
-  for (const auto& n : g.nodes) c += is_op(n, name);
+  for (const auto& n : g.nodes) c += is_op(n, &op_schema(name));
   return c;
 }
 int count_run_time_ops(const Graph& g, const char* name) {  // not constant: run on every run
   int c = 0;
-  for (const auto& n : g.nodes) c += is_op(n, name) && !n.constant;
+  for (const auto& n : g.nodes) c += is_op(n, &op_schema(name)) && !n.constant;
   return c;
 }
 
@@ -331,7 +331,7 @@ TEST(PassesFold, MarksNodesOfFrozenInputsConstantButNotRandomOnes) {
   const Graph opt = applied(g, fold_constants, 3);
   for (const auto& n : opt.nodes) {
     if (n.kind != Node::Kind::Op) continue;
-    const bool want = n.op->name == "permute" || n.op->name == "reshape" || (is_op(n, "scale") && n.attrs.f(0) == 0.5);
+    const bool want = n.op->name == "permute" || n.op->name == "reshape" || (is_op(n, &op_schema("scale")) && n.attrs.f(0) == 0.5);
     EXPECT_EQ(n.constant, want) << n.op->name;
   }
   expect_golden("constant_fold", g, opt);
@@ -414,7 +414,7 @@ int batch_norm(Graph& g, int x, const BnParams& p, double eps = 1e-5) {
 std::vector<int> var_inputs(const Graph& g) {
   std::vector<int> v;
   for (const auto& n : g.nodes)
-    if (is_op(n, "batch_norm_eval") && g.nodes[n.inputs[4]].kind == Node::Kind::Input)
+    if (is_op(n, &op_schema("batch_norm_eval")) && g.nodes[n.inputs[4]].kind == Node::Kind::Input)
       v.push_back(g.nodes[n.inputs[4]].input_index);
   return v;
 }
@@ -437,7 +437,7 @@ TEST(PassesBnFold, FoldsConvAndConvNobiasIntoOneConv) {
   EXPECT_EQ(count_ops(opt, "conv2d_nobias"), 0);
   EXPECT_EQ(count_ops(opt, "conv2d"), 2);
   for (const auto& n : opt.nodes) {
-    if (!is_op(n, "conv2d")) continue;
+    if (!is_op(n, &op_schema("conv2d"))) continue;
     EXPECT_FALSE(n.constant);
     EXPECT_TRUE(is_constant_value(opt, n.inputs[1]));
     EXPECT_TRUE(is_constant_value(opt, n.inputs[2]));
