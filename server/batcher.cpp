@@ -61,6 +61,9 @@ void call_done(BatchJob& job) {
 constexpr uint64_t kMaxQueueDelayUs = 3'600'000'000;
 
 int64_t micros(Clock::duration d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); }
+int64_t ns_since_epoch(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
 
 }  // namespace
 
@@ -83,6 +86,7 @@ struct DynamicBatcher::Impl {
   std::condition_variable cv;
   std::vector<std::deque<Entry>> levels;  // [0] is priority 1
   size_t queued = 0;
+  int busy = 0;  // runs in progress: instance threads and inline runs (at most cfg.instances)
   uint64_t next_seq = 0;
   bool stopping = false;
   bool hurry = false;  // run what is queued without waiting for a fuller batch
@@ -95,6 +99,15 @@ struct DynamicBatcher::Impl {
 
   std::mutex join_mu;
   std::vector<std::thread> threads;
+
+  // Inline runs: the mean run time (ns; an exponential average, -1 before the first run) and the
+  // buffers of the one inline run that may be in progress (it holds a busy slot with nothing else
+  // running).
+  std::atomic<int64_t> mean_run_ns{-1};
+  std::atomic<int64_t> last_end_ns{0};  // when the last run ended (steady clock)
+  Worker inline_worker;
+  std::atomic<uint64_t> inline_runs{0};
+  bool run_inline_locked() const;
 
   void instance_loop();
   bool take(Worker& w, std::unique_lock<std::mutex>& lk);
@@ -113,19 +126,36 @@ void DynamicBatcher::Impl::instance_loop() {
   std::unique_lock lk(mu);
   for (;;) {
     if (!take(w, lk)) return;
+    ++busy;
     bool more = queued > 0;
     lk.unlock();
     if (more) cv.notify_one();
     run_batch(w);
     lk.lock();
+    --busy;
+    if (queued > 0) cv.notify_one();  // a slot is free for a waiting instance
   }
+}
+
+// Under `mu`: a job submitted now may run on the submitting thread.
+// Only at low load: under a steady stream of requests the runs follow each other closely, and
+// an I/O thread that runs the model stops reading the other connections while jobs that would
+// have been batched together run one by one. So the model must also have been idle for a while:
+// at least twice its mean run and 50 us since the last run ended.
+bool DynamicBatcher::Impl::run_inline_locked() const {
+  if (cfg.inline_max_us == 0 || cfg.max_queue_delay_us != 0 || queued > 0 || busy > 0 || stopping) return false;
+  const int64_t mean = mean_run_ns.load(std::memory_order_relaxed);
+  if (mean < 0 || static_cast<uint64_t>(mean) > cfg.inline_max_us * 1000) return false;
+  const int64_t idle = ns_since_epoch(Clock::now()) - last_end_ns.load(std::memory_order_relaxed);
+  return idle >= std::max<int64_t>(2 * mean, 50'000);
 }
 
 // Under `lk`: waits for work, then moves the next batch into w.batch and the expired jobs met
 // on the way into w.finished. Returns false when stopping with nothing queued.
 bool DynamicBatcher::Impl::take(Worker& w, std::unique_lock<std::mutex>& lk) {
   for (;;) {
-    cv.wait(lk, [&] { return queued > 0 || stopping; });
+    // An inline run may hold the last free slot: wait for it (and for work).
+    cv.wait(lk, [&] { return (queued > 0 && busy < cfg.instances) || (stopping && queued == 0); });
     if (queued == 0) return false;
     // Walk the queue in pick order (levels high to low, FIFO within each) to see whether a full
     // batch is there and when the oldest candidate arrived.
@@ -263,6 +293,10 @@ void DynamicBatcher::Impl::run_batch(Worker& w) {
     error = "model run failed with an unknown exception";
   }
   Clock::time_point end = Clock::now();
+  const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
+  const int64_t mean = mean_run_ns.load(std::memory_order_relaxed);  // races only blur the average
+  mean_run_ns.store(mean < 0 ? ns : mean + (ns - mean) / 8, std::memory_order_relaxed);
+  last_end_ns.store(ns_since_epoch(end), std::memory_order_relaxed);
 
   size_t offset_samples = 0;
   for (auto& e : w.batch) {
@@ -342,6 +376,8 @@ void DynamicBatcher::Impl::stop_and_join() {
   for (auto& t : threads)
     if (t.joinable()) t.join();
   threads.clear();
+  std::unique_lock wait_lk(mu);  // an inline run still in progress uses the batcher
+  cv.wait(wait_lk, [&] { return busy == 0; });
 }
 
 DynamicBatcher::DynamicBatcher(std::shared_ptr<ServedModel> model, BatcherConfig cfg) : impl_(std::make_unique<Impl>()) {
@@ -376,6 +412,8 @@ DynamicBatcher::DynamicBatcher(std::shared_ptr<ServedModel> model, BatcherConfig
   }
   m.model = std::move(model);
   m.levels.resize(static_cast<size_t>(cfg.priority_levels));
+  m.inline_worker.in_buf.resize(m.in_bytes.size());
+  m.inline_worker.out_buf.resize(m.out_bytes.size());
   m.cfg = std::move(cfg);
   try {
     for (int i = 0; i < m.cfg.instances; ++i) m.threads.emplace_back([&m] { m.instance_loop(); });
@@ -407,15 +445,34 @@ DynamicBatcher::Submit DynamicBatcher::submit(std::shared_ptr<BatchJob> job) {
   job->error.clear();
   job->outputs.clear();
   job->executed_batch = 0;
+  bool run_here = false;
   {
     std::lock_guard lk(m.mu);
     if (m.stopping) return Submit::Stopped;
     if (m.cfg.max_queue_size > 0 && m.queued >= m.cfg.max_queue_size) return Submit::QueueFull;
     job->enqueued = Clock::now();
-    m.levels[static_cast<size_t>(level - 1)].push_back(Entry{std::move(job), m.next_seq++});
-    ++m.queued;
+    run_here = m.run_inline_locked();
+    if (run_here) {
+      ++m.busy;  // the one run in progress: no instance runs and no other job goes inline meanwhile
+      m.inline_worker.batch.push_back(Entry{std::move(job), m.next_seq++});
+    } else {
+      m.levels[static_cast<size_t>(level - 1)].push_back(Entry{std::move(job), m.next_seq++});
+      ++m.queued;
+    }
   }
-  m.cv.notify_one();
+  if (!run_here) {
+    m.cv.notify_one();
+    return Submit::Queued;
+  }
+  m.run_batch(m.inline_worker);  // answers the job (done) on this thread
+  m.inline_runs.fetch_add(1, std::memory_order_relaxed);
+  bool wake = false;
+  {
+    std::lock_guard lk(m.mu);
+    --m.busy;
+    wake = m.queued > 0 || m.stopping;
+  }
+  if (wake) m.cv.notify_all();  // instances waiting for the slot, or a drain waiting for the run
   return Submit::Queued;
 }
 
@@ -428,6 +485,8 @@ void DynamicBatcher::hurry() {
   }
   impl_->cv.notify_all();
 }
+
+uint64_t DynamicBatcher::inline_runs() const { return impl_->inline_runs.load(std::memory_order_relaxed); }
 
 size_t DynamicBatcher::queue_depth() const {
   std::lock_guard lk(impl_->mu);

@@ -18,6 +18,10 @@
 // errors, 500 otherwise). done() is called exactly once per accepted job, on an instance
 // thread, never under the batcher's lock; it must not throw (an exception is swallowed) and
 // must not call drain() or destroy the batcher. A job larger than the target batch runs alone.
+// Inline runs (inline_max_us): a job that arrives while nothing runs and nothing waits, for a
+// model whose recent runs were cheap, runs on the submitting thread (the server's I/O thread)
+// instead of being handed to an instance thread and back: done() is then called inside submit().
+// It counts as one of the `instances` runs, so batching resumes for the jobs arriving meanwhile.
 // Priorities: 1 is the highest; 0 or a level above priority_levels uses default_priority_level.
 // The model must have fixed-size datatypes only (BYTES cannot be split by byte offsets).
 #pragma once
@@ -43,6 +47,9 @@ struct BatcherConfig {
   int priority_levels = 1;          // levels 1 (highest) .. priority_levels
   int default_priority_level = 1;   // for jobs with priority 0
   int instances = 1;                // threads running batches concurrently
+  // Jobs run inline (see above) when the average of the model's recent runs is at most this
+  // many microseconds and max_queue_delay_us is 0; 0: never.
+  uint64_t inline_max_us = 0;
   // Called once per run, on the instance thread, before the jobs' done(): the run's batch size
   // (before padding) and its compute time. For metrics; must not throw.
   std::function<void(int64_t batch, Clock::duration compute)> on_batch;
@@ -88,6 +95,7 @@ class DynamicBatcher {
   void hurry();
 
   size_t queue_depth() const;
+  uint64_t inline_runs() const;  // jobs run on the submitting thread so far
   const BatcherConfig& config() const;
   // The most samples one run gathers: the largest bucket not above max_batch_size (see
   // BatcherConfig).

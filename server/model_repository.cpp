@@ -245,6 +245,7 @@ struct ModelRepository::Impl {
       if (is_text_generation_model(mv->model->spec())) mv->generator = make_gpt_generator(dir, config, popt);
     }
     BatcherConfig bc = batcher_config(config);
+    bc.inline_max_us = opt.inline_max_us;
     if (opt.on_batch)
       bc.on_batch = [hook = opt.on_batch, name, version](int64_t batch, Clock::duration compute) {
         hook(name, version, batch, compute);

@@ -81,6 +81,9 @@ struct RepositoryOptions {
   // Installed as every batcher's BatcherConfig::on_batch (metrics): model, version, the run's
   // batch size and compute time.
   std::function<void(const std::string& model, int64_t version, int64_t batch, Clock::duration compute)> on_batch;
+  // Every batcher's BatcherConfig::inline_max_us: a cheap model's request that finds it idle runs
+  // on the I/O thread that decoded it (0: never).
+  uint64_t inline_max_us = 0;
   // Builds the ServedModel of one version instead of the built-in backends (Predictor with
   // warmup, or identity): tests use it to serve hand-written models from a repository of
   // empty version folders. An exception fails that load with its message.

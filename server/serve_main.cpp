@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
   size_t max_body = size_t{64} << 20, max_depth = 100, max_control_body = size_t{1} << 20,
          max_inflight = size_t{512} << 20, max_connections = 1024, min_body_rate = 16 << 10, max_loads = 16;
   int64_t idle_ms = 60000, header_ms = 10000;
-  uint64_t max_elements = uint64_t{1} << 26;
+  uint64_t max_elements = uint64_t{1} << 26, inline_max_us = 200;
   bool auth_all = false, open_management = false;
   po::options_description desc("hgraph-serve options");
   desc.add_options()
@@ -135,6 +135,10 @@ int main(int argc, char** argv) {
       ("http-threads", po::value(&http_threads)->default_value(http_threads), "HTTP I/O threads")
       ("parse-threads", po::value(&parse_threads)->default_value(parse_threads),
        "threads decoding inference bodies over 64 KiB (smaller ones are decoded on the I/O thread)")
+      ("inline-max-us", po::value(&inline_max_us)->default_value(inline_max_us),
+       "a request that finds its model idle runs on the I/O thread that decoded it (no hand-off to the "
+       "model's instance thread) when the model's recent runs averaged at most this many microseconds "
+       "and its max_queue_delay_microseconds is 0; 0: never")
       ("max-body-bytes", po::value(&max_body)->default_value(max_body), "infer and generate body limit (larger: 413)")
       ("max-control-body-bytes", po::value(&max_control_body)->default_value(max_control_body),
        "body limit of every other endpoint (repository, ...; larger: 413)")
@@ -196,6 +200,7 @@ int main(int argc, char** argv) {
     if (max_connections < 1) throw hg::InvalidArgument("--max-connections must be at least 1");
     if (max_loads < 1) throw hg::InvalidArgument("--max-pending-loads must be at least 1");
     ropt.max_pending_tasks = max_loads;
+    ropt.inline_max_us = inline_max_us;
     kopt.auth_token = read_token(token_file);
     if (ropt.mode == hg::server::ControlMode::Explicit && kopt.auth_token.empty() && !is_loopback(host) &&
         !open_management)

@@ -506,6 +506,118 @@ TEST(Batcher, DrainRunsEveryQueuedJobThenRefuses) {
   batcher.drain();  // idempotent
 }
 
+// A model whose run records the thread it ran on.
+struct ThreadTagModel : TagModel {
+  void run(const std::vector<const void*>& in, int64_t batch, const std::vector<void*>& out) override {
+    {
+      std::lock_guard lk(threads_mu);
+      threads.push_back(std::this_thread::get_id());
+    }
+    TagModel::run(in, batch, out);
+  }
+  std::vector<std::thread::id> ran_on() {
+    std::lock_guard lk(threads_mu);
+    return threads;
+  }
+  std::mutex threads_mu;
+  std::vector<std::thread::id> threads;
+};
+
+TEST(Batcher, ACheapIdleModelRunsTheJobOnTheSubmittingThread) {
+  auto model = std::make_shared<ThreadTagModel>();
+  Tracker tracker;
+  BatcherConfig cfg;
+  cfg.inline_max_us = 60'000'000;  // any run counts as cheap
+  DynamicBatcher batcher(model, cfg);
+  auto first = tracker.job(1);
+  ASSERT_EQ(batcher.submit(first), DynamicBatcher::Submit::Queued);
+  ASSERT_TRUE(tracker.wait(1));  // no run time known yet: the instance thread ran it
+  ASSERT_TRUE(hg::test::wait_until([&] { return batcher.queue_depth() == 0; }, kWait, "the instance to go idle"));
+  // The instance lowers its busy count just after done(), and inline runs need the model idle
+  // for a while: retry until one runs inline.
+  std::shared_ptr<BatchJob> second;
+  const auto until = Clock::now() + kWait;
+  for (int64_t tag = 2; batcher.inline_runs() == 0; ++tag) {
+    ASSERT_LT(Clock::now(), until) << "no job ran inline";
+    std::this_thread::sleep_for(1ms);  // inline runs need the model idle for a while
+    second = tracker.job(tag);
+    ASSERT_EQ(batcher.submit(second), DynamicBatcher::Submit::Queued);
+    ASSERT_TRUE(tracker.wait(static_cast<size_t>(tag)));
+  }
+  // The inline job was done before submit returned, on this thread, with the right outputs.
+  EXPECT_EQ(second->status, 200);
+  EXPECT_EQ(wrong_outputs(*second), "");
+  EXPECT_NE(model->ran_on().front(), std::this_thread::get_id());
+  EXPECT_EQ(model->ran_on().back(), std::this_thread::get_id());
+  EXPECT_EQ(second->executed_batch, 1);
+  EXPECT_TRUE(tracker.each_once());
+}
+
+TEST(Batcher, NoInlineRunWhenOffWithADelayOrForASlowModel) {
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(variant);
+    auto model = std::make_shared<ThreadTagModel>();
+    if (variant == 2) model->hook = [](const std::vector<int64_t>&) { std::this_thread::sleep_for(2ms); };
+    BatcherConfig cfg;
+    cfg.inline_max_us = variant == 0 ? 0 : variant == 1 ? 60'000'000 : 500;  // the slow model takes >= 2000 us
+    cfg.max_queue_delay_us = variant == 1 ? 100 : 0;
+    Tracker tracker;
+    DynamicBatcher batcher(model, cfg);
+    for (int64_t tag = 1; tag <= 6; ++tag) {
+      ASSERT_EQ(batcher.submit(tracker.job(tag)), DynamicBatcher::Submit::Queued);
+      ASSERT_TRUE(tracker.wait(static_cast<size_t>(tag)));
+    }
+    EXPECT_EQ(batcher.inline_runs(), 0u);
+    for (auto id : model->ran_on()) EXPECT_NE(id, std::this_thread::get_id());
+  }
+}
+
+TEST(Batcher, AnInlineRunHoldsTheInstanceSlotAndDrainWaitsForIt) {
+  auto model = std::make_shared<ThreadTagModel>();
+  Tracker tracker;
+  BatcherConfig cfg;
+  cfg.inline_max_us = 60'000'000;
+  DynamicBatcher batcher(model, cfg);
+  ASSERT_EQ(batcher.submit(tracker.job(1)), DynamicBatcher::Submit::Queued);
+  ASSERT_TRUE(tracker.wait(1));
+  Gate gate;
+  hg::test::Event entered;
+  std::atomic<std::thread::id> submitter{};
+  model->hook = [&](const std::vector<int64_t>&) {  // holds the run made on the submitter's thread
+    if (std::this_thread::get_id() != submitter.load()) return;
+    entered.set();
+    gate.pass();
+  };
+  // Submit from another thread until a job runs inline there (the instance may still be
+  // finishing the first job): that run then waits in the model.
+  auto inline_submitter = std::async(std::launch::async, [&] {
+    submitter = std::this_thread::get_id();
+    for (int64_t tag = 50; tag < 10050; ++tag) {
+      std::this_thread::sleep_for(1ms);  // inline runs need the model idle for a while
+      const uint64_t before = batcher.inline_runs();
+      if (batcher.submit(tracker.job(tag)) != DynamicBatcher::Submit::Queued) return false;
+      if (batcher.inline_runs() > before) return true;
+      if (!tracker.wait(static_cast<size_t>(tag - 50 + 2))) return false;
+    }
+    return false;
+  });
+  OpenAtExit open_at_exit{gate};
+  ASSERT_TRUE(entered.wait(kWait, "job 50 to enter the model"));
+  // While it runs, a job from this thread queues (the one slot is taken) and does not run yet.
+  auto queued = tracker.job(20000);
+  ASSERT_EQ(batcher.submit(queued), DynamicBatcher::Submit::Queued);
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(queued->status, 0) << "a job ran beside the inline run, over instances = 1";
+  auto drained = std::async(std::launch::async, [&] { batcher.drain(); });
+  EXPECT_EQ(drained.wait_for(20ms), std::future_status::timeout) << "drain() returned during an inline run";
+  gate.open();
+  hg::test::get_within(drained, kWait, "drain() to return");
+  EXPECT_TRUE(hg::test::get_within(inline_submitter, kWait, "the inline submitter"));
+  EXPECT_EQ(queued->status, 200);
+  EXPECT_EQ(wrong_outputs(*queued), "");
+  EXPECT_TRUE(tracker.each_once());
+}
+
 TEST(Batcher, DestructorDrainsWithoutWaitingForTheDelay) {
   auto model = std::make_shared<TagModel>();
   Tracker tracker;
