@@ -150,6 +150,13 @@ struct Predictor::Impl {
     b.info.captured = false;
   }
 
+  // The smallest bucket (not left out) that holds `batch`, or null when it is above them all.
+  Bucket* bucket_for(int64_t batch) {
+    for (auto& b : buckets)
+      if (!b->left_out && b->batch >= batch) return b.get();
+    return nullptr;
+  }
+
   // Above the largest bucket: the module runs on this batch directly, no capture, no padding.
   void run_unpadded(const std::vector<const void*>& in, int64_t batch, const std::vector<void*>& out) {
     {
@@ -254,30 +261,68 @@ void Predictor::run(const std::vector<const void*>& inputs, int64_t batch, const
                           std::to_string(spec.outputs.size()) + " outputs, got " + std::to_string(inputs.size()) + " and " +
                           std::to_string(outputs.size()));
   if (batch <= 0) throw InvalidArgument("Predictor::run: batch must be positive");
-  auto it = std::find_if(impl_->buckets.begin(), impl_->buckets.end(),
-                         [&](auto& b) { return !b->left_out && b->batch >= batch; });
-  if (it == impl_->buckets.end()) return impl_->run_unpadded(inputs, batch, outputs);
-  Bucket& b = **it;
-  std::lock_guard lk(b.mu);
-  impl_->capture(b);
-  for (size_t i = 0; i < inputs.size(); ++i)
-    if (b.index_rows[i] > 0)
-      Impl::check_ids(spec.inputs[i].name, inputs[i], b.inputs[i].dtype(), batch * input_size(i), b.index_rows[i]);
-  if (batch == b.batch) {  // a full bucket: the graph reads and writes the caller's buffers
-    b.graph->replay_host(inputs, outputs);
+  Bucket* b = impl_->bucket_for(batch);
+  if (!b) return impl_->run_unpadded(inputs, batch, outputs);
+  if (batch == b->batch) {  // a full bucket: the graph reads and writes the caller's buffers
+    std::lock_guard lk(b->mu);
+    impl_->capture(*b);
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (b->index_rows[i] > 0)
+        Impl::check_ids(spec.inputs[i].name, inputs[i], b->inputs[i].dtype(), batch * input_size(i), b->index_rows[i]);
+    b->graph->replay_host(inputs, outputs);
     return;
   }
-  for (size_t i = 0; i < inputs.size(); ++i) {
+  run_staged(
+      batch,
+      [&](const std::vector<void*>& in) {
+        for (size_t i = 0; i < in.size(); ++i)
+          std::memcpy(in[i], inputs[i], static_cast<size_t>(batch) * dtype_size(input_dtype(i)) * input_size(i));
+      },
+      [&](const std::vector<const void*>& out) {
+        for (size_t j = 0; j < out.size(); ++j)
+          std::memcpy(outputs[j], out[j], static_cast<size_t>(batch) * dtype_size(output_dtype(j)) * output_size(j));
+      });
+}
+
+void Predictor::run_staged(int64_t batch, const Fill& fill, const Take& take) {
+  const auto& spec = impl_->package.spec;
+  if (batch <= 0) throw InvalidArgument("Predictor::run_staged: batch must be positive");
+  Bucket* found = impl_->bucket_for(batch);
+  if (!found) {  // above the largest bucket: temporary buffers around the unpadded run
+    std::vector<std::vector<uint8_t>> in(spec.inputs.size()), out(spec.outputs.size());
+    std::vector<void*> in_ptrs;
+    std::vector<const void*> in_const;
+    std::vector<void*> out_ptrs;
+    for (size_t i = 0; i < in.size(); ++i) {
+      in[i].resize(static_cast<size_t>(batch) * dtype_size(input_dtype(i)) * input_size(i));
+      in_ptrs.push_back(in[i].data());
+      in_const.push_back(in[i].data());
+    }
+    for (size_t j = 0; j < out.size(); ++j) {
+      out[j].resize(static_cast<size_t>(batch) * dtype_size(output_dtype(j)) * output_size(j));
+      out_ptrs.push_back(out[j].data());
+    }
+    fill(in_ptrs);
+    impl_->run_unpadded(in_const, batch, out_ptrs);
+    take(std::vector<const void*>(out_ptrs.begin(), out_ptrs.end()));
+    return;
+  }
+  Bucket& b = *found;
+  std::lock_guard lk(b.mu);
+  impl_->capture(b);
+  std::vector<void*> in(b.inputs.size());
+  for (size_t i = 0; i < in.size(); ++i) in[i] = idle_buffer(b.inputs[i]);
+  fill(in);
+  for (size_t i = 0; i < in.size(); ++i) {
     const size_t sample = dtype_size(b.inputs[i].dtype()) * input_size(i);
-    uint8_t* in = idle_buffer(b.inputs[i]);
-    std::memcpy(in, inputs[i], batch * sample);
-    std::memset(in + batch * sample, 0, (b.batch - batch) * sample);  // zero padding (valid token ids too)
+    if (b.index_rows[i] > 0)
+      Impl::check_ids(spec.inputs[i].name, in[i], b.inputs[i].dtype(), batch * input_size(i), b.index_rows[i]);
+    std::memset(static_cast<uint8_t*>(in[i]) + batch * sample, 0, (b.batch - batch) * sample);  // valid token ids too
   }
   b.graph->replay();
-  for (size_t j = 0; j < outputs.size(); ++j) {
-    const size_t sample = dtype_size(b.outputs[j].dtype()) * output_size(j);
-    std::memcpy(outputs[j], idle_buffer(b.outputs[j]), batch * sample);
-  }
+  std::vector<const void*> out(b.outputs.size());
+  for (size_t j = 0; j < out.size(); ++j) out[j] = idle_buffer(b.outputs[j]);
+  take(out);
 }
 
 }  // namespace hg::models

@@ -70,6 +70,14 @@ class Predictor {
   // inputs[i] holds batch * input_size(i) elements of input_dtype(i) (one per model input, in
   // order); outputs[j] receives batch * output_size(j) elements of output_dtype(j).
   void run(const std::vector<const void*>& inputs, int64_t batch, const std::vector<void*>& outputs);
+  // The same for a batch gathered from several requests, with one copy on each side:
+  // fill(inputs) writes the batch's samples straight into the bucket's input buffers (one pointer
+  // per model input, room for `batch` samples; the padding is zeroed after it), take(outputs)
+  // reads the batch's samples from the bucket's output buffers. Both run under the bucket's lock
+  // and must not call the Predictor. Above the largest bucket they get temporary buffers.
+  using Fill = std::function<void(const std::vector<void*>& inputs)>;
+  using Take = std::function<void(const std::vector<const void*>& outputs)>;
+  void run_staged(int64_t batch, const Fill& fill, const Take& take);
 
  private:
   struct Impl;

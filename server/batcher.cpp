@@ -73,7 +73,7 @@ struct DynamicBatcher::Impl {
     std::vector<Entry> batch, finished;
     std::vector<ByteBuffer> in_buf, out_buf;
     std::vector<const void*> in_ptrs;
-    std::vector<void*> out_ptrs;
+    std::vector<void*> out_ptrs, gathered;
     std::vector<std::shared_ptr<BatchJob>> deliver;
   };
 
@@ -113,7 +113,8 @@ struct DynamicBatcher::Impl {
   bool take(Worker& w, std::unique_lock<std::mutex>& lk);
   void run_batch(Worker& w);
   void bind_buffers(Worker& w, int64_t total);
-  void split_outputs(Worker& w, BatchJob& job, size_t offset);
+  void gather_inputs(const Worker& w, const std::vector<void*>& dst) const;
+  void split_outputs(const void* const* src, BatchJob& job, size_t offset) const;
   void expire(Entry& e, Clock::time_point now, std::vector<Entry>& finished);
   void complete(Worker& w);
   void stop_and_join();
@@ -237,25 +238,31 @@ void DynamicBatcher::Impl::bind_buffers(Worker& w, int64_t total) {
     }
     return;
   }
-  for (size_t i = 0; i < n_in; ++i) {
-    std::byte* base = w.in_buf[i].at_least(static_cast<size_t>(total) * in_bytes[i]);
-    std::byte* dst = base;
-    for (auto& e : w.batch) {
-      const std::string& src = e.job->inputs[i];
-      std::memcpy(dst, src.data(), src.size());
-      dst += src.size();
-    }
-    w.in_ptrs[i] = base;
-  }
+  w.gathered.resize(n_in);
+  for (size_t i = 0; i < n_in; ++i) w.gathered[i] = w.in_buf[i].at_least(static_cast<size_t>(total) * in_bytes[i]);
+  gather_inputs(w, w.gathered);
+  for (size_t i = 0; i < n_in; ++i) w.in_ptrs[i] = w.gathered[i];
   for (size_t j = 0; j < n_out; ++j) w.out_ptrs[j] = w.out_buf[j].at_least(static_cast<size_t>(total) * out_bytes[j]);
 }
 
+// Copies every job's inputs, in batch order, to dst (one buffer per model input).
+void DynamicBatcher::Impl::gather_inputs(const Worker& w, const std::vector<void*>& dst) const {
+  for (size_t i = 0; i < in_bytes.size(); ++i) {
+    std::byte* at = static_cast<std::byte*>(dst[i]);
+    for (const auto& e : w.batch) {
+      const std::string& src = e.job->inputs[i];
+      std::memcpy(at, src.data(), src.size());
+      at += src.size();
+    }
+  }
+}
+
 // Copies the job's samples (starting at sample `offset` of the run) out of the run's outputs.
-void DynamicBatcher::Impl::split_outputs(Worker& w, BatchJob& job, size_t offset) {
+void DynamicBatcher::Impl::split_outputs(const void* const* src, BatchJob& job, size_t offset) const {
   job.outputs.resize(out_bytes.size());
   for (size_t j = 0; j < out_bytes.size(); ++j) {
-    const char* src = static_cast<const char*>(w.out_ptrs[j]) + offset * out_bytes[j];
-    job.outputs[j].assign(src, static_cast<size_t>(job.batch) * out_bytes[j]);
+    const char* from = static_cast<const char*>(src[j]) + offset * out_bytes[j];
+    job.outputs[j].assign(from, static_cast<size_t>(job.batch) * out_bytes[j]);
   }
 }
 
@@ -282,9 +289,22 @@ void DynamicBatcher::Impl::run_batch(Worker& w) {
   int status = 200;
   std::string error;
   Clock::time_point start = Clock::now();  // compute includes the input copy, as Triton's does
+  bool staged = false;  // the outputs were split inside the run (several jobs, one copy each way)
   try {
-    bind_buffers(w, total);
-    model->run(w.in_ptrs, total, w.out_ptrs);
+    size_t offset = 0;
+    staged = w.batch.size() > 1 &&
+             model->run_staged(
+                 total, [&](const std::vector<void*>& in) { gather_inputs(w, in); },
+                 [&](const std::vector<const void*>& out) {
+                   for (auto& e : w.batch) {
+                     split_outputs(out.data(), *e.job, offset);
+                     offset += static_cast<size_t>(e.job->batch);
+                   }
+                 });
+    if (!staged) {
+      bind_buffers(w, total);
+      model->run(w.in_ptrs, total, w.out_ptrs);
+    }
   } catch (const std::exception& e) {
     status = http_status(e);
     error = e.what();
@@ -307,7 +327,7 @@ void DynamicBatcher::Impl::run_batch(Worker& w) {
     job.compute_end = end;
     job.executed_batch = total;
     try {
-      if (status == 200 && w.batch.size() > 1) split_outputs(w, job, offset_samples);
+      if (status == 200 && w.batch.size() > 1 && !staged) split_outputs(w.out_ptrs.data(), job, offset_samples);
     } catch (const std::exception& x) {  // allocating the job's outputs
       job.status = http_status(x);
       job.error = std::string("splitting the batch's outputs: ") + x.what();

@@ -13,6 +13,10 @@ class PredictorModel final : public ServedModel {
   void run(const std::vector<const void*>& inputs, int64_t batch, const std::vector<void*>& outputs) override {
     p_->run(inputs, batch, outputs);
   }
+  bool run_staged(int64_t batch, const Fill& fill, const Take& take) override {
+    p_->run_staged(batch, fill, take);
+    return true;
+  }
 
  private:
   std::unique_ptr<models::Predictor> p_;

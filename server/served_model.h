@@ -7,6 +7,7 @@
 //   m->buckets();                           // the captured batch sizes, ascending
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -28,6 +29,12 @@ class ServedModel {
   // (FP32: float, INT64: int64_t, ...); outputs[j] receives batch * output_size(j). Throws
   // hg::Error on failure.
   virtual void run(const std::vector<const void*>& inputs, int64_t batch, const std::vector<void*>& outputs) = 0;
+  // A batch gathered from several requests with one copy on each side (models::Predictor::run_staged):
+  // fill writes the samples into the model's own input buffers, take reads its outputs. Returns
+  // false, having called neither, when the model has no buffers of its own (then use run()).
+  using Fill = std::function<void(const std::vector<void*>& inputs)>;
+  using Take = std::function<void(const std::vector<const void*>& outputs)>;
+  virtual bool run_staged(int64_t /*batch*/, const Fill& /*fill*/, const Take& /*take*/) { return false; }
 };
 
 // Wraps a loaded, warmed-up Predictor.

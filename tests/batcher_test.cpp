@@ -255,23 +255,44 @@ TEST(Batcher, ManyThreadsEachGetTheirOwnOutputs) {
   EXPECT_EQ(batches, runs) << "on_batch once per run, with the run's batch size";
 }
 
+// Runs gathered batches through run_staged with buffers of its own, as the Predictor does.
+struct StagedTagModel : TagModel {
+  bool run_staged(int64_t batch, const Fill& fill, const Take& take) override {
+    std::vector<float> x(static_cast<size_t>(batch) * 3, NAN), y(static_cast<size_t>(batch) * 3);
+    std::vector<int64_t> tags(static_cast<size_t>(batch), -1), t(static_cast<size_t>(batch) * 2);
+    fill({x.data(), tags.data()});
+    TagModel::run({x.data(), tags.data()}, batch, {y.data(), t.data()});
+    ++staged_runs;
+    take({y.data(), t.data()});
+    return true;
+  }
+  std::atomic<int> staged_runs{0};
+};
+
+// Also through run_staged: the gathered jobs' rows go straight into the model's own buffers.
 TEST(Batcher, DelayGathersJobsIntoFewerRuns) {
-  auto model = std::make_shared<TagModel>();
-  BatcherConfig cfg;
-  cfg.max_batch_size = 16;
-  cfg.max_queue_delay_us = 2'000'000;
-  Tracker tracker;
-  DynamicBatcher batcher(model, cfg);
-  std::vector<std::shared_ptr<BatchJob>> jobs;
-  for (int i = 0; i < 10; ++i) jobs.push_back(tracker.job(i));
-  for (auto& j : jobs) ASSERT_EQ(batcher.submit(j), DynamicBatcher::Submit::Queued);
-  ASSERT_TRUE(tracker.wait(10));
-  EXPECT_LE(model->runs().size(), 2u) << "10 jobs submitted well within the 2 s delay";
-  for (auto& j : jobs) {
-    EXPECT_EQ(wrong_outputs(*j), "");
-    // The first run cannot start before the oldest job waited the whole delay.
-    if (j->executed_batch < 16) {
-      EXPECT_GE(j->compute_start - jobs[0]->enqueued, 2s);
+  for (const bool staged : {false, true}) {
+    SCOPED_TRACE(staged ? "run_staged" : "run");
+    auto model = staged ? std::make_shared<StagedTagModel>() : std::make_shared<TagModel>();
+    BatcherConfig cfg;
+    cfg.max_batch_size = 16;
+    cfg.max_queue_delay_us = 2'000'000;
+    Tracker tracker;
+    DynamicBatcher batcher(model, cfg);
+    std::vector<std::shared_ptr<BatchJob>> jobs;
+    for (int i = 0; i < 10; ++i) jobs.push_back(tracker.job(10 * i, 1 + i % 2));  // batches 1 and 2
+    for (auto& j : jobs) ASSERT_EQ(batcher.submit(j), DynamicBatcher::Submit::Queued);
+    ASSERT_TRUE(tracker.wait(10));
+    EXPECT_LE(model->runs().size(), 2u) << "10 jobs submitted well within the 2 s delay";
+    if (staged) {
+      EXPECT_GE(static_cast<StagedTagModel&>(*model).staged_runs.load(), 1) << "gathered jobs went through run_staged";
+    }
+    for (auto& j : jobs) {
+      EXPECT_EQ(wrong_outputs(*j), "") << "job " << first_tag(*j);
+      // The first run cannot start before the oldest job waited the whole delay.
+      if (j->executed_batch < 16) {
+        EXPECT_GE(j->compute_start - jobs[0]->enqueued, 2s);
+      }
     }
   }
 }

@@ -2,6 +2,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+
 #include <fstream>
 
 #include "engine/autograd.h"
@@ -117,6 +120,24 @@ TEST(Predictor, BucketedReplaysMatchEager) {
     NoGradGuard g;
     const auto eager = net->forward(Tensor::from_vector(x, {batch, 64})).to_vector();
     test::expect_close(out, eager, 1e-6, "batch " + std::to_string(batch), 0);
+    // The staged form: the samples go straight into the bucket's buffers (room for the bucket,
+    // the padding zeroed by the Predictor) and the outputs are read from its own buffers.
+    std::vector<float> staged(static_cast<size_t>(batch * 10), NAN);
+    const void* written_to = nullptr;
+    pred->run_staged(
+        batch,
+        [&](const std::vector<void*>& in) {
+          ASSERT_EQ(in.size(), 1u);
+          written_to = in[0];
+          std::memcpy(in[0], x.data(), x.size() * sizeof(float));
+        },
+        [&](const std::vector<const void*>& outs) {
+          ASSERT_EQ(outs.size(), 1u);
+          std::memcpy(staged.data(), outs[0], staged.size() * sizeof(float));
+        });
+    ASSERT_NE(written_to, nullptr);
+    EXPECT_NE(written_to, static_cast<const void*>(x.data()));
+    test::expect_close(staged, eager, 1e-6, "staged batch " + std::to_string(batch), 0);
   }
   std::filesystem::remove_all(dir);
 }
