@@ -101,6 +101,9 @@ def load_cell(path):
         cell["timeouts"]
     if os.path.exists(base + ".load"):
         cell["load"] = float(open(base + ".load").read().split()[0])
+    if os.path.exists(base + ".cpu") and cell.get("requests"):  # the server's CPU seconds around the cell
+        before, after = map(float, open(base + ".cpu").read().split())
+        cell["cpu_us_per_request"] = (after - before) * 1e6 / cell["requests"]
     before, after = parse_prom(base + ".before.prom"), parse_prom(base + ".after.prom")
     for part in SPLIT + ["batch"]:
         family = "hg_batch_size" if part == "batch" else f"hg_{part}_duration_us"
@@ -169,21 +172,22 @@ def main():
             print(f"- {c['server']} {c['model']} c={c['concurrency']}: {c['error']}")
 
     print("#### Client side (wrk): requests per second and latency\n")
-    print("| model | conc | hgraph req/s | p50 | p99 | p99.9 | p99/p50 | errors | peer req/s | p50 | p99 | p99.9 "
-          "| errors | req/s ratio | p50 ratio |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| model | conc | hgraph req/s | p50 | p99 | p99.9 | p99/p50 | errors | CPU/req | peer req/s | p50 | p99 "
+          "| p99.9 | errors | CPU/req | req/s ratio | p50 ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for m in order:
         for k in conc:
             h, p = by.get(("hgraph", m, k)), by.get(("peer", m, k))
             if not h and not p:
                 continue
             hs = [num(h["rps"]), us(h["p50_us"]), us(h["p99_us"]), us(h["p999_us"]),
-                  ratio(h["p99_us"], h["p50_us"]), str(h["errors"])] if h else ["-"] * 6
-            ps = [num(p["rps"]), us(p["p50_us"]), us(p["p99_us"]), us(p["p999_us"]), str(p["errors"])] if p \
-                else ["-"] * 5
+                  ratio(h["p99_us"], h["p50_us"]), str(h["errors"]), us(h.get("cpu_us_per_request"))] if h else ["-"] * 7
+            ps = [num(p["rps"]), us(p["p50_us"]), us(p["p99_us"]), us(p["p999_us"]), str(p["errors"]),
+                  us(p.get("cpu_us_per_request"))] if p else ["-"] * 6
             rs = [ratio(h["rps"], p["rps"]), ratio(p["p50_us"], h["p50_us"])] if h and p else ["-", "-"]
             print(f"| {m} | {k} | " + " | ".join(hs + ps + rs) + " |")
-    print("\nratios: hgraph req/s / peer req/s and peer p50 / hgraph p50 (> 1: hgraph better).\n")
+    print("\nratios: hgraph req/s / peer req/s and peer p50 / hgraph p50 (> 1: hgraph better). CPU/req: the "
+          "server's CPU time (every thread and worker process, from /proc) over the cell, per request answered.\n")
 
     print("#### hgraph server side (GET /metrics): p50 (mean) per request, microseconds\n")
     print("| model | conc | parse | queue | compute | respond | request (end to end) | wrk p50 | samples/run |")
@@ -222,6 +226,11 @@ def main():
         print(f"- >= 10x the FastAPI + PyTorch throughput on the MLP: {'met' if best >= 10 else 'missed'}: "
               f"best hgraph / best peer req/s {best:.1f}x; per concurrency "
               + ", ".join(f"{h['rps'] / p['rps']:.1f}x at c={k}" for k, h, p in mlp))
+    cpu = [(k, h) for k, h in ((k, by.get(("hgraph", "mlp", k))) for k in conc) if h and "cpu_us_per_request" in h]
+    if cpu:
+        low = min(h["cpu_us_per_request"] for _, h in cpu)
+        print(f"- <= 15 us of server CPU per request on the MLP: {'met' if low <= 15 else 'missed'}: "
+              + ", ".join(f"{num(h['cpu_us_per_request'])} us at c={k}" for k, h in cpu))
     for name, what in (("bert", "128 token ids"), ("bert_s16", "16 token ids")):
         b, b1 = by.get(("hgraph", name, 16)), by.get(("hgraph", name + "_b1", 16))
         if b and b1:

@@ -101,47 +101,22 @@ echo "machine: $cores cores; load $load_before before the start, $(cut -d' ' -f1
 # wait_idle: until both servers' process trees have used under 5% of a core for 0.5 s (at most
 # 300 s). A server keeps working through the requests queued when wrk stops (a slow model at
 # concurrency 128 leaves seconds of work); the next cell must not share the cores with that.
-wait_idle() {
-  /usr/bin/python3 - "${pids[@]}" << 'EOF'
-import os, sys, time
-
-def cpu_seconds(roots):
-    parent, ticks = {}, {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parent[int(pid)], ticks[int(pid)] = int(fields[1]), int(fields[11]) + int(fields[12])
-    def in_tree(pid):
-        while pid > 1:
-            if pid in roots:
-                return True
-            pid = parent.get(pid, 0)
-        return False
-    return sum(t for pid, t in ticks.items() if in_tree(pid)) / os.sysconf("SC_CLK_TCK")
-
-roots, start = {int(p) for p in sys.argv[1:]}, time.time()
-before = cpu_seconds(roots)
-while time.time() - start < 300:
-    time.sleep(0.5)
-    now = cpu_seconds(roots)
-    if now - before < 0.025:
-        break
-    before = now
-EOF
-}
+wait_idle() { /usr/bin/python3 bench/serve/proc_cpu.py wait-idle "${pids[@]}"; }
 
 # cell SERVER URL MODEL CONCURRENCY
 cell() {
   local server=$1 url=$2 model=$3 c=$4
   local name=$runs/${server}__${model}__c$c target=$2/v2/models/$3/infer body=$out/bodies/$3.json
-  local t=$((wrk_threads < c ? wrk_threads : c))
+  local t=$((wrk_threads < c ? wrk_threads : c)) pid=${pids[0]}
+  [ "$server" = peer ] && pid=${pids[1]}
   wrk -t"$t" -c"$c" -d1s --timeout 60s -s bench/serve/post.lua "$target" -- "$body" > /dev/null
   wait_idle
   [ "$server" = hgraph ] && curl -s "$url/metrics" > "$name.before.prom"
   cut -d' ' -f1 /proc/loadavg > "$name.load"
+  local cpu_before
+  cpu_before=$(/usr/bin/python3 bench/serve/proc_cpu.py seconds "$pid")
   wrk -t"$t" -c"$c" -d"${seconds}s" --timeout 60s --latency -s bench/serve/post.lua "$target" -- "$body" > "$name.wrk"
+  echo "$cpu_before $(/usr/bin/python3 bench/serve/proc_cpu.py seconds "$pid")" > "$name.cpu"  # the server's CPU seconds
   [ "$server" = hgraph ] && curl -s "$url/metrics" > "$name.after.prom"
   wait_idle
   echo "$server $model c=$c: $(grep -o '"rps": [0-9.]*' "$name.wrk"), $(grep -o '"p50_us": [0-9]*' "$name.wrk"), $(grep -o '"non200": [0-9]*' "$name.wrk")" >&2
