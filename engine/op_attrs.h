@@ -1,5 +1,6 @@
-// Typed attributes of the ops that graph passes read or build: the one place that knows where
-// each field sits in an op's Attrs. The ops' callers pack with these; passes read with them.
+// Typed attributes of the ops that graph passes read or build (internal to the engine and the
+// graph passes): the one place that knows where each field sits in an op's Attrs. The ops'
+// callers pack with these; passes read with them.
 //
 //   hg::Attrs a = hg::attrs::Binary{hg::kernels::BinaryOp::Add}.pack();
 //   if (hg::attrs::Binary::of(node.attrs).op == hg::kernels::BinaryOp::Mul) ...
