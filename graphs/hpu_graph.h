@@ -101,7 +101,6 @@ class HPUGraph {
 
   bool captured() const { return rt_ != nullptr; }
   const Executable& executable() const { return rt_->program(); }
-  const Runtime& runtime() const { return *rt_; }  // the captured program bound to the graph's memory
   size_t arena_bytes() const { return rt_ ? rt_->arena_bytes() : 0; }
   const std::vector<Tensor>& static_inputs() const { return inputs_; }
   const std::vector<Tensor>& static_outputs() const { return outputs_; }

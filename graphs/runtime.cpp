@@ -76,15 +76,20 @@ void Runtime::execute(Binding& b) const noexcept {
   b.keep.clear();  // the host touches the binding again only after this invoke's event
 }
 
+ExecQueue* Runtime::stream_after_last() {
+  ExecQueue* q = device_backend(device_).queue();
+  if (q && last_ && last_->queue && last_->queue != q) last_->queue->wait(last_->event);
+  return q;
+}
+
 void Runtime::invoke() noexcept {
   Binding& b = *cur_;
   ++stats_.invokes;
-  ExecQueue* q = device_backend(device_).queue();
+  ExecQueue* q = stream_after_last();
   if (!q) {  // the cpu device runs inline
     execute(b);
     return;
   }
-  if (last_ && last_->queue && last_->queue != q) last_->queue->wait(last_->event);
   b.event = q->enqueue([this, &b] { execute(b); });  // fits std::function's local storage
   b.queue = q;
   last_ = &b;
@@ -97,13 +102,12 @@ void Runtime::wait() {
 void Runtime::run() {
   Binding& b = *cur_;
   ++stats_.invokes;
-  ExecQueue* q = device_backend(device_).queue();
+  ExecQueue* q = stream_after_last();
   if (!q) {
     execute(b);
     ++stats_.inline_runs;
     return;
   }
-  if (last_ && last_->queue && last_->queue != q) last_->queue->wait(last_->event);
   if (q->run_sync([this, &b] { execute(b); })) ++stats_.inline_runs;
 }
 

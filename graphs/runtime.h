@@ -48,7 +48,6 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
 
   const Executable& program() const { return *program_; }
-  const std::shared_ptr<const Executable>& program_ptr() const { return program_; }
   Device device() const { return device_; }
 
   // Starts the next binding: waits for the invoke that used it last, draws the seeds, and binds
@@ -84,6 +83,9 @@ class Runtime {
     uint64_t event = 0;
   };
   void execute(Binding& b) const noexcept;
+  // The calling thread's stream of the device (null for the cpu), after the previous invoke when
+  // that one went to another stream (they share the arena).
+  ExecQueue* stream_after_last();
   void wait_for(Binding& b);
 
   std::shared_ptr<const Executable> program_;

@@ -53,6 +53,13 @@ struct MlpData {
   }
 };
 
+// Binds the next invoke of `rt` to d's inputs and to `out` (the 12 outputs, NaN until written).
+void setup_into(Runtime& rt, const MlpData& d, std::vector<float>& out) {
+  out.assign(12, NAN);
+  void* outs[] = {out.data()};
+  rt.setup(d.ptrs(), outs);
+}
+
 void expect_equal(const std::vector<float>& got, const std::vector<float>& want) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
@@ -83,14 +90,11 @@ struct Blocker {
 TEST(Runtime, RunsTheProgramLikeEagerOpsIntoTheCallersBuffer) {
   MlpData d;
   Runtime rt(mlp_program(), test::kHpu);
-  std::vector<float> out(12, NAN);
-  void* outs[] = {out.data()};
-  rt.setup(d.ptrs(), outs);
+  std::vector<float> out, out2;
+  setup_into(rt, d, out);
   rt.run();
   expect_equal(out, d.eager());  // written where the caller said: no static output, no copy
-  std::vector<float> out2(12, NAN);
-  void* outs2[] = {out2.data()};
-  rt.setup(d.ptrs(), outs2);
+  setup_into(rt, d, out2);
   rt.invoke();
   rt.wait();
   expect_equal(out2, d.eager());
@@ -109,9 +113,8 @@ TEST(Runtime, SetupRejectsTheWrongNumberOfBuffers) {
 TEST(Runtime, WaitCoversItsOwnInvokesNotTheDevice) {
   MlpData d;
   Runtime rt(mlp_program(), test::kHpu);
-  std::vector<float> out(12, NAN);
-  void* outs[] = {out.data()};
-  rt.setup(d.ptrs(), outs);
+  std::vector<float> out;
+  setup_into(rt, d, out);
   rt.invoke();
   Blocker later;  // queued behind the invoke
   later.queue();
@@ -128,15 +131,13 @@ TEST(Runtime, BindingsBoundHowFarTheHostRunsAhead) {
   Blocker first;
   first.queue();
   for (size_t k = 0; k < 2; ++k) {  // two bindings: both invokes queue without waiting
-    void* o[] = {out[k].data()};
-    rt.setup(d.ptrs(), o);
+    setup_into(rt, d, out[k]);
     rt.invoke();
   }
   EXPECT_EQ(rt.stats().wait_s, 0.0);
   std::atomic<bool> third_set_up{false};
   auto third = std::async(std::launch::async, [&] {
-    void* o[] = {out[2].data()};
-    rt.setup(d.ptrs(), o);  // binding 0 again: waits for the first invoke
+    setup_into(rt, d, out[2]);  // binding 0 again: waits for the first invoke
     third_set_up = true;
     rt.invoke();
     rt.wait();
@@ -156,14 +157,12 @@ TEST(Runtime, AnInvokeOnTheLoadStreamWaitsForTheDefaultStreamsOne) {
   std::vector<float> a(12, NAN), b(12, NAN);
   Blocker first;
   first.queue();
-  void* oa[] = {a.data()};
-  rt.setup(d.ptrs(), oa);
+  setup_into(rt, d, a);
   rt.invoke();  // queued on the default stream behind the blocker
   std::atomic<bool> invoked{false};
   auto load = std::async(std::launch::async, [&] {
     LoadStreamGuard guard;  // the arena is shared: this invoke must not run beside the first
-    void* ob[] = {b.data()};
-    rt.setup(d.ptrs(), ob);
+    setup_into(rt, d, b);
     rt.invoke();
     invoked = true;
     rt.wait();
@@ -180,10 +179,9 @@ TEST(Runtime, AnInvokeOnTheLoadStreamWaitsForTheDefaultStreamsOne) {
 TEST(Runtime, RunIsInlineWhenTheStreamIsIdle) {
   MlpData d;
   Runtime rt(mlp_program(), test::kHpu);
-  std::vector<float> out(12, NAN);
-  void* outs[] = {out.data()};
+  std::vector<float> out;
   synchronize(test::kHpu);
-  rt.setup(d.ptrs(), outs);
+  setup_into(rt, d, out);
   rt.run();
   EXPECT_EQ(rt.stats().inline_runs, 1u);
   expect_equal(out, d.eager());
