@@ -23,7 +23,7 @@
 //       hpu:0's worker), first and last loss, lazy graph cache statistics, hpu:0 memory, the
 //       timed window's start and end (Unix seconds) and --tag. --start-at: after the warm-up,
 //       wait until that wall-clock time before timing (lines up independent processes).
-//   hg_train_bench ddp DIR --model M --batch B [--mode lazy] [--steps 100] [--warmup 5] [--devices 2]
+//   hg_train_bench ddp DIR --model M --batch B [--mode lazy|replay|eager] [--steps 100] [--warmup 5] [--devices 2]
 //       the same loop under training/ddp_strategy.h's DDPStrategy over `--devices` processes on
 //       127.0.0.1 (this one is rank 0 and launches the others, or LOCAL_RANK etc. are set):
 //       each rank trains on B samples per step (rank r: batches r, r + world, ...); after the
@@ -336,7 +336,8 @@ int run(const fs::path& root, const std::map<std::string, std::string>& o) {
 // DDP: this process is rank 0 (it launches ranks 1..devices-1 with the same arguments) or a
 // launched rank. Rank r trains on batches r, r + world, ... of data.safetensors; every step is
 // forward, cross_entropy, the strategy's backward (gradient buckets all-reduced on its
-// communication thread), finish_gradient_sync, SGD step, zero_grad, mark_step.
+// communication thread), finish_gradient_sync, SGD step, zero_grad, mark_step. --mode replay:
+// the step through graphs::StepReplay with the strategy's in-graph reduction (replay_steps).
 int ddp(const fs::path& root, const std::map<std::string, std::string>& o) {
   const std::string model = opt(o, "model", "mlp"), mode = opt(o, "mode", "lazy");
   const int64_t batch = std::stoll(opt(o, "batch", "32")), steps = std::stoll(opt(o, "steps", "100"));
@@ -349,16 +350,30 @@ int ddp(const fs::path& root, const std::map<std::string, std::string>& o) {
   const auto batches = load_batches(dir, batch);
   strategy.setup_module(*net);
   hg::training::SGD sgd(net->named_parameters(), {.lr = learning_rate(model), .momentum = kMomentum});
-  hg::graphs::enable_lazy_mode(mode == "lazy");
-  size_t next = static_cast<size_t>(rank);
-  auto step = [&] {
-    const auto& [x, y] = batches[next % batches.size()];
-    next += static_cast<size_t>(world);
-    Tensor loss = hg::ops::cross_entropy(net->forward(x), y);
+  if (mode != "lazy" && mode != "eager" && mode != "replay")
+    throw hg::InvalidArgument("hg_train_bench ddp: --mode must be lazy, replay or eager");
+  hg::graphs::enable_lazy_mode(mode != "eager");
+  if (mode == "replay" && !strategy.replay_steps(true))
+    throw hg::InvalidArgument("hg_train_bench ddp: the strategy cannot replay steps");
+  hg::graphs::StepReplay replay(kHpu);
+  auto body = [&](const std::vector<Tensor>& in) {
+    Tensor loss = hg::ops::cross_entropy(net->forward(in[0]), in[1]);
     strategy.backward(loss, true);
     strategy.finish_gradient_sync();
     sgd.step();
     sgd.zero_grad();
+    return std::vector<Tensor>{loss};
+  };
+  size_t next = static_cast<size_t>(rank);
+  auto step = [&] {
+    const auto& [x, y] = batches[next % batches.size()];
+    next += static_cast<size_t>(world);
+    if (mode == "replay")
+      return replay.run({x, y}, body, sgd.replay_guard(), [&] {
+        strategy.before_replayed_step();
+        sgd.on_replayed_step();
+      })[0];
+    Tensor loss = body({x, y})[0];
     hg::graphs::mark_step(kHpu);
     return loss;
   };
@@ -370,6 +385,7 @@ int ddp(const fs::path& root, const std::map<std::string, std::string>& o) {
   Tensor loss;
   for (int64_t i = 0; i < steps; ++i) loss = step();
   const float last_loss = loss.item();
+  const uint64_t replayed = replay.stats().replayed;
   const double wall = strategy.reduce(std::chrono::duration<double>(Clock::now() - t0).count(), hg::training::ReduceOp::Max);
   const double cpu = strategy.reduce(cpu_seconds() - cpu0, hg::training::ReduceOp::Sum);
   const double loss_mean = strategy.reduce(last_loss, hg::training::ReduceOp::Mean);
@@ -387,7 +403,8 @@ int ddp(const fs::path& root, const std::map<std::string, std::string>& o) {
                      {"samples_per_s", static_cast<double>(steps * batch * world) / wall},
                      {"cpu_s", cpu},
                      {"first_loss", first_loss},
-                     {"last_loss", loss_mean}};
+                     {"last_loss", loss_mean},
+                     {"steps_replayed", replayed}};
     std::cout << j.dump() << std::endl;
   }
   hg::graphs::enable_lazy_mode(false);

@@ -139,7 +139,9 @@ class Blobs : public LightningModule {
   std::unique_ptr<models::Sequential> net = models::zoo::mlp({8, 16, 3}, 2);
 };
 
-std::vector<float> fit_blobs(int devices, int64_t batch_size, int accumulate, const std::filesystem::path& dir) {
+// replayed: fit with replay_steps and return its statistics there.
+std::vector<float> fit_blobs(int devices, int64_t batch_size, int accumulate, const std::filesystem::path& dir,
+                             graphs::StepReplayStats* replayed = nullptr) {
   std::vector<float> x;
   std::vector<int64_t> y;
   for (int64_t i = 0; i < 32; ++i) {
@@ -160,13 +162,15 @@ std::vector<float> fit_blobs(int devices, int64_t batch_size, int accumulate, co
   o.enable_progress_bar = false;
   o.default_root_dir = dir;
   o.dist_timeout = 120s;
+  o.replay_steps = replayed != nullptr;
   std::ostringstream sink;
   o.out = &sink;
   Blobs m;
   {
     Trainer t(o);
     t.fit(m, DataLoader(data, {.batch_size = batch_size}));
-    EXPECT_EQ(t.global_step(), 8);
+    EXPECT_EQ(t.global_step(), 2 * (32 / devices / batch_size / accumulate));
+    if (replayed) *replayed = t.step_replay_stats();
   }
   std::vector<float> out;
   for (auto& [name, p] : m.net->named_parameters())
@@ -183,6 +187,25 @@ TEST(DDPMultiProcess, TrainerWithTwoDevicesMatchesOneProcess) {
   // A second DDP Trainer in the same program reuses the process group and the launched rank
   // (the first Trainer's end neither waits for rank 1 to exit nor kills it).
   expect_close(fit_blobs(2, 2, 2, dir / "ddp2"), want, "a second Trainer with devices=2");
+  DDPStrategy::shutdown_process_group();  // rank 0: waits for rank 1 to finish the test
+  std::filesystem::remove_all(dir);
+}
+
+// replay_steps under DDP: the gradient buckets are reduced by ops inside the step's graph, so
+// each rank replays its step; the weights are bitwise those of tracing every step.
+TEST(DDPMultiProcess, TrainerReplaysDDPStepsAsTracingThem) {
+  if (launched_for_another_test()) GTEST_SKIP() << "a launched child of another test";
+  const auto env = rank_zero_env();
+  const auto dir = test::temp_dir("DDPReplay");
+  LazyMode lazy;
+  const std::vector<float> traced = fit_blobs(2, 2, 1, dir / "traced");
+  graphs::StepReplayStats stats;
+  const std::vector<float> replayed = fit_blobs(2, 2, 1, dir / "replayed", &stats);
+  // 8 steps per epoch; each epoch traces again: steps 1-3 of the first (the momentum buffers
+  // appear in step 2's update), steps 1-2 of the second.
+  EXPECT_EQ(stats.replayed, 11u) << stats.last_fallback;
+  EXPECT_EQ(replayed, traced);
+  EXPECT_EQ(max_diff(replayed, traced), 0.0f);  // and finite
   DDPStrategy::shutdown_process_group();  // rank 0: waits for rank 1 to finish the test
   std::filesystem::remove_all(dir);
 }

@@ -165,4 +165,55 @@ inline void train_and_compare(Strategy& s, const std::vector<std::pair<std::stri
   }
 }
 
+// The reducer in one process (ddp_test.cpp, ddp_in_graph_test.cpp): a stand-in all-reduce
+// plays the other ranks, on a tiny network in lazy mode, eager on hpu:0 or eager on the cpu.
+struct Tiny {  // loss = sum(relu(x @ w1^T + b1) @ w2^T): three leaves, optionally one unused
+  std::vector<std::pair<std::string, Tensor*>> params;
+  Tensor w1, b1, w2, unused;
+  Tensor x;
+  explicit Tiny(Device d) {
+    auto leaf = [&](std::vector<float> v, Shape s) {
+      Tensor t = Tensor::from_vector(v, s, d);
+      t.set_requires_grad(true);
+      return t;
+    };
+    w1 = leaf({0.5f, -1, 2, 0.25f, 1, 1}, {3, 2});
+    b1 = leaf({0.1f, 0.2f, -0.3f}, {3});
+    w2 = leaf({1, -2, 0.5f}, {1, 3});
+    unused = leaf({7, 7}, {2});
+    x = Tensor::from_vector({1, 2, -1, 0.5f}, {2, 2}, d);
+    params = {{"w1", &w1}, {"b1", &b1}, {"w2", &w2}, {"unused", &unused}};
+  }
+  Tensor loss() const { return ops::sum(ops::matmul(ops::relu(ops::linear(x, w1, b1)), w2, false, true)); }
+};
+
+inline std::vector<std::vector<float>> grads_of(const Tiny& t) {
+  std::vector<std::vector<float>> out;
+  for (const Tensor* p : {&t.w1, &t.b1, &t.w2}) out.push_back(p->grad().to_vector());
+  return out;
+}
+
+inline std::vector<std::vector<float>> plain_grads(Device d, int backwards) {
+  Tiny t(d);
+  for (int k = 0; k < backwards; ++k) t.loss().backward();
+  if (d.is_hpu()) graphs::mark_step(d);
+  return grads_of(t);
+}
+
+constexpr int64_t kMB = 1 << 20;
+
+enum class Where { LazyHpu, EagerHpu, EagerCpu };
+
+class DDPReducerTest : public ::testing::TestWithParam<Where> {
+ protected:
+  void SetUp() override { graphs::enable_lazy_mode(lazy()); }
+  void TearDown() override { graphs::enable_lazy_mode(false); }
+  bool lazy() const { return GetParam() == Where::LazyHpu; }
+  Device dev() const { return GetParam() == Where::EagerCpu ? Device::cpu() : Device::hpu(0); }
+};
+
+inline std::string where_name(const ::testing::TestParamInfo<Where>& i) {
+  return i.param == Where::LazyHpu ? "LazyHpu" : i.param == Where::EagerHpu ? "EagerHpu" : "EagerCpu";
+}
+
 }  // namespace hg::training::ddp_test

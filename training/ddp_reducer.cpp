@@ -1,13 +1,19 @@
 #include "training/ddp_reducer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <oneapi/tbb/concurrent_queue.h>
+#include <spdlog/spdlog.h>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "engine/device.h"
 #include "engine/error.h"
+#include "engine/op.h"
 #include "graphs/lazy.h"
+#include "training/process_group.h"
 
 namespace hg::training {
 
@@ -17,6 +23,69 @@ struct DDPReducer::CommQueue : tbb::concurrent_bounded_queue<size_t> {};
 namespace {
 constexpr size_t kStopComm = std::numeric_limits<size_t>::max();  // wakes the communication thread to see stop_
 }  // namespace
+
+// The in_graph ops. "ddp_bucket_start" (inputs: a bucket's gradients in bucket order; attrs:
+// reducer id, bucket) returns a token F32[1]; "ddp_bucket_mean" (input: that token; attrs:
+// reducer id, bucket, offset, then the parameter's shape) returns the parameter's mean
+// gradient. Their kernels find the reducer by id when they run, and never throw (kernels run
+// inside Runtime::invoke): a failed all-reduce makes the means NaN and is thrown by the
+// reducer's next call on the host; a graph run after its reducer was destroyed (recorded, then
+// the reducer went before mark_step) logs that and writes NaN. The reducer's destructor lets
+// its device's queued work finish before it leaves the registry.
+struct DDPReducer::GraphOps {
+  std::mutex mu;
+  std::unordered_map<int64_t, DDPReducer*> live;
+  int64_t next_id = 1;
+
+  static GraphOps& get() {
+    static GraphOps ops;
+    return ops;
+  }
+  DDPReducer* find(int64_t id) {
+    std::lock_guard lk(mu);
+    const auto it = live.find(id);
+    if (it != live.end()) return it->second;
+    spdlog::error("DDP: a gradient op of reducer {} ran after that reducer was destroyed; its gradients are NaN", id);
+    return nullptr;
+  }
+  static TensorMeta infer_start(const OpSchema& op, const std::vector<TensorMeta>& in, const Attrs&) {
+    for (const TensorMeta& m : in)
+      if (m.dtype != DType::F32) throw InvalidArgument(op_context(op, in) + ": gradients must be F32");
+    return {{1}, DType::F32};
+  }
+  static TensorMeta infer_mean(const OpSchema& op, const std::vector<TensorMeta>& in, const Attrs& a) {
+    if (in[0] != TensorMeta{{1}, DType::F32} || a.ints.size() < 3)
+      throw InvalidArgument(op_context(op, in) + ": expects the F32[1] token of ddp_bucket_start");
+    return {Shape(a.ints.begin() + 3, a.ints.end()), DType::F32};
+  }
+  static Kernel prepare_start(const std::vector<TensorMeta>&, const TensorMeta&, const Attrs& a) {
+    const int64_t id = a.i(0);
+    const auto b = static_cast<size_t>(a.i(1));
+    return [id, b](const void* const* in, void* out) {
+      *static_cast<float*>(out) = 0;
+      if (DDPReducer* r = get().find(id)) r->start_in_graph(b, in);
+    };
+  }
+  static Kernel prepare_mean(const std::vector<TensorMeta>&, const TensorMeta& out, const Attrs& a) {
+    const int64_t id = a.i(0);
+    const auto b = static_cast<size_t>(a.i(1)), offset = static_cast<size_t>(a.i(2));
+    const auto n = static_cast<size_t>(out.numel());
+    return [id, b, offset, n](const void* const*, void* o) {
+      if (DDPReducer* r = get().find(id)) return r->mean_in_graph(b, offset, n, static_cast<float*>(o));
+      std::fill_n(static_cast<float*>(o), n, std::numeric_limits<float>::quiet_NaN());
+    };
+  }
+  static const OpSchema& start_op() {
+    static const OpSchema& op = (register_op({"ddp_bucket_start", -1, infer_start, prepare_start}),
+                                 op_schema("ddp_bucket_start"));
+    return op;
+  }
+  static const OpSchema& mean_op() {
+    static const OpSchema& op = (register_op({"ddp_bucket_mean", 1, infer_mean, prepare_mean}),
+                                 op_schema("ddp_bucket_mean"));
+    return op;
+  }
+};
 
 std::vector<std::vector<size_t>> assign_buckets(const std::vector<int64_t>& bytes, double first_mb, double cap_mb) {
   if (!(first_mb > 0) || !(cap_mb > 0))
@@ -72,11 +141,34 @@ DDPReducer::DDPReducer(std::vector<std::pair<std::string, Tensor*>> params, AllR
     }
     bk.flat.resize(bk.numel + (opt_.find_unused_parameters ? bk.params.size() : 0));
   }
+  if (opt_.in_graph) {
+    if (opt_.find_unused_parameters)
+      throw InvalidArgument("DDP: in_graph reduction does not support find_unused_parameters");
+    tokens_.resize(buckets_.size());
+    started_ = std::make_unique<std::atomic<uint64_t>[]>(buckets_.size());
+    done_ = std::make_unique<std::atomic<uint64_t>[]>(buckets_.size());
+    GraphOps::start_op();
+    GraphOps::mean_op();
+    GraphOps& ops = GraphOps::get();
+    std::lock_guard lk(ops.mu);
+    id_ = ops.next_id++;
+    ops.live[id_] = this;
+  }
   queue_ = std::make_unique<CommQueue>();
   comm_ = std::thread([this] { comm_loop(); });
 }
 
 DDPReducer::~DDPReducer() {
+  if (id_) {
+    // Queued graphs with this reducer's ops run first (their all-reduces need the thread).
+    if (device_.is_hpu()) {
+      ExecQueue& q = *device_backend(device_).queue();
+      q.wait(q.record());
+    }
+    GraphOps& ops = GraphOps::get();
+    std::lock_guard lk(ops.mu);
+    ops.live.erase(id_);
+  }
   stop_ = true;  // buckets still queued are left: the group may be broken (an exception mid-backward)
   queue_->push(kStopComm);
   comm_.join();
@@ -91,7 +183,12 @@ void DDPReducer::arm_hooks() {
   }
 }
 
+void DDPReducer::check_error() const {
+  if (failed_.load(std::memory_order_acquire)) std::rethrow_exception(error_);
+}
+
 void DDPReducer::prepare_for_backward(const Tensor& loss, bool sync) {
+  check_error();
   if (armed_) finish();
   arm_hooks();
   if (!sync) return;
@@ -144,6 +241,10 @@ void DDPReducer::mark_ready(size_t i, Tensor grad) {
   p.grad = std::move(grad);
   Bucket& b = buckets_[p.bucket];
   if (--b.pending != 0) return;
+  if (opt_.in_graph) {
+    launch_ready_buckets();
+    return;
+  }
   if (device_.is_hpu()) {
     // Lazy: run the traced part of backward that produced this bucket, so its gradients exist
     // while tracing the rest goes on; the communication thread waits for the device event.
@@ -157,7 +258,45 @@ void DDPReducer::mark_ready(size_t i, Tensor grad) {
 }
 
 void DDPReducer::launch_ready_buckets() {
-  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) queue_->push(next_launch_++);
+  for (; next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0; ++next_launch_) {
+    if (!opt_.in_graph) {
+      queue_->push(next_launch_);
+      continue;
+    }
+    // Recorded (lazy) or queued (eager) in bucket order on every rank, like the pushes above.
+    const Bucket& bk = buckets_[next_launch_];
+    std::vector<Tensor> grads;
+    for (size_t i : bk.params) grads.push_back(params_[i].grad);
+    tokens_[next_launch_] =
+        dispatch(GraphOps::start_op(), std::move(grads), Attrs{{id_, static_cast<int64_t>(next_launch_)}, {}});
+  }
+}
+
+// Kernels of the in_graph ops, in device order: a bucket's mean ops run after its start op and
+// before the next round's start op, so the flat buffer is the round's alone.
+void DDPReducer::start_in_graph(size_t b, const void* const* grads) {
+  Bucket& bk = buckets_[b];
+  for (size_t k = 0; k < bk.params.size(); ++k) {
+    const Param& p = params_[bk.params[k]];
+    std::memcpy(bk.flat.data() + p.offset, grads[k], static_cast<size_t>(p.tensor->numel()) * sizeof(float));
+  }
+  started_[b].fetch_add(1, std::memory_order_relaxed);
+  queue_->push(b);
+}
+
+void DDPReducer::mean_in_graph(size_t b, size_t offset, size_t n, float* out) {
+  const uint64_t want = started_[b].load(std::memory_order_relaxed);
+  // The communication thread has the round (it stops only once the device's work is done); the
+  // group's timeout bounds the all-reduce.
+  for (uint64_t d = done_[b].load(std::memory_order_acquire); d < want; d = done_[b].load(std::memory_order_acquire))
+    done_[b].wait(d, std::memory_order_acquire);
+  if (failed_.load(std::memory_order_acquire)) {  // thrown by the next call on the host
+    std::fill_n(out, n, std::numeric_limits<float>::quiet_NaN());
+    return;
+  }
+  const float inv = 1.0f / static_cast<float>(world_);
+  const float* in = buckets_[b].flat.data() + offset;
+  for (size_t e = 0; e < n; ++e) out[e] = in[e] * inv;
 }
 
 // A dedicated thread, not a TBB task: Gloo's all-reduce blocks in socket I/O.
@@ -171,7 +310,13 @@ void DDPReducer::comm_loop() {
         reduce_bucket(b);
       } catch (...) {
         error_ = std::current_exception();
+        failed_.store(true, std::memory_order_release);
       }
+    }
+    if (opt_.in_graph) {
+      done_[b].fetch_add(1, std::memory_order_release);
+      done_[b].notify_all();
+      continue;
     }
     ++reduced_;
     reduced_.notify_all();
@@ -180,6 +325,10 @@ void DDPReducer::comm_loop() {
 
 void DDPReducer::reduce_bucket(size_t b) {
   Bucket& bk = buckets_[b];
+  if (opt_.in_graph) {  // start_in_graph filled the buffer; the mean ops read it
+    if (world_ > 1) allreduce_(bk.flat.data(), bk.flat.size(), 1000 + static_cast<uint32_t>(b));
+    return;
+  }
   if (bk.device_event) device_backend(device_).queue()->wait(bk.device_event);
   float* flat = bk.flat.data();
   for (size_t k = 0; k < bk.params.size(); ++k) {
@@ -207,7 +356,12 @@ void DDPReducer::reduce_bucket(size_t b) {
 }
 
 void DDPReducer::finish() {
+  check_error();
   if (!armed_) return;
+  if (opt_.in_graph) {
+    finish_in_graph();
+    return;
+  }
   std::string missing;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].ready) continue;
@@ -229,6 +383,30 @@ void DDPReducer::finish() {
   if (!missing.empty())
     throw InvalidArgument("DDP: parameters that got no gradient in this backward: " + missing +
                           " (pass find_unused_parameters = true when parts of the model are not used)");
+}
+
+
+// Every parameter got its gradient: each .grad becomes its bucket's mean op (nothing waits here).
+// A parameter without one is an error before any bucket op is recorded for it: the step's
+// graph may never run, so reducing the others would not keep the other ranks from waiting.
+void DDPReducer::finish_in_graph() {
+  armed_ = false;
+  std::string missing;
+  for (const Param& p : params_)
+    if (!p.ready) missing += (missing.empty() ? "'" : ", '") + p.name + "'";
+  if (!missing.empty()) {
+    for (Param& p : params_) p.grad = Tensor();
+    tokens_.assign(tokens_.size(), Tensor());
+    throw InvalidArgument("DDP: parameters that got no gradient in this backward: " + missing +
+                          " (every parameter that requires grad must be used in each step)");
+  }
+  for (Param& p : params_) {
+    Attrs a{{id_, static_cast<int64_t>(p.bucket), static_cast<int64_t>(p.offset)}, {}};
+    for (int64_t d : p.tensor->shape()) a.ints.push_back(d);
+    p.tensor->impl()->grad = dispatch(GraphOps::mean_op(), {tokens_[p.bucket]}, a).impl_ptr();
+    p.grad = Tensor();
+  }
+  tokens_.assign(tokens_.size(), Tensor());
 }
 
 }  // namespace hg::training

@@ -9,6 +9,13 @@
 // backward that produced it (graphs::mark_step), so communication overlaps with the rest of
 // backward and each backward segment is a graph served from the cache after the first step.
 //
+// With in_graph the reduction is part of the step's graph instead (XLA's all-reduce-start /
+// all-reduce-done): a completed bucket records an op that, when the device reaches it, copies
+// the bucket's gradients and hands them to the communication thread, and each .grad becomes an
+// op that waits for its bucket and divides by the world size. The device keeps computing the
+// rest of backward meanwhile, the host never waits, and a lazy step stays one graph, which
+// graphs::StepReplay can replay (the Trainer's replay_steps under DDP).
+//
 //   auto allreduce = [&pg](float* d, size_t n, uint32_t tag) { pg.allreduce(d, n, hg::training::ReduceOp::Sum, tag); };
 //   hg::training::DDPReducer r(net.named_parameters(), allreduce, pg.size(), {.bucket_cap_mb = 25});
 //   r.prepare_for_backward(loss, /*sync=*/true);   // hooks armed (find_unused: graph walked)
@@ -39,6 +46,11 @@ struct DDPReducerOptions {
   double bucket_cap_mb = 25;
   double first_bucket_mb = 1;
   bool find_unused_parameters = false;
+  // Reduce inside the step's graph (see above). Not with find_unused_parameters (which reduces
+  // used-flags the host reads). A communication error makes that step's gradients NaN (the ops
+  // run on the device, where nothing throws) and is thrown by the next prepare_for_backward,
+  // finish or check_error.
+  bool in_graph = false;
 };
 
 class DDPReducer {
@@ -64,6 +76,10 @@ class DDPReducer {
   // false) — after reducing the rest, so the other ranks are not left waiting. No-op outside
   // a synchronizing round.
   void finish();
+
+  // in_graph: throws the communication thread's first error (hg::training::DistError) if there
+  // was one. For a host that only replays steps and so calls nothing else here.
+  void check_error() const;
 
   // Parameter indices (named_parameters order) per bucket, reduction order.
   const std::vector<std::vector<size_t>>& bucket_indices() const { return layout_; }
@@ -95,6 +111,11 @@ class DDPReducer {
   void launch_ready_buckets();
   void reduce_bucket(size_t b);  // communication thread
   void comm_loop();
+  // in_graph: the ops' kernels, on the device's queue (ddp_reducer.cpp).
+  struct GraphOps;
+  void start_in_graph(size_t b, const void* const* grads);
+  void mean_in_graph(size_t b, size_t offset, size_t n, float* out);
+  void finish_in_graph();
 
   std::vector<Param> params_;
   std::vector<Bucket> buckets_;
@@ -111,6 +132,13 @@ class DDPReducer {
   std::atomic<size_t> reduced_{0};  // buckets done this round (finish() waits on it)
   std::exception_ptr error_;        // the round's first communication error; read once reduced_ is complete
   std::atomic<bool> stop_{false};
+  // in_graph: this reducer's id in the ops' attributes, each bucket's start op's result (the
+  // token its .grad ops wait on), and per bucket how many rounds the device started and the
+  // communication thread finished.
+  int64_t id_ = 0;
+  std::vector<Tensor> tokens_;
+  std::unique_ptr<std::atomic<uint64_t>[]> started_, done_;
+  std::atomic<bool> failed_{false};  // error_ is set (in_graph: read at any time once this is)
   std::thread comm_;
 };
 

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "engine/error.h"
+#include "graphs/lazy.h"
 #include "training/ddp_reducer.h"
 
 namespace hg::training {
@@ -271,13 +272,35 @@ void DDPStrategy::setup_module(models::Module& m) {
     for (const auto& [name, t] : buffers_) bytes += t->meta().bytes();
     buffer_bytes_.assign((bytes + sizeof(float) - 1) / sizeof(float), 0.0f);
   }
+  make_reducer(false);
+}
+
+void DDPStrategy::make_reducer(bool in_graph) {
+  reducer_.reset();  // its queued work runs first
   std::shared_ptr<ProcessGroup> pg = pg_;
   reducer_ = std::make_unique<DDPReducer>(
-      m.named_parameters(), [pg](float* d, size_t n, uint32_t tag) { pg->allreduce(d, n, ReduceOp::Sum, tag); },
-      world_,
+      module_->named_parameters(),
+      [pg](float* d, size_t n, uint32_t tag) { pg->allreduce(d, n, ReduceOp::Sum, tag); }, world_,
       DDPReducerOptions{.bucket_cap_mb = opt_.bucket_cap_mb,
                         .first_bucket_mb = opt_.first_bucket_mb,
-                        .find_unused_parameters = opt_.find_unused_parameters});
+                        .find_unused_parameters = opt_.find_unused_parameters,
+                        .in_graph = in_graph});
+  in_graph_ = in_graph;
+}
+
+bool DDPStrategy::replay_steps(bool on) {
+  if (!reducer_) return !on || device_.is_hpu();  // world 1: plain backward
+  if (on && (!graphs::lazy_mode_enabled() || opt_.find_unused_parameters || !buffers_.empty())) return false;
+  if (on != in_graph_) make_reducer(on);
+  return true;
+}
+
+void DDPStrategy::before_replayed_step() {
+  if (!reducer_) return;
+  collective("a gradient bucket all-reduce", [&] {
+    reducer_->check_error();
+    return 0;
+  });
 }
 
 // One broadcast of every tensor's bytes, behind the signature: a model that differs between

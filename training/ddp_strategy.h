@@ -65,6 +65,11 @@ class DDPStrategy : public Strategy {
   void before_forward(models::Module& m) override;
   void backward(const Tensor& loss, bool sync_gradients) override;
   void finish_gradient_sync() override;
+  // Lazy mode, no find_unused_parameters and no buffers to broadcast (broadcast_buffers false
+  // or a module without buffers): the gradient buckets are reduced by ops in the step's graph
+  // (DDPReducerOptions::in_graph), so the step is one graph that replays.
+  bool replay_steps(bool on) override;
+  void before_replayed_step() override;
   double reduce(double value, ReduceOp op) override;
   void barrier(const std::string& name) override;
   void broadcast(std::string& bytes) override;
@@ -93,7 +98,9 @@ class DDPStrategy : public Strategy {
   ClusterEnv env_;
   int rank_ = 0, world_ = 1;
   std::shared_ptr<ProcessGroup> pg_;  // the process's group; shared with the reducer's thread
+  void make_reducer(bool in_graph);
   std::unique_ptr<DDPReducer> reducer_;  // world > 1 only
+  bool in_graph_ = false;                // reducer_ reduces inside the step's graph
   models::Module* module_ = nullptr;
   std::vector<std::pair<std::string, Tensor*>> buffers_;  // broadcast before each forward
   std::vector<float> buffer_bytes_;                       // their bytes, as floats on the wire

@@ -98,12 +98,12 @@ void Trainer::Loop::fit(LightningModule& m, const DataLoader& train, const DataL
 
   replay.reset();
   if (o.replay_steps) {
-    if (lazy && m.automatic_optimization && o.accumulate_grad_batches == 1 &&
-        dynamic_cast<SingleHPUStrategy*>(strategy.get()))
+    if (lazy && m.automatic_optimization && o.accumulate_grad_batches == 1 && strategy->replay_steps(true))
       replay = std::make_unique<graphs::StepReplay>(device);
     else
-      spdlog::warn("Trainer: replay_steps needs lazy mode on one HPU (strategy hpu_single), automatic "
-                   "optimization and accumulate_grad_batches 1; this fit traces every step");
+      spdlog::warn("Trainer: replay_steps needs lazy mode on an HPU, automatic optimization, "
+                   "accumulate_grad_batches 1 and, under DDP, no find_unused_parameters and no buffers to "
+                   "broadcast; this fit traces every step");
   }
   if (n == 0) spdlog::warn("Trainer: limit_train_batches gives 0 training batches: fit skips training");
   while (n > 0) {
@@ -121,6 +121,7 @@ void Trainer::Loop::fit(LightningModule& m, const DataLoader& train, const DataL
     spdlog::info("Trainer: {} training steps traced, {} replayed{}{}", r.traced, r.replayed,
                  r.last_fallback.empty() ? "" : "; the last traced step did not replay: ", r.last_fallback);
     replay.reset();
+    strategy->replay_steps(false);
   }
 }
 
@@ -281,6 +282,7 @@ bool Trainer::Loop::replayed_step(LightningModule& m, const Batch& batch, int64_
   for (auto& c : t.optimizers_) guard = guard * 0x100000001B3ull ^ c.optimizer->replay_guard();
   const uint64_t replays = replay->stats().replayed;
   const std::vector<Tensor> out = replay->run(batch, body, guard, [this] {
+    strategy->before_replayed_step();
     for (auto& c : t.optimizers_) c.optimizer->on_replayed_step();
   });
   if (replay->stats().replayed == replays) {  // traced: what a replay of it will log again

@@ -66,6 +66,12 @@ class Strategy {
     (void)shuffle, (void)seed;
     return loader;
   }
+  // The Trainer's replay_steps (graphs::StepReplay: a replayed step runs no code of the step):
+  // a strategy whose steps can replay sets itself up for it (on) or back (off) and returns
+  // true; false names nothing to undo and the Trainer traces every step.
+  virtual bool replay_steps(bool on) { return !on || root_device().is_hpu(); }
+  // Before each replayed step: DDP throws the error of an all-reduce an earlier step queued.
+  virtual void before_replayed_step() {}
   virtual void teardown() {}
 };
 

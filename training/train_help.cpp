@@ -83,8 +83,9 @@ Lightning's meaning and defaults unless said otherwise.
   enable_progress_bar true
   fast_dev_run       0             true or N: N batches of train/val/test, 1 epoch, no logs or checkpoints
   dist_timeout       1800          seconds for rendezvous and collectives (DDP)
-  replay_steps       false         lazy, one HPU: replay the training step once two steps record
-                                   the same graph (training_step is then not called; see docs)
+  replay_steps       false         lazy mode: replay the training step once two steps record the
+                                   same graph (training_step is then not called; DDP reduces
+                                   inside the step's graph; see docs)
 
 "ckpt_path"            ""          resume fit from this checkpoint file, or "last" / "best" (the
                                    ModelCheckpoint's in default_root_dir); "": a fresh start

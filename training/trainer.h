@@ -79,9 +79,10 @@ struct TrainerOptions {
   int fast_dev_run = 0;                   // n > 0: n batches of train/val/test, 1 epoch, no loggers or checkpoints
   std::chrono::milliseconds dist_timeout = std::chrono::minutes(30);  // rendezvous and collectives
   std::ostream* out = nullptr;            // progress bar and messages; default std::cout
-  // Lazy mode on one HPU with automatic optimization: once two training steps record the same
+  // Lazy mode on an HPU with automatic optimization: once two training steps record the same
   // graph, later steps replay it without calling training_step (graphs/step_replay.h; what a
-  // replay skips: docs/training.md).
+  // replay skips: docs/training.md). Under DDP the gradient buckets are then reduced inside the
+  // step's graph (Strategy::replay_steps).
   bool replay_steps = false;
 };
 
