@@ -1,17 +1,15 @@
 // The DDP reducer with in_graph reduction (training/ddp_reducer.h): the same means as the
-// host-side reducer, the step one lazy graph that nothing on the host waits for, bucket 0 sent
-// while backward still runs, errors from the communication thread, and steps replayed by
-// graphs::StepReplay bitwise as tracing every step with the host-side reducer. A stand-in
-// all-reduce plays the other rank (two real processes: ddp_multiprocess_test.cpp).
+// host-side reducer, the step one lazy graph that nothing on the host waits for, errors from
+// the communication thread, and steps replayed by graphs::StepReplay bitwise as tracing every
+// step with the host-side reducer (bucket 0 sent while backward still runs: ddp_test.cpp). A
+// stand-in all-reduce plays the other rank (two real processes: ddp_multiprocess_test.cpp).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <future>
 #include <mutex>
 #include <vector>
 
-#include "engine/autograd.h"
 #include "engine/device.h"
 #include "engine/ops.h"
 #include "graphs/lazy.h"
@@ -19,7 +17,6 @@
 #include "models/zoo.h"
 #include "tests/ddp_test_util.h"
 #include "tests/errors.h"
-#include "tests/wait.h"
 #include "training/ddp_reducer.h"
 #include "training/process_group.h"
 #include "training/sgd.h"
@@ -75,29 +72,6 @@ TEST_P(InGraphReducer, MeanOverRanksInBucketOrderWithoutWaitingOnTheHost) {
   EXPECT_EQ(grads_of(t), want);
   std::lock_guard lk(mu);
   EXPECT_THAT(tags, ElementsAre(1000u, 1001u));
-}
-
-// Bucket 0 (w2) is on the communication thread while backward still computes w1's gradient: a
-// hook on w1 waits (bounded) for its all-reduce to start. Eager only: lazily, backward is
-// recorded first and the whole step runs as one graph.
-TEST_P(InGraphReducer, FirstBucketIsSentWhileBackwardStillRuns) {
-  if (lazy()) GTEST_SKIP() << "lazy: backward is recorded, then run as one graph";
-  Tiny t(dev());
-  std::promise<void> started;
-  DDPReducer r(used(t), [&](float*, size_t, uint32_t tag) {
-    if (tag == 1000) started.set_value();
-  }, 2, {.bucket_cap_mb = 1, .first_bucket_mb = 12.0 / kMB, .in_graph = true});
-  std::future<void> f = started.get_future();
-  bool overlapped = false;
-  Tensor loss = t.loss();
-  r.prepare_for_backward(loss, true);
-  auto h = register_post_accumulate_grad_hook(t.w1, [&](const Tensor&) {
-    overlapped = hg::test::ready_within(f, hg::test::kWaitLimit, "bucket 0's all-reduce to start while backward still runs");
-  });
-  loss.backward();
-  r.finish();
-  run_queued();
-  EXPECT_TRUE(overlapped);
 }
 
 TEST_P(InGraphReducer, CommunicationErrorFailsTheStepAndEveryLaterCall) {
