@@ -39,7 +39,7 @@ def load(path):
             check[(j["model"], j["batch"], j["steps"])][j["runtime"]] = j
             continue
         if tag or j["runtime"].startswith("hgraph_ddp"):
-            ddp[(j["model"], j["batch"])].append(j)
+            ddp[(j["model"], j["batch"], j["runtime"].rsplit("_", 1)[1])].append(j)
             continue
         rt = j["runtime"]
         if j.get("sync_every", 1) != 1:
@@ -114,11 +114,12 @@ def ddp_table(ddp):
     targets = []
     if not ddp:
         return targets
-    print("\n#### DDP: 2 ranks x 1 thread against 2 independent 1-thread processes (lazy, samples/s, best round)\n")
-    print("| model | batch per process | 1 process alone | 2 independent (sum) | overlap of their timed windows "
+    print("\n#### DDP: 2 ranks x 1 thread against 2 independent 1-thread processes (samples/s, best round; "
+          "lazy: every step traced, replay: replayed steps, the all-reduce in the step's graph)\n")
+    print("| model | batch per process | mode | 1 process alone | 2 independent (sum) | overlap of their timed windows "
           "| DDP 2 ranks (sum) | DDP / 2 independent | DDP / 1 process |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for (m, b), rows in sorted(ddp.items(), key=lambda kv: (list(NAMES).index(kv[0][0]), kv[0][1])):
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+    for (m, b, mode), rows in sorted(ddp.items(), key=lambda kv: (list(NAMES).index(kv[0][0]), kv[0][1], kv[0][2])):
         single = max((j["samples_per_s"] for j in rows if j.get("tag") == "single"), default=None)
         # independent pairs: consecutive independent_0 / independent_1 lines of one round
         pairs, pending = [], {}
@@ -136,11 +137,11 @@ def ddp_table(ddp):
         ddp_sps = max((j["samples_per_s"] for j in rows if j["runtime"].startswith("hgraph_ddp")), default=None)
         r_ind = ddp_sps / ind if ddp_sps and ind else None
         r_one = ddp_sps / single if ddp_sps and single else None
-        print(f"| {NAMES.get(m, m)} | {b} | {fmt(single)} | {fmt(ind)} | "
+        print(f"| {NAMES.get(m, m)} | {b} | {mode} | {fmt(single)} | {fmt(ind)} | "
               f"{'-' if overlap is None else f'{overlap:.0%}'} | {fmt(ddp_sps)} | "
               f"{'-' if r_ind is None else f'{r_ind:.0%}'} | {fmt(r_one)}x |")
         if r_ind is not None:
-            targets.append(f"- {'met' if r_ind >= 0.9 else 'MISSED'}: DDP 2x1T {NAMES.get(m, m)} batch {b}/process: "
+            targets.append(f"- {'met' if r_ind >= 0.9 else 'MISSED'}: DDP 2x1T {NAMES.get(m, m)} batch {b}/process, {mode}: "
                            f"{r_ind:.0%} of 2 independent processes (>= 90%); {fmt(ddp_sps)} vs {fmt(ind)} samples/s")
     return targets
 

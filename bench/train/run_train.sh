@@ -12,7 +12,8 @@
 # TRAIN_ROUNDS (default 2) repeats the throughput cells (report.py keeps each cell's best round:
 # a disturbance on the shared VM hits one round, and every runtime gets the same treatment).
 # TRAIN_PARTS (default "check speed ddp digits") picks the parts (check: the loss after the same
-# 25 steps in every framework). Writes BUILD_DIR/train/results.jsonl (TRAIN_OUT: another name),
+# 25 steps in every framework). The DDP part: TRAIN_DDP_MODELS ("mlp 32;lenet5 64;bert 8"),
+# TRAIN_DDP_MODES ("lazy replay"), TRAIN_DDP_STEPS (per model by default). Writes BUILD_DIR/train/results.jsonl (TRAIN_OUT: another name),
 # the digits CSVs and bench/train/digits_loss.png, and prints report.py's tables.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -86,22 +87,28 @@ if has ddp; then
   # (no communication); each process trains on its own batch of B samples per step.
   export OMP_NUM_THREADS=1 HG_HPU_THREADS=1
   ddp_steps=${TRAIN_DDP_STEPS:-}
-  for c in "mlp 32" "lenet5 64" "bert 8"; do
+  # TRAIN_DDP_MODES: lazy (every step traced; the host waits for the buckets) and replay (the
+  # step replayed, its all-reduce inside the step's graph); the processes it is compared with
+  # run the same mode.
+  IFS=';' read -ra ddp_configs <<< "${TRAIN_DDP_MODELS:-mlp 32;lenet5 64;bert 8}"
+  for c in "${ddp_configs[@]}"; do
     set -- $c
     case $1 in mlp) steps=${ddp_steps:-10000} ;; lenet5) steps=${ddp_steps:-400} ;; *) steps=${ddp_steps:-40} ;; esac
     for round in $(seq "$rounds"); do
-      echo "DDP round $round: $1 batch $2 per process, $steps steps" >&2
-      # one process alone, then two at once
-      cell "$bench" run "$data" --model "$1" --batch "$2" --mode lazy --steps "$steps" --tag single
-      start=$(($(date +%s) + 5))  # both time from the same instant, after their warm-ups
-      "$bench" run "$data" --model "$1" --batch "$2" --mode lazy --steps "$steps" --start-at "$start" --tag independent_0 > "$data/ind0.json" &
-      p0=$!
-      "$bench" run "$data" --model "$1" --batch "$2" --mode lazy --steps "$steps" --start-at "$start" --tag independent_1 > "$data/ind1.json" &
-      p1=$!
-      wait "$p0" && wait "$p1" || echo "FAILED: an independent $1 process" >&2
-      cat "$data/ind0.json" "$data/ind1.json" >> "$out.tmp"
-      # DDP: rank 0 launches rank 1 (training/cluster_env.h's launcher) on a free port.
-      cell timeout 600 "$bench" ddp "$data" --model "$1" --batch "$2" --mode lazy --steps "$steps" --devices 2
+      for mode in ${TRAIN_DDP_MODES:-lazy replay}; do
+        echo "DDP round $round: $1 batch $2 per process, $steps steps, $mode" >&2
+        # one process alone, then two at once
+        cell "$bench" run "$data" --model "$1" --batch "$2" --mode "$mode" --steps "$steps" --tag single
+        start=$(($(date +%s) + 5))  # both time from the same instant, after their warm-ups
+        "$bench" run "$data" --model "$1" --batch "$2" --mode "$mode" --steps "$steps" --start-at "$start" --tag independent_0 > "$data/ind0.json" &
+        p0=$!
+        "$bench" run "$data" --model "$1" --batch "$2" --mode "$mode" --steps "$steps" --start-at "$start" --tag independent_1 > "$data/ind1.json" &
+        p1=$!
+        wait "$p0" && wait "$p1" || echo "FAILED: an independent $1 process" >&2
+        cat "$data/ind0.json" "$data/ind1.json" >> "$out.tmp"
+        # DDP: rank 0 launches rank 1 (training/cluster_env.h's launcher) on a free port.
+        cell timeout 600 "$bench" ddp "$data" --model "$1" --batch "$2" --mode "$mode" --steps "$steps" --devices 2
+      done
     done
   done
 fi
