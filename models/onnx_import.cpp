@@ -29,25 +29,21 @@ namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
-constexpr int64_t kProbe[2] = {2, 3};  // the batch sizes the graph is run at to find batch-dependent values
-
-enum class Kind { Const, Meta, Runtime };  // Meta: known at import but batch-dependent (shape arithmetic)
+// Const: known at import (initializers, Constant nodes and what only they feed: folded now).
+// Shape: computed from the inputs' shapes alone (Shape and the arithmetic on it): kept as graph
+// nodes that OpGraphModule evaluates on the host for each concrete signature. Runtime: depends
+// on the inputs' data.
+enum class Kind { Const, Shape, Runtime };
 
 struct Val {
   Kind kind;
-  Tensor probe[2];   // the value at each probe batch (both the same tensor for constants)
+  Tensor value;      // Const only (on the cpu)
   std::string name;  // graph value or constant name
 };
 
 std::vector<double> host_doubles(const Tensor& t) {
   const Tensor d = t.to(DType::F64).contiguous();
   return std::vector<double>(d.data<double>(), d.data<double>() + d.numel());
-}
-
-bool same_value(const Tensor& a, const Tensor& b) {
-  if (a.meta() != b.meta()) return false;
-  const Tensor ca = a.contiguous(), cb = b.contiguous();
-  return std::memcmp(ca.raw_data(), cb.raw_data(), ca.meta().bytes()) == 0;
 }
 
 struct Importer {
@@ -177,7 +173,7 @@ struct Importer {
     }
   }
 
-  void add_const(const std::string& name, const Tensor& t) { vals[name] = Val{Kind::Const, {t, t}, name}; }
+  void add_const(const std::string& name, const Tensor& t) { vals[name] = Val{Kind::Const, t, name}; }
 
   void constant_node(const onnx::NodeProto& np, const OpNode& n) {
     if (np.attribute_size() != 1 || np.output_size() != 1) fail(node_ctx(n) + ": needs one attribute and one output");
@@ -192,35 +188,9 @@ struct Importer {
     add_const(np.output(0), t);
   }
 
-  // A value known at import goes into attrs[attr] as a flat list; entries that differ between
-  // the probes are linear in the batch: {"batch": a, "plus": c}.
-  void fold_host_input(OpNode& n, const HostInput& h, const Val& v) {
-    const Tensor& p0 = v.probe[0];
-    if (p0.shape() != v.probe[1].shape())
-      fail(node_ctx(n) + ": input '" + n.inputs[h.slot] + "' (" + h.attr + ") changes its length with the batch size");
-    Json list = Json::array();
-    if (is_floating(p0.dtype())) {
-      if (v.kind != Kind::Const) fail(node_ctx(n) + ": input '" + n.inputs[h.slot] + "' (" + h.attr + ") depends on the batch size");
-      for (double x : host_doubles(p0)) list.push_back(x);
-    } else {
-      const auto a = p0.to(DType::I64).to_indices(), b = v.probe[1].to(DType::I64).to_indices();
-      for (size_t k = 0; k < a.size(); ++k) {
-        if (a[k] == b[k]) {
-          list.push_back(a[k]);
-        } else {
-          int64_t slope, at0, plus;
-          if (__builtin_sub_overflow(b[k], a[k], &slope) || __builtin_mul_overflow(slope / (kProbe[1] - kProbe[0]), kProbe[0], &at0) ||
-              __builtin_sub_overflow(a[k], at0, &plus))
-            fail(node_ctx(n) + ": input '" + n.inputs[h.slot] + "' (" + h.attr + ") overflows int64 as a function of the batch");
-          slope /= kProbe[1] - kProbe[0];
-          list.push_back({{"batch", slope}, {"plus", plus}});
-        }
-      }
-    }
-    n.attrs[h.attr] = list;
-    n.attrs[std::string(h.attr) + "_shape"] = p0.shape();
-    n.attrs[std::string(h.attr) + "_dtype"] = dtype_name(p0.dtype());
-    n.inputs[h.slot].clear();
+  // A constant the kept graph reads becomes one of the package's weights.
+  void keep_constant(const Val& v) {
+    if (constant_names.insert(v.name).second) constants.emplace_back(v.name, v.value.contiguous());
   }
 
   void import_node(const onnx::NodeProto& np) {
@@ -232,101 +202,104 @@ struct Importer {
                             n.op + "' (node '" + n.name + "', opset " + std::to_string(opset) + ")");
     if (n.op == "Constant") return constant_node(np, n);
     for (const auto& a : np.attribute()) n.attrs[a.name()] = attr_json(a, n);
+    legacy_semantics(n);
     n.inputs.assign(np.input().begin(), np.input().end());
     n.outputs.assign(np.output().begin(), np.output().end());
     for (const auto& i : n.inputs)
       if (!i.empty() && !vals.count(i)) fail(node_ctx(n) + ": input '" + i + "' is defined by no initializer, input or earlier node");
-    for (const HostInput& h : host_inputs(n.op)) {
-      if (h.slot >= static_cast<int>(n.inputs.size()) || n.inputs[h.slot].empty()) continue;
-      const Val& v = vals.at(n.inputs[h.slot]);
-      if (v.kind != Kind::Runtime) fold_host_input(n, h, v);
-      else if (h.required)
-        fail(node_ctx(n) + ": input '" + n.inputs[h.slot] + "' (" + h.attr + ") depends on the input data; not supported");
-    }
-    bool runtime = false;
-    for (const auto& i : n.inputs) runtime |= !i.empty() && vals.at(i).kind == Kind::Runtime;
-    runtime &= n.op != "Shape";
-    if (runtime && (n.op == "Identity" || n.op == "Dropout") && n.outputs.size() == 1) {
+    Kind kind = Kind::Const;
+    for (const auto& i : n.inputs)
+      if (!i.empty()) kind = std::max(kind, vals.at(i).kind);
+    if (n.op == "Shape" && kind == Kind::Runtime) kind = Kind::Shape;
+    if ((n.op == "Identity" || n.op == "Dropout") && n.outputs.size() == 1 && kind != Kind::Const) {
       vals[n.outputs[0]] = vals.at(n.inputs[0]);  // an alias, no node
       return;
     }
-    std::vector<Tensor> out[2];
-    for (int k = 0; k < 2; ++k) {
+    if (kind == Kind::Const) {  // folded now, on the cpu
+      for (const HostInput& h : host_inputs(n.op))
+        if (h.slot < static_cast<int>(n.inputs.size()) && !n.inputs[h.slot].empty())
+          fold_host_value(n, h, vals.at(n.inputs[h.slot]).value);
       std::vector<Tensor> in;
-      for (const auto& i : n.inputs) in.push_back(i.empty() ? Tensor() : vals.at(i).probe[k]);
+      for (const auto& i : n.inputs) in.push_back(i.empty() ? Tensor() : vals.at(i).value);
+      std::vector<Tensor> out;
       try {
-        out[k] = run_onnx_node(n, in, kProbe[k]);
+        out = run_onnx_node(n, in, 1);
       } catch (const std::exception& e) {  // hg::Error, or bad_alloc for absurd shapes
         fail(node_ctx(n) + ": " + e.what());
       }
-    }
-    if (!runtime) {
-      for (size_t o = 0; o < n.outputs.size(); ++o) {
-        const bool same = same_value(out[0][o], out[1][o]);
-        vals[n.outputs[o]] = Val{same ? Kind::Const : Kind::Meta, {out[0][o], same ? out[0][o] : out[1][o]}, n.outputs[o]};
-      }
+      for (size_t o = 0; o < n.outputs.size(); ++o) add_const(n.outputs[o], out[o]);
       return;
+    }
+    for (const HostInput& h : host_inputs(n.op)) {
+      if (h.slot >= static_cast<int>(n.inputs.size()) || n.inputs[h.slot].empty()) continue;
+      const Val& v = vals.at(n.inputs[h.slot]);
+      if (v.kind == Kind::Const) fold_host_value(n, h, v.value);
+      else if (v.kind == Kind::Runtime && h.required)
+        fail(node_ctx(n) + ": input '" + n.inputs[h.slot] + "' (" + h.attr + ") depends on the input data; not supported");
     }
     for (auto& i : n.inputs) {
       if (i.empty()) continue;
       const Val& v = vals.at(i);
-      if (v.kind == Kind::Meta)
-        fail(node_ctx(n) + ": input '" + i + "' is computed from the batch size and used as data; not supported");
-      if (v.kind == Kind::Const && constant_names.insert(v.name).second) constants.emplace_back(v.name, v.probe[0].contiguous());
+      if (v.kind == Kind::Const) keep_constant(v);
       i = v.name;
     }
-    for (size_t o = 0; o < n.outputs.size(); ++o) vals[n.outputs[o]] = Val{Kind::Runtime, {out[0][o], out[1][o]}, n.outputs[o]};
+    for (const auto& o : n.outputs) vals[o] = Val{kind, Tensor(), o};
     graph.nodes.push_back(std::move(n));
   }
 
-  IOSpec input_spec(const onnx::ValueInfoProto& vi) {
+  // Opsets before 13: Softmax and LogSoftmax work on the input flattened to 2-D at `axis`
+  // (default 1); the op table reads "coerce_2d".
+  void legacy_semantics(OpNode& n) const {
+    if (opset < 13 && (n.op == "Softmax" || n.op == "LogSoftmax")) {
+      if (!n.attrs.contains("axis")) n.attrs["axis"] = 1;
+      n.attrs["coerce_2d"] = 1;
+    }
+  }
+
+  // The element type and shape a graph input or output declares; -1 for a dynamic dimension
+  // (a dim_param, or no value).
+  IOSpec declared(const onnx::ValueInfoProto& vi, const char* what) {
     const auto& tt = vi.type().tensor_type();
     IOSpec s{vi.name(), "", {}};
-    DType dt;
     try {
-      dt = dtype_from_onnx(tt.elem_type());
+      s.datatype = kserve_datatype(dtype_from_onnx(tt.elem_type()));
     } catch (const Error& e) {
-      fail("input '" + vi.name() + "': " + e.what());
+      fail(std::string(what) + " '" + vi.name() + "': " + e.what());
     }
-    s.datatype = kserve_datatype(dt);
+    if (!tt.has_shape())
+      fail(std::string(what) + " '" + vi.name() + "' declares no shape (export with torch.onnx.export, which writes them)");
     for (int d = 0; d < tt.shape().dim_size(); ++d) {
       const auto& dim = tt.shape().dim(d);
-      const bool fixed = dim.has_dim_value() && dim.dim_value() > 0;
-      if (d == 0 && fixed)
-        fail("input '" + vi.name() + "' has a fixed batch dimension " + std::to_string(dim.dim_value()) +
-             "; export it with a dynamic batch (dynamic_axes={'" + vi.name() + "': {0: 'batch'}})");
-      if (d > 0 && !fixed) fail("input '" + vi.name() + "': dimension " + std::to_string(d) + " is dynamic; only the batch may be");
-      s.shape.push_back(d == 0 ? -1 : dim.dim_value());
+      s.shape.push_back(dim.has_dim_value() && dim.dim_value() > 0 ? dim.dim_value() : -1);
     }
-    if (s.shape.empty()) fail("input '" + vi.name() + "' has no batch dimension");
-    Shape largest = s.shape;
-    largest[0] = kProbe[1];
-    if (!capped_numel(largest))
-      fail("input '" + vi.name() + "': shape " + shape_str(s.shape) + " has more than " + std::to_string(kMaxOnnxElements) +
-           " elements at batch " + std::to_string(kProbe[1]));
-    Val v{Kind::Runtime, {}, vi.name()};
-    for (int k = 0; k < 2; ++k) {
-      Shape shape = s.shape;
-      shape[0] = kProbe[k];
-      v.probe[k] = Tensor::zeros(shape, dt, Device::cpu());
-    }
-    vals[vi.name()] = v;
+    if (s.shape.empty()) fail(std::string(what) + " '" + vi.name() + "' has no batch dimension");
     return s;
   }
 
-  IOSpec output_spec(const std::string& name) {
-    auto it = vals.find(name);
-    if (it == vals.end()) fail("output '" + name + "' is produced by no node");
+  // Every dimension but the batch may be dynamic; the batch must be.
+  IOSpec input_spec(const onnx::ValueInfoProto& vi) {
+    IOSpec s = declared(vi, "input");
+    if (s.shape[0] != -1)
+      fail("input '" + vi.name() + "' has a fixed batch dimension " + std::to_string(s.shape[0]) +
+           "; export it with a dynamic batch (dynamic_axes={'" + vi.name() + "': {0: 'batch'}})");
+    Shape fixed = s.shape;
+    for (int64_t& d : fixed) d = std::max<int64_t>(d, 1);
+    if (!capped_numel(fixed))
+      fail("input '" + vi.name() + "': shape " + shape_str(s.shape) + " has more than " + std::to_string(kMaxOnnxElements) +
+           " elements for one sample");
+    vals[vi.name()] = Val{Kind::Runtime, Tensor(), vi.name()};
+    return s;
+  }
+
+  // The batch is dimension 0 whatever the file says (exporters write the traced batch size when
+  // only the inputs were marked dynamic); the Predictor checks the rest against what runs.
+  IOSpec output_spec(const onnx::ValueInfoProto& vi) {
+    auto it = vals.find(vi.name());
+    if (it == vals.end()) fail("output '" + vi.name() + "' is produced by no node");
     const Val& v = it->second;
-    if (v.kind != Kind::Runtime) fail("output '" + name + "' does not depend on the inputs");
-    IOSpec s{name, kserve_datatype(v.probe[0].dtype()), v.probe[0].shape()};
-    for (size_t d = 0; d < s.shape.size(); ++d)
-      if (s.shape[d] != v.probe[1].shape()[d]) {
-        if (d != 0 || s.shape[0] != kProbe[0] || v.probe[1].shape()[0] != kProbe[1])
-          fail("output '" + name + "': dimension " + std::to_string(d) + " varies with the batch but is not the batch");
-        s.shape[0] = -1;
-      }
-    if (s.shape.empty() || s.shape[0] != -1) fail("output '" + name + "' has no batch dimension");
+    if (v.kind != Kind::Runtime) fail("output '" + vi.name() + "' does not depend on the inputs' data");
+    IOSpec s = declared(vi, "output");
+    s.shape[0] = -1;
     graph.outputs.push_back(v.name);
     return s;
   }
@@ -334,8 +307,8 @@ struct Importer {
   // The scalar value of constant `name`, if it is one.
   std::optional<double> scalar_constant(const std::string& name) const {
     auto it = vals.find(name);
-    if (it == vals.end() || it->second.kind != Kind::Const || it->second.probe[0].numel() != 1) return std::nullopt;
-    const Tensor& t = it->second.probe[0];
+    if (it == vals.end() || it->second.kind != Kind::Const || it->second.value.numel() != 1) return std::nullopt;
+    const Tensor& t = it->second.value;
     if (t.dtype() != DType::F32 && t.dtype() != DType::F64) return std::nullopt;
     return host_doubles(t)[0];
   }
@@ -418,7 +391,7 @@ ModelPackage import_model(const fs::path& file, const std::vector<uint8_t>& byte
   for (const auto& o : model.opset_import())
     if (o.domain().empty() || o.domain() == "ai.onnx") im.opset = o.version();
   if (!model.has_graph()) im.fail("the model has no graph");
-  if (im.opset < 13 || im.opset > 18) im.fail("opset " + std::to_string(im.opset) + " is not supported (13 to 18 are)");
+  if (im.opset < 11 || im.opset > 18) im.fail("opset " + std::to_string(im.opset) + " is not supported (11 to 18 are)");
   const auto& g = model.graph();
   ModelPackage p;
   p.dir = file.parent_path();
@@ -431,7 +404,7 @@ ModelPackage import_model(const fs::path& file, const std::vector<uint8_t>& byte
   }
   if (p.spec.inputs.empty()) im.fail("the graph has no inputs");
   for (const auto& np : g.node()) im.import_node(np);
-  for (const auto& vi : g.output()) p.spec.outputs.push_back(im.output_spec(vi.name()));
+  for (const auto& vi : g.output()) p.spec.outputs.push_back(im.output_spec(vi));
   if (p.spec.outputs.empty()) im.fail("the graph has no outputs");
   im.fuse_erf_gelu();
   im.prune();
@@ -447,7 +420,7 @@ ModelPackage import_model(const fs::path& file, const std::vector<uint8_t>& byte
 
 // The disk cache's entry for an imported model: u64 length of model.json's text, the text, the
 // weights' safetensors image. Keyed by the ONNX file's content, so a start with a warm cache
-// skips the import (the probe runs were most of a large model's start).
+// skips the import.
 std::string import_key(uint64_t digest, uint64_t size) {
   return "onnx-import|" + graphs::hex64(digest) + "|" + std::to_string(size) + " bytes";
 }

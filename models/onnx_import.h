@@ -1,19 +1,19 @@
-// ONNX import: an .onnx file (as torch.onnx.export writes it, opsets 13-18, weights inline or in
+// ONNX import: an .onnx file (as torch.onnx.export writes it, opsets 11-18, weights inline or in
 // external data files) becomes a model package in memory with an "ops" graph.
 //
-//   hg::models::ModelPackage p = hg::models::import_onnx("resnet18.onnx");
-//   p.spec.inputs[0].shape;                       // {-1, 3, 224, 224}: dynamic batch -> -1
+//   hg::models::ModelPackage p = hg::models::import_onnx("bert.onnx");
+//   p.spec.inputs[0].shape;                       // {-1, -1}: dynamic batch and sequence -> -1
 //   auto net = hg::models::build_module(p);       // an OpGraphModule, like any package's module
-//   hg::models::save_package("out/resnet18/1", *net, p.spec);   // what hgraph-convert does
+//   hg::models::save_package("out/bert/1", *net, p.spec);   // what hgraph-convert does
 //
-// Import folds everything that does not depend on the inputs' data at import time: constants,
-// and the shape arithmetic torch emits (Shape, Gather, Unsqueeze, Concat, Range, Equal, Where,
-// Expand, ...). To tell batch-dependent shape values from constant ones it runs the graph on
-// the cpu at two probe batch sizes; values that differ become {"batch": a, "plus": c} entries
-// of the node attributes (e.g. Reshape's target shape), so the imported graph is static apart
-// from the batch. Errors (hg::Error) name the file, and for graph problems the node, its op
-// type and the opset: an unsupported op, a truncated or corrupt file, a missing external
-// data file, an input whose non-batch dimension is dynamic.
+// Import folds what does not depend on the inputs at all (constants and what only they feed).
+// The shape arithmetic torch emits (Shape, Gather, Unsqueeze, Concat, Range, Equal, Where,
+// Expand, ConstantOfShape, ...) stays in the graph: OpGraphModule evaluates it on the host for
+// the concrete input shapes of each call, so any dimension may be dynamic and a value computed
+// from a shape may be used as data (a class token expanded to the batch). Nothing is run at
+// import but constant folding. Errors (hg::Error) name the file, and for graph problems the
+// node, its op type and the opset: an unsupported op, a truncated or corrupt file, a missing
+// external data file, a fixed batch dimension, a value a shape needs that depends on the data.
 //
 // With a disk graph cache configured (HG_GRAPH_CACHE, graphs/disk_cache.h) the imported package
 // is stored there too, keyed by the ONNX file's content (hg::hash64 of its bytes and its size),

@@ -300,6 +300,16 @@ void check_pool(const Ctx& c) {
   if (c.n.outputs.size() > 1) c.fail("the Indices output is not supported");
 }
 
+// coerce_2d (opsets before 13, set by the importer): over the input flattened to 2-D at `axis`.
+Ts softmax_like(const Ctx& c, Tensor (*fn)(const Tensor&, int64_t)) {
+  const Tensor& x = c.x(0);
+  if (!c.i("coerce_2d", 0)) return {fn(x, c.i("axis", -1))};
+  const int64_t a = c.axis(c.i("axis", 1), x.ndim());
+  const Shape& s = x.shape();
+  const Tensor flat = reshape_to(x, {numel(Shape(s.begin(), s.begin() + a)), numel(Shape(s.begin() + a, s.end()))});
+  return {ops::reshape(fn(flat, 1), s)};
+}
+
 Ts reduce(const Ctx& c, Tensor (*fn)(const Tensor&, const std::vector<int64_t>&, bool)) {
   const auto axes = c.ints("axes");
   if (axes.empty() && c.i("noop_with_empty_axes", 0)) return {c.x(0)};
@@ -334,8 +344,8 @@ const std::map<std::string, OpFn>& op_table() {
        }},
       {"Sigmoid", [](const Ctx& c) { return Ts{ops::sigmoid(c.x(0))}; }},
       {"Tanh", [](const Ctx& c) { return Ts{ops::tanh(c.x(0))}; }},
-      {"Softmax", [](const Ctx& c) { return Ts{ops::softmax(c.x(0), c.i("axis", -1))}; }},
-      {"LogSoftmax", [](const Ctx& c) { return Ts{ops::log_softmax(c.x(0), c.i("axis", -1))}; }},
+      {"Softmax", [](const Ctx& c) { return softmax_like(c, ops::softmax); }},
+      {"LogSoftmax", [](const Ctx& c) { return softmax_like(c, ops::log_softmax); }},
       {"Cast", [](const Ctx& c) { return Ts{c.x(0).to(dtype_from_onnx(c.i("to", 1)))}; }},
       {"Equal", equal},
       {"Where", [](const Ctx& c) { return Ts{ops::where(c.x(0), c.x(1), c.x(2))}; }},
@@ -407,20 +417,22 @@ const std::map<std::string, OpFn>& op_table() {
 }
 
 // What the op table's entries leave out, as users read it; ops not listed are supported as the
-// ONNX spec defines them (opsets 13-18).
+// ONNX spec defines them (opsets 11-18).
 const std::map<std::string, const char*>& op_limits() {
   static const std::map<std::string, const char*> notes = {
       {"AveragePool", "2-D, floor mode, no dilation, explicit symmetric pads"},
       {"BatchNormalization", "inference (`training_mode` 0, one output)"},
       {"Conv", "2-D, explicit symmetric pads (no `auto_pad`)"},
       {"Dropout", "inference: an alias of its input; no mask output"},
-      {"Equal", "on the host at import (shape arithmetic)"},
+      {"Equal", "on the host (shape arithmetic)"},
       {"Gather", "constant indices, or data-dependent indices into axis 0 of a 2-D table (embedding)"},
       {"Gelu", "`approximate` none or tanh; older opsets' Div-Erf-Add-Mul-Mul chain is fused into it"},
       {"LayerNormalization", "one output (no Mean/InvStdDev)"},
       {"MaxPool", "2-D, floor mode, no dilation, explicit symmetric pads, no Indices output"},
       {"Pow", "a constant scalar exponent"},
       {"Slice", "positive steps"},
+      {"Softmax", "opsets before 13: over the input flattened to 2-D at `axis`, as specified then"},
+      {"LogSoftmax", "opsets before 13: over the input flattened to 2-D at `axis`, as specified then"},
   };
   return notes;
 }
@@ -473,6 +485,21 @@ const std::vector<HostInput>& host_inputs(const std::string& op) {
   static const std::vector<HostInput> none;
   auto it = table.find(op);
   return it == table.end() ? none : it->second;
+}
+
+void fold_host_value(OpNode& n, const HostInput& h, const Tensor& value) {
+  const Tensor v = value.contiguous();
+  Json list = Json::array();
+  if (is_floating(v.dtype())) {
+    const Tensor d = v.to(DType::F64);
+    for (int64_t k = 0; k < d.numel(); ++k) list.push_back(d.data<double>()[k]);
+  } else {
+    for (int64_t x : v.to(DType::I64).to_indices()) list.push_back(x);
+  }
+  n.attrs[h.attr] = std::move(list);
+  n.attrs[std::string(h.attr) + "_shape"] = v.shape();
+  n.attrs[std::string(h.attr) + "_dtype"] = dtype_name(v.dtype());
+  n.inputs[h.slot].clear();
 }
 
 std::optional<int64_t> capped_numel(const Shape& shape) {

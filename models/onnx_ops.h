@@ -1,6 +1,7 @@
 // ONNX op semantics on engine ops: runs one OpNode (models/op_graph.h). Used by the importer
-// to fold constants and probe shapes on the cpu, and by OpGraphModule at run time (where the
-// engine ops trace into HPU graphs like any module's).
+// to fold constants on the cpu, and by OpGraphModule at run time: shape arithmetic on the host
+// for the concrete input shapes, everything else with engine ops that trace into HPU graphs
+// like any module's.
 //
 //   std::vector<hg::Tensor> out = hg::models::run_onnx_node(node, {x, w, b}, /*batch=*/8);
 //   for (const HostInput& h : host_inputs("Reshape")) ...   // slot 1 -> attr "shape"
@@ -23,6 +24,9 @@ struct HostInput {
   bool required;
 };
 const std::vector<HostInput>& host_inputs(const std::string& op);
+// Moves `value` (a host tensor: a constant, or shape arithmetic evaluated for concrete input
+// shapes) into n.attrs[h.attr] (+ "_shape", "_dtype") and clears the input slot.
+void fold_host_value(OpNode& n, const HostInput& h, const Tensor& value);
 
 // The largest tensor (in elements) a shape read from a file may ask for: sizes from ONNX files
 // and model.json are checked against it before anything is allocated.
@@ -40,7 +44,8 @@ std::string supported_onnx_ops_markdown();
 DType dtype_from_onnx(int64_t onnx_type);
 
 // in[i]: the tensor of input slot i (undefined when absent or folded into attrs). `batch`
-// resolves symbolic attr entries. Throws hg::Error naming the node on unsupported attributes.
+// resolves the {"batch": a, "plus": c} attr entries of packages imported before shapes were
+// evaluated per concrete signature. Throws hg::Error naming the node on unsupported attributes.
 std::vector<Tensor> run_onnx_node(const OpNode& node, const std::vector<Tensor>& in, int64_t batch);
 
 }  // namespace hg::models

@@ -75,9 +75,26 @@ OpGraph op_graph_from_json(const Json& j, const std::string& file, const std::se
   return g;
 }
 
+// A node is shape arithmetic when it is Shape or reads only constants and shape arithmetic.
 OpGraphModule::OpGraphModule(OpGraph graph, const std::vector<std::pair<std::string, Tensor>>& constants)
     : graph_(std::move(graph)) {
-  for (const auto& [name, t] : constants) register_buffer(name, t);
+  std::map<std::string, const Tensor*> consts;
+  for (const auto& [name, t] : constants) {
+    register_buffer(name, t);
+    consts[name] = &t;
+  }
+  std::set<std::string> data(graph_.inputs.begin(), graph_.inputs.end());
+  for (const OpNode& n : graph_.nodes) {
+    bool reads_data = false;
+    for (const auto& i : n.inputs) reads_data |= data.count(i) != 0;
+    const bool host = n.op == "Shape" || !reads_data;
+    on_host_.push_back(host);
+    for (const auto& o : n.outputs)
+      if (!host) data.insert(o);
+    if (!host || n.op == "Shape") continue;
+    for (const auto& i : n.inputs)
+      if (auto c = consts.find(i); c != consts.end() && !host_consts_.count(i)) host_consts_[i] = c->second->to(Device::cpu());
+  }
 }
 
 Tensor OpGraphModule::forward(const Tensor& x) {
@@ -91,17 +108,35 @@ std::vector<Tensor> OpGraphModule::forward_all(const std::vector<Tensor>& inputs
                           std::to_string(inputs.size()));
   if (inputs.empty() || inputs[0].ndim() == 0) throw InvalidArgument("OpGraphModule: the inputs need a batch dimension");
   const int64_t batch = inputs[0].shape()[0];
-  std::map<std::string, Tensor> env;
+  const Device device = inputs[0].device();
+  std::map<std::string, Tensor> env, host = host_consts_;  // device values; host values (cpu)
   for (auto& [name, t] : named_buffers()) env[name] = *t;
   for (size_t i = 0; i < inputs.size(); ++i) env[graph_.inputs[i]] = inputs[i];
-  for (const auto& n : graph_.nodes) {
+  for (size_t k = 0; k < graph_.nodes.size(); ++k) {
+    const OpNode* n = &graph_.nodes[k];
+    OpNode folded;  // with the host values its attributes need (Reshape's shape, ...)
+    for (const HostInput& h : host_inputs(n->op)) {
+      if (h.slot >= static_cast<int>(n->inputs.size())) continue;
+      auto v = host.find(n->inputs[h.slot]);
+      if (v == host.end()) continue;
+      if (n != &folded) folded = *n, n = &folded;
+      fold_host_value(folded, h, v->second);
+    }
     std::vector<Tensor> in;
-    for (const auto& name : n.inputs) in.push_back(name.empty() ? Tensor() : env.at(name));
-    std::vector<Tensor> out = run_onnx_node(n, in, batch);
-    for (size_t k = 0; k < out.size(); ++k) env[n.outputs[k]] = std::move(out[k]);
+    for (const auto& name : n->inputs) {
+      if (name.empty()) {
+        in.emplace_back();
+      } else if (auto v = host.find(name); v != host.end()) {
+        in.push_back(on_host_[k] ? v->second : v->second.to(device));  // a shape-made value used as data
+      } else {
+        in.push_back(env.at(name));  // on the host only as Shape's input: its shape is read
+      }
+    }
+    std::vector<Tensor> out = run_onnx_node(*n, in, batch);
+    for (size_t o = 0; o < out.size(); ++o) (on_host_[k] ? host : env)[n->outputs[o]] = std::move(out[o]);
   }
   std::vector<Tensor> r;
-  for (const auto& o : graph_.outputs) r.push_back(env.at(o));
+  for (const auto& o : graph_.outputs) r.push_back(env.count(o) ? env.at(o) : host.at(o).to(device));
   return r;
 }
 

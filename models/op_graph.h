@@ -10,10 +10,14 @@
 //   "nodes": [{"op": "Gemm", "name": "/fc/Gemm", "inputs": ["x", "fc.weight", "fc.bias"],
 //              "outputs": ["y"], "attrs": {"transB": 1}}, ...]}
 // Node inputs are graph inputs, earlier nodes' outputs or constants (weights.safetensors
-// entries, any dtype); "" marks an absent optional input. Shape-like inputs (Reshape's shape,
-// Slice's starts, ...) were folded at import into attrs: integer lists whose entries may be
-// {"batch": a, "plus": c}, meaning a * batch + c at run time.
+// entries, any dtype); "" marks an absent optional input. Shape nodes and the nodes that read
+// only shapes and constants are shape arithmetic: they run on the host for the concrete input
+// shapes of each call, and their values reach the other nodes as attributes (the host inputs of
+// models/onnx_ops.h: Reshape's shape, Slice's starts, ...) or as data. Shape-like inputs known
+// at import were folded into attrs; packages imported by earlier versions hold entries
+// {"batch": a, "plus": c} there, meaning a * batch + c at run time.
 #pragma once
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -46,13 +50,16 @@ class OpGraphModule : public Module {
  public:
   OpGraphModule(OpGraph graph, const std::vector<std::pair<std::string, Tensor>>& constants);
   Tensor forward(const Tensor& x) override;  // one input, one output
-  // inputs in graph-input order (their dim 0 is the batch); the batch resolves symbolic attrs.
+  // inputs in graph-input order (their dim 0 is the batch); any other dimension may vary
+  // between calls as far as the graph allows.
   std::vector<Tensor> forward_all(const std::vector<Tensor>& inputs) override;
   nlohmann::json spec() const override { return op_graph_to_json(graph_); }
   const OpGraph& graph() const { return graph_; }
 
  private:
   OpGraph graph_;
+  std::vector<char> on_host_;                  // per node: shape arithmetic, run on the host
+  std::map<std::string, Tensor> host_consts_;  // cpu copies of the constants those nodes read
 };
 
 // The module of a package whose graph type is "ops": its weights are the graph's constants.

@@ -191,6 +191,11 @@ std::unique_ptr<Predictor> Predictor::load(const std::filesystem::path& dir, con
   const bool onnx = !std::filesystem::exists(dir / "model.json") && std::filesystem::exists(dir / "model.onnx");
   impl->package = onnx ? import_onnx(dir / "model.onnx", &impl->module, opt.device)
                         : load_package(dir, &impl->module, opt.device);
+  for (const auto& io : impl->package.spec.inputs)
+    for (size_t d = 1; d < io.shape.size(); ++d)
+      if (io.shape[d] < 0)
+        throw InvalidArgument("Predictor: input '" + io.name + "': dimension " + std::to_string(d) +
+                              " is dynamic; the Predictor serves only a dynamic batch");
   impl->opt = opt;
   impl->module->eval();
   impl->module->to(opt.device);

@@ -3,12 +3,15 @@
 
 Usage: /usr/bin/python3 scripts/testdata_onnx.py OUT_DIR
 
-Writes, for each case in CASES, OUT_DIR/<case>.onnx (torch.onnx.export, dynamic batch) and
-OUT_DIR/<case>.safetensors holding "input" (the batch fed to PyTorch) and "output" (the
-model's output in eval mode). Also:
+Writes, for each case in CASES, OUT_DIR/<case>.onnx (torch.onnx.export, dynamic batch; cases in
+DYNAMIC_SEQ also a dynamic dimension 1) and OUT_DIR/<case>.safetensors holding "input" (the batch
+fed to PyTorch) and "output" (the model's output in eval mode); DYNAMIC_SEQ cases also
+"input_short" / "output_short" (another batch and sequence length). Also:
   mlp_external.onnx + mlp_external.data   the MLP saved with save_as_external_data=True
   unsupported.onnx                         a graph with an op hgraph does not import (Det)
   const_of_shape_table.onnx                ConstantOfShape with a tensor `value` (0.25) feeding a Gather
+  softmax_axis1_op12.onnx + .safetensors   Softmax axis 1 of a [batch, 3, 4] input at opset 12 (over the
+                                           12 values of each sample, as opsets before 13 define it)
   bad_<what>.onnx                          hand-built graphs import_onnx must reject (BAD_MODELS)
   ext_<what>.onnx + w..bin                 a weight in external data, with good and bad fields (EXTERNAL)
 OUT_DIR/stamp holds a hash of this script (and of scripts/torch_zoo.py); when it matches,
@@ -40,7 +43,22 @@ def mlp():
     return torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
 
 
-# case -> (model builder, opset, input maker); a spread of opsets 13-17 (BERT at 13 and 17: the
+class ClassToken(torch.nn.Module):
+    """A ViT's class token: a parameter expanded to the batch (shape arithmetic used as data)."""
+
+    def __init__(self):
+        super().__init__()
+        self.patch = torch.nn.Conv2d(3, 16, 8, 8)
+        self.cls = torch.nn.Parameter(torch.randn(1, 1, 16))
+        self.head = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        t = self.patch(x).flatten(2).transpose(1, 2)
+        t = torch.cat([self.cls.expand(x.shape[0], -1, -1), t], 1)
+        return self.head(torch.softmax(t @ t.transpose(1, 2) / 4.0, -1) @ t)[:, 0]
+
+
+# case -> (model builder, opset, input maker); a spread of opsets 11-17 (BERT at 13 and 17: the
 # decomposed LayerNorm and LayerNormalization).
 CASES = {
     "mlp_op13": (mlp, 13, image((64,))),
@@ -50,12 +68,19 @@ CASES = {
     "bert_op17": (lambda: torch_zoo.BertClassifier(), 17, token_ids),
     "lenet5_op14": (lambda: torch_zoo.LeNet5(), 14, image((1, 32, 32))),
     "bert_op16": (lambda: torch_zoo.BertClassifier(), 16, token_ids),
+    "lenet5_op11": (lambda: torch_zoo.LeNet5(), 11, image((1, 32, 32))),
+    "bert_op12": (lambda: torch_zoo.BertClassifier(), 12, token_ids),
+    "bert_seq_op17": (lambda: torch_zoo.BertClassifier(), 17, token_ids),
+    "class_token_op14": (ClassToken, 14, image((3, 32, 32))),
 }
+# cases exported with a dynamic dimension 1 as well (the sequence), and their second reference
+DYNAMIC_SEQ = {"bert_seq_op17": lambda g: torch.randint(0, 1000, (2, 9), generator=g, dtype=torch.int64)}
 
 
-def export(model, x, path, opset):
+def export(model, x, path, opset, seq=False):
+    axes = {0: "batch", 1: "seq"} if seq else {0: "batch"}
     torch.onnx.export(model, (x,), path, opset_version=opset, input_names=["input"], output_names=["output"],
-                      dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+                      dynamic_axes={"input": axes, "output": {0: "batch"}})
 
 
 def unsupported_model(path):
@@ -136,6 +161,13 @@ def edge_models(out):
                 H.make_node("Gather", ["table", "ids"], ["output"], name="gather")],
                [H.make_tensor_value_info("ids", T.INT64, ["batch"])], [float_io("output", ["batch", 3])],
                [ints("shape", [4, 3])])
+    path = os.path.join(out, "softmax_axis1_op12.onnx")
+    graph = H.make_graph([H.make_node("Softmax", ["input"], ["output"], name="softmax", axis=1)], "softmax_axis1",
+                         [float_io("input", ["batch", 3, 4])], [float_io("output", ["batch", 3, 4])])
+    onnx.save(H.make_model(graph, opset_imports=[H.make_opsetid("", 12)]), path)
+    x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(7))
+    torch_zoo.write_safetensors(path[:-5] + ".safetensors",
+                                {"input": x, "output": torch.softmax(x.reshape(2, 12), 1).reshape(2, 3, 4)})
     for name, (nodes, inits, dims) in BAD_MODELS.items():
         relu_graph(os.path.join(out, "bad_" + name + ".onnx"), nodes, inits, dims)
     with open(os.path.join(out, "w..bin"), "wb") as f:
@@ -151,8 +183,13 @@ def make(out):
         x = make_input(torch.Generator().manual_seed(100 + i))
         with torch.no_grad():
             y = model(x)
-        export(model, x, os.path.join(out, case + ".onnx"), opset)
-        torch_zoo.write_safetensors(os.path.join(out, case + ".safetensors"), {"input": x, "output": y})
+        export(model, x, os.path.join(out, case + ".onnx"), opset, case in DYNAMIC_SEQ)
+        tensors = {"input": x, "output": y}
+        if case in DYNAMIC_SEQ:
+            tensors["input_short"] = DYNAMIC_SEQ[case](torch.Generator().manual_seed(200 + i))
+            with torch.no_grad():
+                tensors["output_short"] = model(tensors["input_short"])
+        torch_zoo.write_safetensors(os.path.join(out, case + ".safetensors"), tensors)
         if case == "mlp_op13":  # the same model again, its weights in an external data file
             proto = onnx.load(os.path.join(out, case + ".onnx"))
             onnx.save(proto, os.path.join(out, "mlp_external.onnx"), save_as_external_data=True,
