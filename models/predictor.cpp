@@ -13,6 +13,7 @@
 #include "engine/ops.h"
 #include "graphs/graph_cache.h"
 #include "graphs/hpu_graph.h"
+#include "graphs/lru_cache.h"
 #include "graphs/rewrite.h"
 #include "models/buckets.h"
 #include "models/module.h"
@@ -21,7 +22,6 @@
 namespace hg::models {
 
 namespace {
-int64_t sample_size(const IOSpec& s) { return numel(Shape(s.shape.begin() + 1, s.shape.end())); }
 
 // A bucket's static buffer, without waiting for the device: its replays are synchronous and run
 // under the bucket's lock, so nothing else uses it while that lock is held (raw_data() would wait
@@ -42,44 +42,141 @@ struct Bucket {
   BucketInfo info;
 };
 
+// One input signature (every input's sample shape) and its batch buckets.
+struct Variant {
+  std::vector<Shape> in;                         // per input: one sample's shape
+  std::vector<std::unique_ptr<Bucket>> buckets;  // ascending batch
+  std::mutex mu;                                 // guards out
+  std::vector<Shape> out;                        // per output, once a bucket was captured
+  std::atomic<size_t> bytes{0};                  // captured arenas + constants
+};
+
+// The key of a signature in the LRU: its dimensions as text.
+std::string signature_key(const std::vector<Shape>& shapes) {
+  std::string k;
+  for (const Shape& s : shapes) k += shape_str(s) + ";";
+  return k;
+}
+
 struct Predictor::Impl {
   ModelPackage package;
   PredictorOptions opt;
   std::unique_ptr<Module> module;
-  std::vector<Tensor> frozen;                    // the module's parameters and buffers
-  std::vector<std::unique_ptr<Bucket>> buckets;  // ascending batch
+  std::vector<Tensor> frozen;  // the module's parameters and buffers
+  std::vector<int64_t> batch_sizes;
+  bool dynamic = false;  // an input has a dynamic dimension besides the batch
+  std::shared_ptr<Variant> fixed;  // the one signature of a model without dynamic dimensions
+  mutable std::mutex variants_mu;  // guards variants and stats
+  graphs::LruCache<std::string, std::shared_ptr<Variant>> variants;
+  SignatureStats stats;
   std::mutex warned_mu;
   std::set<int64_t> warned;  // batch sizes warned about running unpadded
 
-  void check_outputs(const std::vector<Tensor>& outputs, int64_t batch) const {
+  std::shared_ptr<Variant> make_variant(std::vector<Shape> in) const {
+    auto v = std::make_shared<Variant>();
+    v->in = std::move(in);
+    for (int64_t b : batch_sizes) {
+      auto bucket = std::make_unique<Bucket>();
+      bucket->batch = b;
+      bucket->info.batch = b;
+      v->buckets.push_back(std::move(bucket));
+    }
+    return v;
+  }
+
+  // The signature of `shapes` (checked against the spec), made on first use.
+  std::shared_ptr<Variant> variant(const std::vector<Shape>& shapes) {
+    const auto& specs = package.spec.inputs;
+    if (!dynamic) {
+      if (!shapes.empty() && shapes != fixed->in)
+        throw InvalidArgument("Predictor: model '" + package.spec.name + "' has fixed input shapes; got sample shapes " +
+                              signature_key(shapes));
+      return fixed;
+    }
+    if (shapes.size() != specs.size())
+      throw InvalidArgument("Predictor: model '" + package.spec.name + "' has dynamic dimensions: give the sample shape of each of its " +
+                            std::to_string(specs.size()) + " inputs, got " + std::to_string(shapes.size()));
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const Shape& want = specs[i].shape;
+      if (shapes[i].size() + 1 != want.size())
+        throw InvalidArgument("input '" + specs[i].name + "': a sample has " + std::to_string(shapes[i].size()) +
+                              " dimensions, the model takes " + std::to_string(want.size() - 1) + " (shape " +
+                              shape_str(want) + ")");
+      for (size_t d = 0; d < shapes[i].size(); ++d)
+        if (want[d + 1] >= 0 ? shapes[i][d] != want[d + 1] : shapes[i][d] < 1)
+          throw InvalidArgument("input '" + specs[i].name + "': dimension " + std::to_string(d + 1) + " is " +
+                                std::to_string(shapes[i][d]) + "; the model takes " +
+                                (want[d + 1] >= 0 ? std::to_string(want[d + 1]) : std::string("1 or more")) + " (shape " +
+                                shape_str(want) + ")");
+      if (!capped_sample(shapes[i]))
+        throw InvalidArgument("input '" + specs[i].name + "': a sample of shape " + shape_str(shapes[i]) + " is too large");
+    }
+    const std::string key = signature_key(shapes);
+    std::lock_guard lk(variants_mu);
+    if (auto* v = variants.get(key)) return *v;
+    ++stats.seen;
+    std::shared_ptr<Variant> v = make_variant(shapes);
+    put_locked(key, v);
+    return v;
+  }
+
+  // Under variants_mu: (re)inserts with its current bytes; evicted signatures free their graphs
+  // once no run holds them.
+  void put_locked(const std::string& key, std::shared_ptr<Variant> v) {
+    const uint64_t before = variants.stats().evictions;
+    variants.put(key, std::move(v));
+    stats.evictions += variants.stats().evictions - before;
+  }
+
+  static bool capped_sample(const Shape& s) {
+    int64_t n = 1;
+    for (int64_t d : s)
+      if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > (int64_t{1} << 31)) return false;
+    return true;
+  }
+
+  // The outputs' sample shapes: fixed by the spec, or recorded at a signature's first capture.
+  void check_outputs(Variant& v, const std::vector<Tensor>& outputs, int64_t batch) const {
     const auto& specs = package.spec.outputs;
     if (outputs.size() != specs.size())
       throw InvalidArgument("Predictor: the model returns " + std::to_string(outputs.size()) + " outputs, the package declares " +
                             std::to_string(specs.size()));
+    std::lock_guard lk(v.mu);
     for (size_t j = 0; j < specs.size(); ++j) {
-      Shape want = specs[j].shape;
-      want[0] = batch;
-      const TensorMeta meta{want, dtype_from_kserve(specs[j].datatype)};
-      if (outputs[j].meta() != meta)
+      const DType dt = dtype_from_kserve(specs[j].datatype);
+      const Shape& got = outputs[j].shape();
+      bool ok = outputs[j].dtype() == dt && got.size() == specs[j].shape.size() && !got.empty() && got[0] == batch;
+      for (size_t d = 1; ok && d < got.size(); ++d)
+        ok = specs[j].shape[d] < 0 || specs[j].shape[d] == got[d];
+      if (ok && v.out.size() == specs.size()) ok = Shape(got.begin() + 1, got.end()) == v.out[j];
+      if (!ok) {
+        Shape want = specs[j].shape;
+        want[0] = batch;
         throw InvalidArgument("Predictor: output '" + specs[j].name + "' is " + meta_str(outputs[j].meta()) +
-                              ", the package declares " + meta_str(meta));
+                              ", the package declares " + meta_str({want, dt}) +
+                              (v.out.size() == specs.size() ? " (this signature gave " + shape_str(v.out[j]) + " before)" : ""));
+      }
+    }
+    if (v.out.size() != specs.size()) {
+      v.out.clear();
+      for (const Tensor& o : outputs) v.out.emplace_back(o.shape().begin() + 1, o.shape().end());
     }
   }
 
-  std::vector<Tensor> make_inputs(int64_t batch, Device d) const {
+  std::vector<Tensor> make_inputs(const Variant& v, int64_t batch, Device d) const {
     std::vector<Tensor> in;
-    for (const auto& io : package.spec.inputs) {
-      Shape shape = io.shape;
-      shape[0] = batch;
-      in.push_back(Tensor::zeros(shape, dtype_from_kserve(io.datatype), d));
+    for (size_t i = 0; i < v.in.size(); ++i) {
+      Shape shape{batch};
+      shape.insert(shape.end(), v.in[i].begin(), v.in[i].end());
+      in.push_back(Tensor::zeros(shape, dtype_from_kserve(package.spec.inputs[i].datatype), d));
     }
     return in;
   }
 
-  BucketInfo capture(Bucket& b) {  // caller holds b.mu
+  BucketInfo capture(Variant& v, Bucket& b) {  // caller holds b.mu
     if (!b.graph) {
       const auto t0 = std::chrono::steady_clock::now();
-      b.inputs = make_inputs(b.batch, opt.device);
+      b.inputs = make_inputs(v, b.batch, opt.device);
       auto g = std::make_unique<graphs::HPUGraph>(opt.device);
       NoGradGuard no_grad;
       try {
@@ -87,7 +184,7 @@ struct Predictor::Impl {
             [&] {
               b.outputs = module->forward_all(b.inputs);  // alive at capture_end: the graph's outputs
               for (auto& o : b.outputs) o = ops::contiguous(o);
-              check_outputs(b.outputs, b.batch);
+              check_outputs(v, b.outputs, b.batch);
             },
             {.frozen = frozen});
       } catch (...) {
@@ -109,8 +206,21 @@ struct Predictor::Impl {
       g->mark_user_inputs(b.inputs);  // replay_host's order: the package's inputs and outputs
       g->mark_user_outputs(b.outputs);
       b.graph = std::move(g);
+      v.bytes += b.info.arena_bytes + b.info.constant_bytes;
+      if (dynamic) {
+        std::lock_guard lk(variants_mu);
+        ++stats.captures;
+      }
     }
     return b.info;
+  }
+
+  // A dynamic signature's bytes changed (a capture): its LRU cost follows, which may evict others.
+  void recost(const std::vector<Shape>& shapes) {
+    if (!dynamic) return;
+    const std::string key = signature_key(shapes);
+    std::lock_guard lk(variants_mu);
+    if (auto* v = variants.get(key)) put_locked(key, *v);
   }
 
   // Per model input: the rows of the embedding table it indexes directly in the captured graph
@@ -143,7 +253,8 @@ struct Predictor::Impl {
     else if (t == DType::I32) check(static_cast<const int32_t*>(data));
   }
 
-  void release(Bucket& b) {  // caller holds b.mu
+  void release(Variant& v, Bucket& b) {  // caller holds b.mu
+    v.bytes -= b.info.arena_bytes + b.info.constant_bytes;
     b.graph.reset();
     b.inputs.clear();
     b.outputs.clear();
@@ -151,18 +262,50 @@ struct Predictor::Impl {
   }
 
   // The smallest bucket (not left out) that holds `batch`, or null when it is above them all.
-  Bucket* bucket_for(int64_t batch) {
-    for (auto& b : buckets)
+  static Bucket* bucket_for(Variant& v, int64_t batch) {
+    for (auto& b : v.buckets)
       if (!b->left_out && b->batch >= batch) return b.get();
     return nullptr;
   }
 
-  // Above the largest bucket: the module runs on this batch directly, no capture, no padding.
-  void run_unpadded(const std::vector<const void*>& in, int64_t batch, const std::vector<void*>& out) {
+  // Elements of one sample of input i / output j under signature v.
+  static int64_t in_elements(const Variant& v, size_t i) { return numel(v.in[i]); }
+  int64_t out_elements(Variant& v, size_t j) {
+    std::lock_guard lk(v.mu);
+    return numel(v.out.at(j));
+  }
+
+  // The outputs' sample shapes of v, capturing its smallest bucket to learn them.
+  std::vector<Shape> learn_outputs(Variant& v) {
     {
+      std::lock_guard lk(v.mu);
+      if (v.out.size() == package.spec.outputs.size()) return v.out;
+    }
+    Bucket* b = bucket_for(v, 1);
+    if (!b) {  // no bucket: a batch of one, unpadded
+      std::vector<std::vector<uint8_t>> in(v.in.size());
+      std::vector<const void*> ptrs;
+      for (size_t i = 0; i < in.size(); ++i) {
+        in[i].assign(static_cast<size_t>(in_elements(v, i)) * dtype_size(dtype_from_kserve(package.spec.inputs[i].datatype)), 0);
+        ptrs.push_back(in[i].data());
+      }
+      run_unpadded(v, ptrs, 1, {});
+    } else {
+      std::lock_guard lk(b->mu);
+      capture(v, *b);
+      recost(v.in);
+    }
+    std::lock_guard lk(v.mu);
+    return v.out;
+  }
+
+  // Above the largest bucket: the module runs on this batch directly, no capture, no padding.
+  // out empty: only the output shapes are learnt.
+  void run_unpadded(Variant& v, const std::vector<const void*>& in, int64_t batch, const std::vector<void*>& out) {
+    if (!out.empty()) {
       std::lock_guard lk(warned_mu);
       int64_t largest = 0;
-      for (const auto& b : buckets)
+      for (const auto& b : v.buckets)
         if (!b->left_out) largest = b->batch;
       if (warned.insert(batch).second)
         spdlog::warn("Predictor '{}': batch {} is above the largest bucket{}; running it unpadded without a "
@@ -170,13 +313,13 @@ struct Predictor::Impl {
                      package.spec.name, batch, largest ? " " + std::to_string(largest) : " (none captured)");
     }
     NoGradGuard no_grad;
-    std::vector<Tensor> host = make_inputs(batch, Device());
+    std::vector<Tensor> host = make_inputs(v, batch, Device());
     for (size_t i = 0; i < in.size(); ++i) std::memcpy(host[i].raw_data(), in[i], host[i].meta().bytes());
     std::vector<Tensor> dev;
     for (const auto& h : host) dev.push_back(h.to(opt.device));
     std::vector<Tensor> outputs = module->forward_all(dev);
-    check_outputs(outputs, batch);
-    for (size_t j = 0; j < outputs.size(); ++j) {
+    check_outputs(v, outputs, batch);
+    for (size_t j = 0; j < out.size(); ++j) {
       Tensor o = outputs[j].contiguous().to(Device());
       std::memcpy(out[j], o.raw_data(), o.meta().bytes());
     }
@@ -191,51 +334,87 @@ std::unique_ptr<Predictor> Predictor::load(const std::filesystem::path& dir, con
   const bool onnx = !std::filesystem::exists(dir / "model.json") && std::filesystem::exists(dir / "model.onnx");
   impl->package = onnx ? import_onnx(dir / "model.onnx", &impl->module, opt.device)
                         : load_package(dir, &impl->module, opt.device);
-  for (const auto& io : impl->package.spec.inputs)
-    for (size_t d = 1; d < io.shape.size(); ++d)
-      if (io.shape[d] < 0)
-        throw InvalidArgument("Predictor: input '" + io.name + "': dimension " + std::to_string(d) +
-                              " is dynamic; the Predictor serves only a dynamic batch");
   impl->opt = opt;
   impl->module->eval();
   impl->module->to(opt.device);
   for (auto& [name, t] : impl->module->named_parameters()) impl->frozen.push_back(*t);
   for (auto& [name, t] : impl->module->named_buffers()) impl->frozen.push_back(*t);
-  std::vector<int64_t> sizes;
   try {
-    sizes = normalize_buckets(opt.batch_buckets);
+    impl->batch_sizes = normalize_buckets(opt.batch_buckets);
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(std::string("Predictor: ") + e.what());
   }
-  for (int64_t b : sizes) {
-    auto bucket = std::make_unique<Bucket>();
-    bucket->batch = b;
-    bucket->info.batch = b;
-    impl->buckets.push_back(std::move(bucket));
+  std::vector<Shape> in;
+  for (const auto& io : impl->package.spec.inputs) {
+    in.emplace_back(io.shape.begin() + 1, io.shape.end());
+    for (int64_t d : in.back()) impl->dynamic |= d < 0;
+  }
+  impl->variants = graphs::LruCache<std::string, std::shared_ptr<Variant>>(
+      {.max_entries = opt.max_signatures, .max_bytes = opt.max_signature_bytes},
+      [](const std::shared_ptr<Variant>& v) { return v->bytes.load(); });
+  if (!impl->dynamic) {
+    impl->fixed = impl->make_variant(std::move(in));
+    for (const auto& io : impl->package.spec.outputs) impl->fixed->out.emplace_back(io.shape.begin() + 1, io.shape.end());
+    bool outputs_fixed = true;
+    for (const Shape& o : impl->fixed->out)
+      for (int64_t d : o) outputs_fixed &= d >= 0;
+    if (!outputs_fixed) impl->fixed->out.clear();  // learnt at the first capture
   }
   return std::unique_ptr<Predictor>(new Predictor(std::move(impl)));
 }
 
 const ModelPackage& Predictor::package() const { return impl_->package; }
-int64_t Predictor::input_size(size_t i) const { return sample_size(impl_->package.spec.inputs.at(i)); }
-int64_t Predictor::output_size(size_t i) const { return sample_size(impl_->package.spec.outputs.at(i)); }
+
+namespace {
+int64_t sample_elements(const IOSpec& s) {
+  int64_t n = 1;
+  for (size_t d = 1; d < s.shape.size(); ++d) {
+    if (s.shape[d] < 0) return -1;
+    n *= s.shape[d];
+  }
+  return n;
+}
+}  // namespace
+
+int64_t Predictor::input_size(size_t i) const { return sample_elements(impl_->package.spec.inputs.at(i)); }
+int64_t Predictor::output_size(size_t i) const {
+  const int64_t n = sample_elements(impl_->package.spec.outputs.at(i));
+  if (n >= 0 || impl_->dynamic) return n;
+  return numel(const_cast<Impl&>(*impl_).learn_outputs(*impl_->fixed).at(i));
+}
 DType Predictor::input_dtype(size_t i) const { return dtype_from_kserve(impl_->package.spec.inputs.at(i).datatype); }
 DType Predictor::output_dtype(size_t i) const { return dtype_from_kserve(impl_->package.spec.outputs.at(i).datatype); }
 
+std::vector<Shape> Predictor::output_shapes(const std::vector<Shape>& input_shapes) {
+  return impl_->learn_outputs(*impl_->variant(input_shapes));
+}
+
+SignatureStats Predictor::signature_stats() const {
+  std::lock_guard lk(impl_->variants_mu);
+  SignatureStats s = impl_->stats;
+  s.live = impl_->variants.stats().entries;
+  s.bytes = impl_->variants.stats().bytes;
+  return s;
+}
+
+// Captures the buckets of a model without dynamic dimensions (those of a dynamic one are
+// captured per signature on first use).
 std::vector<BucketInfo> Predictor::capture_all(const CaptureAllOptions& opt) {
   std::vector<BucketInfo> r;
+  if (impl_->dynamic) return r;
+  Variant& v = *impl_->fixed;
   size_t used = 0;
   bool over = false;
-  const size_t n = impl_->buckets.size();
+  const size_t n = v.buckets.size();
   for (size_t k = 0; k < n; ++k) {
-    Bucket& b = *impl_->buckets[k];
+    Bucket& b = *v.buckets[k];
     std::lock_guard lk(b.mu);
     if (!over && !b.left_out) {
       if (opt.progress) opt.progress(k, n, b.batch);
-      BucketInfo info = impl_->capture(b);
+      BucketInfo info = impl_->capture(v, b);
       const size_t cost = info.arena_bytes + info.constant_bytes;
       if (opt.memory_budget && used + cost > opt.memory_budget) {
-        impl_->release(b);
+        impl_->release(v, b);
         over = true;
       } else {
         used += cost;
@@ -253,75 +432,91 @@ std::vector<BucketInfo> Predictor::capture_all(const CaptureAllOptions& opt) {
 }
 
 std::vector<int64_t> Predictor::buckets() const {
+  if (impl_->dynamic) return impl_->batch_sizes;
   std::vector<int64_t> r;
-  for (const auto& b : impl_->buckets)
+  for (const auto& b : impl_->fixed->buckets)
     if (!b->left_out) r.push_back(b->batch);
   return r;
 }
 
-void Predictor::run(const std::vector<const void*>& inputs, int64_t batch, const std::vector<void*>& outputs) {
+void Predictor::run(const std::vector<const void*>& inputs, int64_t batch, const std::vector<void*>& outputs,
+                    const std::vector<Shape>& input_shapes) {
   const auto& spec = impl_->package.spec;
   if (inputs.size() != spec.inputs.size() || outputs.size() != spec.outputs.size())
     throw InvalidArgument("Predictor::run: the model has " + std::to_string(spec.inputs.size()) + " inputs and " +
                           std::to_string(spec.outputs.size()) + " outputs, got " + std::to_string(inputs.size()) + " and " +
                           std::to_string(outputs.size()));
   if (batch <= 0) throw InvalidArgument("Predictor::run: batch must be positive");
-  Bucket* b = impl_->bucket_for(batch);
-  if (!b) return impl_->run_unpadded(inputs, batch, outputs);
+  const std::shared_ptr<Variant> vp = impl_->variant(input_shapes);
+  Variant& v = *vp;
+  Bucket* b = Impl::bucket_for(v, batch);
+  if (!b) return impl_->run_unpadded(v, inputs, batch, outputs);
   if (batch == b->batch) {  // a full bucket: the graph reads and writes the caller's buffers
     std::lock_guard lk(b->mu);
-    impl_->capture(*b);
+    if (!b->graph) {
+      impl_->capture(v, *b);
+      impl_->recost(v.in);
+    }
     for (size_t i = 0; i < inputs.size(); ++i)
       if (b->index_rows[i] > 0)
-        Impl::check_ids(spec.inputs[i].name, inputs[i], b->inputs[i].dtype(), batch * input_size(i), b->index_rows[i]);
+        Impl::check_ids(spec.inputs[i].name, inputs[i], b->inputs[i].dtype(), batch * Impl::in_elements(v, i), b->index_rows[i]);
     b->graph->replay_host(inputs, outputs);
     return;
   }
+  std::vector<size_t> in_bytes, out_bytes;
+  for (size_t i = 0; i < inputs.size(); ++i) in_bytes.push_back(dtype_size(input_dtype(i)) * Impl::in_elements(v, i));
   run_staged(
       batch,
       [&](const std::vector<void*>& in) {
-        for (size_t i = 0; i < in.size(); ++i)
-          std::memcpy(in[i], inputs[i], static_cast<size_t>(batch) * dtype_size(input_dtype(i)) * input_size(i));
+        for (size_t i = 0; i < in.size(); ++i) std::memcpy(in[i], inputs[i], static_cast<size_t>(batch) * in_bytes[i]);
       },
       [&](const std::vector<const void*>& out) {
         for (size_t j = 0; j < out.size(); ++j)
-          std::memcpy(outputs[j], out[j], static_cast<size_t>(batch) * dtype_size(output_dtype(j)) * output_size(j));
-      });
+          std::memcpy(outputs[j], out[j],
+                      static_cast<size_t>(batch) * dtype_size(output_dtype(j)) * impl_->out_elements(v, j));
+      },
+      input_shapes);
 }
 
-void Predictor::run_staged(int64_t batch, const Fill& fill, const Take& take) {
+void Predictor::run_staged(int64_t batch, const Fill& fill, const Take& take, const std::vector<Shape>& input_shapes) {
   const auto& spec = impl_->package.spec;
   if (batch <= 0) throw InvalidArgument("Predictor::run_staged: batch must be positive");
-  Bucket* found = impl_->bucket_for(batch);
+  const std::shared_ptr<Variant> vp = impl_->variant(input_shapes);
+  Variant& v = *vp;
+  Bucket* found = Impl::bucket_for(v, batch);
   if (!found) {  // above the largest bucket: temporary buffers around the unpadded run
+    const std::vector<Shape> out_shapes = impl_->learn_outputs(v);
     std::vector<std::vector<uint8_t>> in(spec.inputs.size()), out(spec.outputs.size());
     std::vector<void*> in_ptrs;
     std::vector<const void*> in_const;
     std::vector<void*> out_ptrs;
     for (size_t i = 0; i < in.size(); ++i) {
-      in[i].resize(static_cast<size_t>(batch) * dtype_size(input_dtype(i)) * input_size(i));
+      in[i].resize(static_cast<size_t>(batch) * dtype_size(input_dtype(i)) * Impl::in_elements(v, i));
       in_ptrs.push_back(in[i].data());
       in_const.push_back(in[i].data());
     }
     for (size_t j = 0; j < out.size(); ++j) {
-      out[j].resize(static_cast<size_t>(batch) * dtype_size(output_dtype(j)) * output_size(j));
+      out[j].resize(static_cast<size_t>(batch) * dtype_size(output_dtype(j)) * numel(out_shapes[j]));
       out_ptrs.push_back(out[j].data());
     }
     fill(in_ptrs);
-    impl_->run_unpadded(in_const, batch, out_ptrs);
+    impl_->run_unpadded(v, in_const, batch, out_ptrs);
     take(std::vector<const void*>(out_ptrs.begin(), out_ptrs.end()));
     return;
   }
   Bucket& b = *found;
   std::lock_guard lk(b.mu);
-  impl_->capture(b);
+  if (!b.graph) {
+    impl_->capture(v, b);
+    impl_->recost(v.in);
+  }
   std::vector<void*> in(b.inputs.size());
   for (size_t i = 0; i < in.size(); ++i) in[i] = idle_buffer(b.inputs[i]);
   fill(in);
   for (size_t i = 0; i < in.size(); ++i) {
-    const size_t sample = dtype_size(b.inputs[i].dtype()) * input_size(i);
+    const size_t sample = dtype_size(b.inputs[i].dtype()) * Impl::in_elements(v, i);
     if (b.index_rows[i] > 0)
-      Impl::check_ids(spec.inputs[i].name, in[i], b.inputs[i].dtype(), batch * input_size(i), b.index_rows[i]);
+      Impl::check_ids(spec.inputs[i].name, in[i], b.inputs[i].dtype(), batch * Impl::in_elements(v, i), b.index_rows[i]);
     std::memset(static_cast<uint8_t*>(in[i]) + batch * sample, 0, (b.batch - batch) * sample);  // valid token ids too
   }
   b.graph->replay();

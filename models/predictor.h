@@ -1,4 +1,5 @@
-// A loaded model ready to serve: one captured HPU graph per batch bucket, replayed per call.
+// A loaded model ready to serve: one captured HPU graph per batch bucket, replayed per call;
+// with dynamic dimensions besides the batch, one set of buckets per input signature.
 //
 //   auto p = hg::models::Predictor::load("models/repository/digits_mlp/1", {});
 //   for (auto& b : p->capture_all()) printf("batch %lld: %.1f ms, arena %zu B\n", ...);
@@ -13,7 +14,13 @@
 // HPUGraph::replay_host); a batch above the largest bucket runs unpadded, without a captured graph (a warning is logged once
 // per size). The module's parameters and buffers are frozen in every capture (folded and
 // pre-packed), and captures compile through the graph cache (graphs/graph_cache.h): with
-// HG_GRAPH_CACHE set, a second process starts from the disk cache.
+// HG_GRAPH_CACHE set, a second process starts from the disk cache. A model whose inputs have
+// dynamic dimensions besides the batch (an ONNX export with dynamic_axes {0: batch, 1: seq})
+// captures per signature on first use (capture_all captures nothing for it), keeps
+// max_signatures of them (LRU) and reports them in signature_stats().
+//
+//   auto shapes = p->output_shapes({{12}});                  // token ids of length 12 -> {{2}}
+//   p->run({ids.data()}, 3, {logits.data()}, {{12}});        // 3 samples of 12 ids each
 #pragma once
 #include <filesystem>
 #include <functional>
@@ -29,6 +36,17 @@ namespace hg::models {
 struct PredictorOptions {
   Device device = Device::hpu(0);
   std::vector<int64_t> batch_buckets = {1, 2, 4, 8, 16, 32};
+  // Models with dynamic dimensions besides the batch: the input signatures (each input's sample
+  // shape) kept with their captured graphs, least recently used out; 0: unbounded.
+  size_t max_signatures = 16;
+  size_t max_signature_bytes = 0;  // their captured graphs' arena + constant bytes
+};
+
+// A model with dynamic dimensions: the signatures (distinct input sample shapes) met so far, the
+// graphs captured for them and the signatures evicted by the limits above.
+struct SignatureStats {
+  uint64_t seen = 0, captures = 0, evictions = 0;
+  size_t live = 0, bytes = 0;
 };
 
 struct BucketInfo {
@@ -57,9 +75,16 @@ class Predictor {
   static std::unique_ptr<Predictor> load(const std::filesystem::path& dir, const PredictorOptions& opt);
   ~Predictor();
   const ModelPackage& package() const;
-  // Elements of one sample of input/output i (the shape without the batch dimension).
+  // Elements of one sample of input/output i (the shape without the batch dimension); -1 when
+  // a dimension besides the batch is dynamic.
   int64_t input_size(size_t i) const;
   int64_t output_size(size_t i) const;
+  // Dynamic dimensions besides the batch: the sample shape of every input (a signature; {} for a
+  // model without them) gives the sample shape of every output. Captures the smallest batch
+  // bucket of a new signature. Throws hg::InvalidArgument naming the input and dimension for a
+  // shape the model does not accept.
+  std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes = {});
+  SignatureStats signature_stats() const;
   // The element types the package declares (IOSpec::datatype).
   DType input_dtype(size_t i) const;
   DType output_dtype(size_t i) const;
@@ -69,7 +94,10 @@ class Predictor {
   std::vector<int64_t> buckets() const;
   // inputs[i] holds batch * input_size(i) elements of input_dtype(i) (one per model input, in
   // order); outputs[j] receives batch * output_size(j) elements of output_dtype(j).
-  void run(const std::vector<const void*>& inputs, int64_t batch, const std::vector<void*>& outputs);
+  // Dynamic dimensions: input_shapes is the signature (see output_shapes), and the sizes above
+  // are those of its sample shapes. One set of captured batch buckets per signature.
+  void run(const std::vector<const void*>& inputs, int64_t batch, const std::vector<void*>& outputs,
+           const std::vector<Shape>& input_shapes = {});
   // The same for a batch gathered from several requests, with one copy on each side:
   // fill(inputs) writes the batch's samples straight into the bucket's input buffers (one pointer
   // per model input, room for `batch` samples; the padding is zeroed after it), take(outputs)
@@ -77,7 +105,7 @@ class Predictor {
   // and must not call the Predictor. Above the largest bucket they get temporary buffers.
   using Fill = std::function<void(const std::vector<void*>& inputs)>;
   using Take = std::function<void(const std::vector<const void*>& outputs)>;
-  void run_staged(int64_t batch, const Fill& fill, const Take& take);
+  void run_staged(int64_t batch, const Fill& fill, const Take& take, const std::vector<Shape>& input_shapes = {});
 
  private:
   struct Impl;

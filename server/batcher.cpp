@@ -60,6 +60,15 @@ void call_done(BatchJob& job) {
 
 constexpr uint64_t kMaxQueueDelayUs = 3'600'000'000;
 
+// The elements of a sample shape a job names, or -1 when a dimension is negative or the count
+// passes 2^40 (the byte count check that follows must not overflow).
+int64_t sample_elements(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > (int64_t{1} << 40)) return -1;
+  return n;
+}
+
 int64_t micros(Clock::duration d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); }
 int64_t ns_since_epoch(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
@@ -71,6 +80,8 @@ struct DynamicBatcher::Impl {
   // What one instance thread reuses from run to run.
   struct Worker {
     std::vector<Entry> batch, finished;
+    std::vector<size_t> in_bytes, out_bytes;  // per sample, this run's
+    std::vector<Shape> output_shapes;         // dynamic: this run's outputs' sample shapes
     std::vector<ByteBuffer> in_buf, out_buf;
     std::vector<const void*> in_ptrs;
     std::vector<void*> out_ptrs, gathered;
@@ -80,7 +91,8 @@ struct DynamicBatcher::Impl {
   std::shared_ptr<ServedModel> model;
   BatcherConfig cfg;
   int64_t target = 1;
-  std::vector<size_t> in_bytes, out_bytes;  // per sample
+  std::vector<size_t> in_bytes, out_bytes;  // per sample (dynamic: per element)
+  bool dynamic = false;  // dimensions besides the batch vary: each job has its sample shapes
 
   mutable std::mutex mu;
   std::condition_variable cv;
@@ -111,10 +123,11 @@ struct DynamicBatcher::Impl {
 
   void instance_loop();
   bool take(Worker& w, std::unique_lock<std::mutex>& lk);
+  void sizes(Worker& w);
   void run_batch(Worker& w);
   void bind_buffers(Worker& w, int64_t total);
   void gather_inputs(const Worker& w, const std::vector<void*>& dst) const;
-  void split_outputs(const void* const* src, BatchJob& job, size_t offset) const;
+  void split_outputs(const Worker& w, const void* const* src, BatchJob& job, size_t offset) const;
   void expire(Entry& e, Clock::time_point now, std::vector<Entry>& finished);
   void complete(Worker& w);
   void stop_and_join();
@@ -163,9 +176,14 @@ bool DynamicBatcher::Impl::take(Worker& w, std::unique_lock<std::mutex>& lk) {
     Clock::time_point now = Clock::now(), oldest = Clock::time_point::max();
     int64_t sum = 0;
     bool full = false;
+    const std::vector<Shape>* shapes = nullptr;  // the run's signature: its first job's
+    auto other = [&](const Entry& e) {
+      if (!shapes) shapes = &e.job->shapes;
+      return e.job->shapes != *shapes;
+    };
     for (auto& level : levels) {
       for (auto& e : level) {
-        if (e.job->dropped(now)) continue;
+        if (e.job->dropped(now) || other(e)) continue;
         if (sum > 0 && sum + e.job->batch > target) {
           full = true;
           break;
@@ -189,20 +207,26 @@ bool DynamicBatcher::Impl::take(Worker& w, std::unique_lock<std::mutex>& lk) {
       cv.wait_until(lk, until);
       continue;
     }
-    // Pop the same sequence the walk saw.
+    // Pop the same sequence the walk saw; jobs of another signature stay queued.
     sum = 0;
+    shapes = nullptr;
+    std::vector<Shape> signature;
     for (auto& level : levels) {
-      while (!level.empty()) {
-        Entry& e = level.front();
+      for (auto it = level.begin(); it != level.end();) {
+        Entry& e = *it;
         if (e.job->dropped(now)) {
           expire(e, now, w.finished);
+        } else if (other(e)) {
+          ++it;
+          continue;
         } else if (sum > 0 && sum + e.job->batch > target) {
           return true;
         } else {
+          if (sum == 0) signature = e.job->shapes, shapes = &signature;  // the entry moves out below
           sum += e.job->batch;
           w.batch.push_back(std::move(e));
         }
-        level.pop_front();
+        it = level.erase(it);
         --queued;
         if (sum >= target) return true;
       }
@@ -225,6 +249,7 @@ void DynamicBatcher::Impl::expire(Entry& e, Clock::time_point now, std::vector<E
 // Points w.in_ptrs/w.out_ptrs at the run's buffers: the job's own for a single job, else the
 // instance's buffers with every job's inputs copied in, in batch order.
 void DynamicBatcher::Impl::bind_buffers(Worker& w, int64_t total) {
+  const std::vector<size_t>&in_bytes = w.in_bytes, &out_bytes = w.out_bytes;
   size_t n_in = in_bytes.size(), n_out = out_bytes.size();
   w.in_ptrs.resize(n_in);
   w.out_ptrs.resize(n_out);
@@ -245,9 +270,25 @@ void DynamicBatcher::Impl::bind_buffers(Worker& w, int64_t total) {
   for (size_t j = 0; j < n_out; ++j) w.out_ptrs[j] = w.out_buf[j].at_least(static_cast<size_t>(total) * out_bytes[j]);
 }
 
+// This run's bytes per sample: the model's, or (dynamic dimensions) those of its jobs' shapes and
+// the output shapes the model gives for them (which may capture the signature's first graph).
+void DynamicBatcher::Impl::sizes(Worker& w) {
+  if (!dynamic) {
+    w.in_bytes = in_bytes;
+    w.out_bytes = out_bytes;
+    return;
+  }
+  const std::vector<Shape>& shapes = w.batch[0].job->shapes;
+  w.output_shapes = model->output_shapes(shapes);
+  w.in_bytes.resize(in_bytes.size());
+  w.out_bytes.resize(out_bytes.size());
+  for (size_t i = 0; i < in_bytes.size(); ++i) w.in_bytes[i] = in_bytes[i] * static_cast<size_t>(numel(shapes[i]));
+  for (size_t j = 0; j < out_bytes.size(); ++j) w.out_bytes[j] = out_bytes[j] * static_cast<size_t>(numel(w.output_shapes[j]));
+}
+
 // Copies every job's inputs, in batch order, to dst (one buffer per model input).
 void DynamicBatcher::Impl::gather_inputs(const Worker& w, const std::vector<void*>& dst) const {
-  for (size_t i = 0; i < in_bytes.size(); ++i) {
+  for (size_t i = 0; i < w.in_bytes.size(); ++i) {
     std::byte* at = static_cast<std::byte*>(dst[i]);
     for (const auto& e : w.batch) {
       const std::string& src = e.job->inputs[i];
@@ -258,7 +299,8 @@ void DynamicBatcher::Impl::gather_inputs(const Worker& w, const std::vector<void
 }
 
 // Copies the job's samples (starting at sample `offset` of the run) out of the run's outputs.
-void DynamicBatcher::Impl::split_outputs(const void* const* src, BatchJob& job, size_t offset) const {
+void DynamicBatcher::Impl::split_outputs(const Worker& w, const void* const* src, BatchJob& job, size_t offset) const {
+  const std::vector<size_t>& out_bytes = w.out_bytes;
   job.outputs.resize(out_bytes.size());
   for (size_t j = 0; j < out_bytes.size(); ++j) {
     const char* from = static_cast<const char*>(src[j]) + offset * out_bytes[j];
@@ -291,19 +333,22 @@ void DynamicBatcher::Impl::run_batch(Worker& w) {
   Clock::time_point start = Clock::now();  // compute includes the input copy, as Triton's does
   bool staged = false;  // the outputs were split inside the run (several jobs, one copy each way)
   try {
+    sizes(w);
+    const std::vector<Shape>& shapes = w.batch[0].job->shapes;
     size_t offset = 0;
     staged = w.batch.size() > 1 &&
              model->run_staged(
                  total, [&](const std::vector<void*>& in) { gather_inputs(w, in); },
                  [&](const std::vector<const void*>& out) {
                    for (auto& e : w.batch) {
-                     split_outputs(out.data(), *e.job, offset);
+                     split_outputs(w, out.data(), *e.job, offset);
                      offset += static_cast<size_t>(e.job->batch);
                    }
-                 });
+                 },
+                 shapes);
     if (!staged) {
       bind_buffers(w, total);
-      model->run(w.in_ptrs, total, w.out_ptrs);
+      model->run(w.in_ptrs, total, w.out_ptrs, shapes);
     }
   } catch (const std::exception& e) {
     status = http_status(e);
@@ -327,7 +372,8 @@ void DynamicBatcher::Impl::run_batch(Worker& w) {
     job.compute_end = end;
     job.executed_batch = total;
     try {
-      if (status == 200 && w.batch.size() > 1 && !staged) split_outputs(w.out_ptrs.data(), job, offset_samples);
+      if (status == 200 && w.batch.size() > 1 && !staged) split_outputs(w, w.out_ptrs.data(), job, offset_samples);
+      if (status == 200 && dynamic) job.output_shapes = w.output_shapes;
     } catch (const std::exception& x) {  // allocating the job's outputs
       job.status = http_status(x);
       job.error = std::string("splitting the batch's outputs: ") + x.what();
@@ -415,10 +461,11 @@ DynamicBatcher::DynamicBatcher(std::shared_ptr<ServedModel> model, BatcherConfig
                           " is above one hour (" + std::to_string(kMaxQueueDelayUs) + ")");
   Impl& m = *impl_;
   const models::PackageSpec& spec = model->spec();
+  for (size_t i = 0; i < spec.inputs.size(); ++i) m.dynamic |= model->input_size(i) < 0;
   for (size_t i = 0; i < spec.inputs.size(); ++i)
-    m.in_bytes.push_back(static_cast<size_t>(model->input_size(i)) * element_bytes(spec.inputs[i], "input"));
+    m.in_bytes.push_back((m.dynamic ? 1 : static_cast<size_t>(model->input_size(i))) * element_bytes(spec.inputs[i], "input"));
   for (size_t j = 0; j < spec.outputs.size(); ++j)
-    m.out_bytes.push_back(static_cast<size_t>(model->output_size(j)) * element_bytes(spec.outputs[j], "output"));
+    m.out_bytes.push_back((m.dynamic ? 1 : static_cast<size_t>(model->output_size(j))) * element_bytes(spec.outputs[j], "output"));
 
   std::vector<int64_t> buckets = model->buckets();
   if (cfg.max_batch_size == 0) {
@@ -453,8 +500,16 @@ DynamicBatcher::Submit DynamicBatcher::submit(std::shared_ptr<BatchJob> job) {
   if (job->inputs.size() != m.in_bytes.size())
     throw InvalidArgument("model '" + spec.name + "' expects " + std::to_string(m.in_bytes.size()) + " inputs, got " +
                           std::to_string(job->inputs.size()));
+  if (m.dynamic != !job->shapes.empty() || (m.dynamic && job->shapes.size() != m.in_bytes.size()))
+    throw InvalidArgument(m.dynamic ? "model '" + spec.name + "' has dynamic dimensions: the job must give the sample shape of each of its " +
+                                          std::to_string(m.in_bytes.size()) + " inputs"
+                                    : "model '" + spec.name + "' has fixed shapes: the job gives sample shapes");
   for (size_t i = 0; i < m.in_bytes.size(); ++i) {
-    size_t have = job->inputs[i].size(), per = m.in_bytes[i];
+    const int64_t elements = m.dynamic ? sample_elements(job->shapes[i]) : 1;
+    if (elements < 0)
+      throw InvalidArgument("input '" + spec.inputs[i].name + "': sample shape " + shape_str(job->shapes[i]) +
+                            " has a negative dimension or more than 2^40 elements");
+    size_t have = job->inputs[i].size(), per = m.in_bytes[i] * static_cast<size_t>(elements);
     bool ok = per == 0 ? have == 0 : have % per == 0 && have / per == static_cast<uint64_t>(job->batch);
     if (!ok)
       throw InvalidArgument("input '" + spec.inputs[i].name + "': " + std::to_string(have) + " bytes for batch " +

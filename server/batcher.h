@@ -23,7 +23,9 @@
 // instead of being handed to an instance thread and back: done() is then called inside submit().
 // It counts as one of the `instances` runs, so batching resumes for the jobs arriving meanwhile.
 // Priorities: 1 is the highest; 0 or a level above priority_levels uses default_priority_level.
-// The model must have fixed-size datatypes only (BYTES cannot be split by byte offsets).
+// The model must have fixed-size datatypes only (BYTES cannot be split by byte offsets). A model
+// with dynamic dimensions besides the batch: each job names its samples' shapes, and one run
+// takes only jobs of the same shapes (Triton's rule); the others wait for a run of their own.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -58,6 +60,7 @@ struct BatcherConfig {
 struct BatchJob {
   int64_t batch = 1;
   std::vector<std::string> inputs;   // per model input: batch * per-sample bytes
+  std::vector<Shape> shapes;         // per model input, one sample's shape: models with dynamic dimensions only
   int priority = 0;                  // 0: the default level
   Clock::time_point deadline = Clock::time_point::max();
   std::shared_ptr<const std::atomic<bool>> cancelled;  // set: the client left; the job is not run
@@ -71,6 +74,7 @@ struct BatchJob {
   int status = 0;                    // 200, 4xx/5xx from the run, 504 (deadline)
   std::string error;
   std::vector<std::string> outputs;  // per model output: batch * per-sample bytes
+  std::vector<Shape> output_shapes;  // per model output, one sample's shape (with `shapes` only)
   Clock::time_point enqueued, compute_start, compute_end;
   int64_t executed_batch = 0;        // the size of the run this job was part of (before padding)
 };
@@ -86,7 +90,7 @@ class DynamicBatcher {
 
   enum class Submit { Queued, QueueFull, Stopped };
   // Throws hg::InvalidArgument (nothing queued, done() not called) when the job is malformed:
-  // batch < 1, or an input count or byte size that does not match the model.
+  // batch < 1, or an input count, sample shape or byte size that does not match the model.
   Submit submit(std::shared_ptr<BatchJob> job);
   // Stops accepting, runs every queued job (expired ones get 504), joins. Idempotent.
   void drain();

@@ -19,7 +19,9 @@ class IdentityModel : public ServedModel {
   int64_t input_size(size_t i) const override { return elements_.at(i); }
   int64_t output_size(size_t i) const override { return elements_.at(i); }
 
-  void run(const std::vector<const void*>& inputs, int64_t batch, const std::vector<void*>& outputs) override {
+  void run(const std::vector<const void*>& inputs, int64_t batch, const std::vector<void*>& outputs,
+           const std::vector<Shape>& input_shapes) override {
+    if (!input_shapes.empty()) throw InvalidArgument("identity model '" + spec_.name + "': its shapes are fixed");
     size_t n = sample_bytes_.size();
     if (inputs.size() != n || outputs.size() != n)
       throw InvalidArgument("identity model '" + spec_.name + "': expects " + std::to_string(n) + " inputs and outputs, got " +

@@ -469,6 +469,16 @@ InferResponse decode_infer_response(std::string_view body, std::optional<size_t>
   return resp;
 }
 
+namespace {
+// Whether an input has a dynamic dimension besides the leading batch.
+bool dynamic(const models::PackageSpec& spec) {
+  for (const auto& io : spec.inputs)
+    for (size_t d = 1; d < io.shape.size(); ++d)
+      if (io.shape[d] == -1 && io.shape[0] == -1) return true;
+  return false;
+}
+}  // namespace
+
 ModelInputs bind_inputs(InferRequest& req, const models::PackageSpec& spec, int64_t max_batch_size,
                         std::string_view model_name) {
   const std::string model(model_name.empty() ? std::string_view(spec.name) : model_name);
@@ -477,6 +487,9 @@ ModelInputs bind_inputs(InferRequest& req, const models::PackageSpec& spec, int6
       throw InvalidArgument("a raw binary request (Inference-Header-Content-Length: 0) needs a model with "
                             "exactly one input; model '" + model + "' has " + std::to_string(spec.inputs.size()));
     const models::IOSpec& io = spec.inputs[0];
+    if (dynamic(spec))
+      throw InvalidArgument("a raw binary request (Inference-Header-Content-Length: 0) carries no shape; model '" + model +
+                            "' has dynamic dimensions (shape " + shape_text(io.shape) + "): send a JSON header");
     WireTensor& t = req.inputs[0];
     t.name = io.name;
     t.datatype = model_wire_type(io, model);
@@ -488,6 +501,7 @@ ModelInputs bind_inputs(InferRequest& req, const models::PackageSpec& spec, int6
 
   ModelInputs in;
   in.data.resize(spec.inputs.size());
+  if (dynamic(spec)) in.shapes.resize(spec.inputs.size());
   std::vector<WireTensor*> given(spec.inputs.size(), nullptr);
   int64_t batch = -1;
   size_t batch_from = 0;
@@ -503,17 +517,20 @@ ModelInputs bind_inputs(InferRequest& req, const models::PackageSpec& spec, int6
     if (io.datatype != wire_type_name(t.datatype))
       throw InvalidArgument("input '" + t.name + "' of model '" + model + "': expected datatype " + io.datatype +
                             ", got " + wire_type_name(t.datatype));
-    std::optional<int64_t> b;
-    bool compatible = t.shape.size() == io.shape.size();
-    for (size_t i = 0; compatible && i < io.shape.size(); ++i) {
-      if (io.shape[i] != -1) compatible = io.shape[i] == t.shape[i];
-      else if (!b) b = t.shape[i];
-      else compatible = *b == t.shape[i];
-    }
-    if (!compatible)
+    // A leading -1 is the batch; any other -1 is a dynamic dimension (1 or more).
+    const bool batched = !io.shape.empty() && io.shape[0] == -1;
+    if (t.shape.size() != io.shape.size())
       throw InvalidArgument("unexpected shape for input '" + t.name + "' of model '" + model + "': expected " +
-                            shape_text(io.shape) + ", got " + shape_text(t.shape));
-    const int64_t this_batch = b.value_or(1);
+                            shape_text(io.shape) + ", got " + shape_text(t.shape) + " (" +
+                            std::to_string(io.shape.size()) + " dimensions, not " + std::to_string(t.shape.size()) + ")");
+    for (size_t i = batched ? 1 : 0; i < io.shape.size(); ++i)
+      if (io.shape[i] == -1 ? t.shape[i] < 1 : io.shape[i] != t.shape[i])
+        throw InvalidArgument("unexpected shape for input '" + t.name + "' of model '" + model + "': expected " +
+                              shape_text(io.shape) + ", got " + shape_text(t.shape) + " (dimension " + std::to_string(i) +
+                              " must be " + (io.shape[i] == -1 ? std::string("1 or more") : std::to_string(io.shape[i])) +
+                              ")");
+    if (dynamic(spec)) in.shapes[k] = Shape(t.shape.begin() + (batched ? 1 : 0), t.shape.end());
+    const int64_t this_batch = batched ? t.shape[0] : 1;
     if (batch < 0) {
       batch = this_batch;
       batch_from = k;
@@ -562,7 +579,8 @@ ModelInputs bind_inputs(InferRequest& req, const models::PackageSpec& spec, int6
 }
 
 InferResponse make_response(const InferRequest& req, const models::PackageSpec& spec, const ModelInputs& in,
-                            std::string model_name, std::string model_version, std::vector<std::string>&& outputs) {
+                            std::string model_name, std::string model_version, std::vector<std::string>&& outputs,
+                            const std::vector<Shape>& output_shapes) {
   InferResponse resp;
   resp.model_name = std::move(model_name);
   resp.model_version = std::move(model_version);
@@ -574,9 +592,14 @@ InferResponse make_response(const InferRequest& req, const models::PackageSpec& 
     WireTensor t;
     t.name = io.name;
     t.datatype = model_wire_type(io, resp.model_name);
-    t.shape = io.shape;
-    for (int64_t& d : t.shape)
-      if (d == -1) d = in.batch;
+    if (!output_shapes.empty()) {
+      t.shape = {in.batch};
+      t.shape.insert(t.shape.end(), output_shapes.at(j).begin(), output_shapes.at(j).end());
+    } else {
+      t.shape = io.shape;
+      for (int64_t& d : t.shape)
+        if (d == -1) d = in.batch;
+    }
     t.data = std::move(outputs.at(j));
     if (const size_t size = wire_type_size(t.datatype); size && t.data.size() != element_count(t.shape) * size)
       throw InternalError("output '" + t.name + "' of model '" + resp.model_name + "' has " +

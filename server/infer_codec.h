@@ -72,6 +72,9 @@ InferResponse decode_infer_response(std::string_view body, std::optional<size_t>
 struct ModelInputs {
   int64_t batch = 1;
   std::vector<std::string> data;  // per model input: batch * per-sample bytes
+  // Per model input, one sample's shape: only for a model with dynamic dimensions besides the
+  // batch (a spec shape -1 after the leading batch -1), whose requests may differ in them.
+  std::vector<Shape> shapes;
   std::vector<size_t> outputs;    // model output indices to return, in request order
   std::vector<bool> binary;       // per returned output: send as binary
   std::vector<uint32_t> classification;  // per returned output: top-N classes (0: the tensor itself)
@@ -81,9 +84,10 @@ ModelInputs bind_inputs(InferRequest& req, const models::PackageSpec& spec, int6
                         std::string_view model_name = {});
 
 // The response to `req`: outputs[j] holds the bytes of model output j for `batch` samples;
-// only in.outputs are returned (moved out of `outputs`).
+// only in.outputs are returned (moved out of `outputs`). output_shapes: per model output, one
+// sample's shape when the run gave them (dynamic dimensions); else the spec's.
 InferResponse make_response(const InferRequest& req, const models::PackageSpec& spec, const ModelInputs& in,
                             std::string model_name, std::string model_version,
-                            std::vector<std::string>&& outputs);
+                            std::vector<std::string>&& outputs, const std::vector<Shape>& output_shapes = {});
 
 }  // namespace hg::server

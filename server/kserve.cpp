@@ -115,12 +115,20 @@ struct KServeHandler::ParsePool {
 
 KServeHandler::KServeHandler(ModelRepository& repo, ServerMetrics& metrics, KServeOptions opt)
     : repo_(repo), opt_(std::move(opt)), metrics_(metrics) {
-  metrics_.set_queue_depths([this] {
-    std::vector<QueueDepth> out;
+  metrics_.set_model_gauges([this] {
+    std::vector<ModelGauges> out;
     for (const IndexEntry& e : repo_.index(true)) {
       try {
         auto v = repo_.resolve(e.name, e.version);
-        out.push_back({v->name, std::to_string(v->version), static_cast<double>(v->batcher ? v->batcher->queue_depth() : 0)});
+        ModelGauges g;
+        g.model = v->name;
+        g.version = std::to_string(v->version);
+        g.depth = static_cast<double>(v->batcher ? v->batcher->queue_depth() : 0);
+        if (v->model) {
+          for (size_t i = 0; i < v->model->spec().inputs.size(); ++i) g.dynamic |= v->model->input_size(i) < 0;
+          g.signatures = v->model->signature_stats();
+        }
+        out.push_back(std::move(g));
       } catch (const std::exception&) {  // unloaded since index(): not pending anything
       }
     }
@@ -131,7 +139,7 @@ KServeHandler::KServeHandler(ModelRepository& repo, ServerMetrics& metrics, KSer
 
 KServeHandler::~KServeHandler() {
   shutdown();
-  metrics_.set_queue_depths({});  // the metrics may be scraped after this handler is gone
+  metrics_.set_model_gauges({});  // the metrics may be scraped after this handler is gone
 }
 
 HttpHandler KServeHandler::http_handler() {
@@ -409,6 +417,7 @@ void KServeHandler::decode_and_submit(std::shared_ptr<const ModelVersion> v, Htt
     auto job = std::make_shared<BatchJob>();
     job->batch = in->batch;
     job->inputs = std::move(in->data);
+    job->shapes = std::move(in->shapes);
     if (ir->priority) {
       if (*ir->priority < 0 || *ir->priority > v->config.priority_levels)
         throw HttpError(400, "parameter 'priority' must be in [0, " + std::to_string(v->config.priority_levels) +
@@ -430,7 +439,8 @@ void KServeHandler::decode_and_submit(std::shared_ptr<const ModelVersion> v, Htt
         return reply(error_response(j.status, j.error));
       }
       try {
-        InferResponse resp = make_response(*ir, v->model->spec(), *in, v->name, version, std::move(j.outputs));
+        InferResponse resp =
+            make_response(*ir, v->model->spec(), *in, v->name, version, std::move(j.outputs), j.output_shapes);
         EncodedBody e = encode_infer_response(resp);
         HttpResponse r;
         r.body = std::move(e.body);

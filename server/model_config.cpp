@@ -21,6 +21,7 @@ using json = nlohmann::json;
 constexpr int64_t kMaxBatchSize = int64_t{1} << 16;
 constexpr int64_t kMaxInstances = 64;
 constexpr size_t kMaxConfigBuckets = 64;  // graphs captured per model version (each holds an arena)
+constexpr int64_t kMaxSignatures = 4096;  // input signatures kept per model version (each with its buckets)
 constexpr int64_t kMaxPriorityLevels = 255;
 constexpr int64_t kMaxMicroseconds = int64_t{1} << 40;  // about 12.7 days
 constexpr int64_t kMaxDim = int64_t{1} << 31;
@@ -286,7 +287,8 @@ std::vector<int64_t> VersionPolicy::select(std::vector<int64_t> available) const
 ModelConfig ModelConfig::parse(const json& j, const std::string& file, const std::string& name) {
   Fields f(j, file, "");
   f.only({"name", "platform", "backend", "max_batch_size", "batch_buckets", "dynamic_batching", "instance_group",
-          "version_policy", "model_warmup", "input", "inputs", "output", "outputs"},
+          "version_policy", "model_warmup", "max_signatures", "max_signature_bytes", "input", "inputs", "output",
+          "outputs"},
          {{"sequence_batching", "hgraph serves stateless models"},
           {"ensemble_scheduling", "hgraph has no ensembles"},
           {"preferred_batch_size", "list the batch sizes in batch_buckets"}});
@@ -323,6 +325,8 @@ ModelConfig ModelConfig::parse(const json& j, const std::string& file, const std
   c.instance_count = parse_instance_group(f);
   c.version_policy = parse_version_policy(f);
   if (auto w = f.boolean("model_warmup")) c.warmup = *w;
+  if (auto m = f.integer("max_signatures", 0, kMaxSignatures)) c.max_signatures = static_cast<size_t>(*m);
+  if (auto m = f.integer("max_signature_bytes", 0, INT64_MAX)) c.max_signature_bytes = static_cast<size_t>(*m);
   c.inputs = parse_tensors(f, "input", "inputs", c.max_batch_size);
   c.outputs = parse_tensors(f, "output", "outputs", c.max_batch_size);
   if (c.platform == "identity") {
@@ -375,6 +379,8 @@ json ModelConfig::to_json() const {
     case VersionPolicy::Kind::Specific: j["version_policy"] = {{"specific", {{"versions", version_policy.versions}}}}; break;
   }
   j["model_warmup"] = warmup;
+  j["max_signatures"] = max_signatures;
+  j["max_signature_bytes"] = max_signature_bytes;
   j["input"] = json::array();
   for (const auto& io : inputs) j["input"].push_back(tensor_json(io, max_batch_size));
   j["output"] = json::array();

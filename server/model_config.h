@@ -54,6 +54,10 @@ struct ModelConfig {
   int instance_count = 1;
   VersionPolicy version_policy;
   bool warmup = true;                  // capture every bucket before READY
+  // Models with dynamic dimensions besides the batch: the input signatures kept with their
+  // captured graphs (LRU; 0: unbounded), and the bytes their graphs may take (0: unbounded).
+  size_t max_signatures = 16;
+  size_t max_signature_bytes = 0;
   // The tensors, with -1 for the batch dimension when max_batch_size > 0: required for the identity
   // platform (output i echoes input i); for hgraph models they must match the package.
   std::vector<models::IOSpec> inputs, outputs;

@@ -219,6 +219,8 @@ struct ModelRepository::Impl {
     mv->config = config;
     models::PredictorOptions popt = opt.predictor;
     popt.batch_buckets = config.buckets(opt.predictor.batch_buckets);
+    popt.max_signatures = config.max_signatures;
+    popt.max_signature_bytes = config.max_signature_bytes;
     {
       // The load's device work (weights, captures, first runs) on the load stream: the models
       // already serving keep their device queue to themselves. Synchronized at the block's end.

@@ -1,5 +1,7 @@
 #include "server/served_model.h"
 
+#include "engine/error.h"
+
 namespace hg::server {
 namespace {
 
@@ -9,12 +11,17 @@ class PredictorModel final : public ServedModel {
   const models::PackageSpec& spec() const override { return p_->package().spec; }
   int64_t input_size(size_t i) const override { return p_->input_size(i); }
   int64_t output_size(size_t i) const override { return p_->output_size(i); }
-  std::vector<int64_t> buckets() const override { return p_->buckets(); }
-  void run(const std::vector<const void*>& inputs, int64_t batch, const std::vector<void*>& outputs) override {
-    p_->run(inputs, batch, outputs);
+  std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) override {
+    return p_->output_shapes(input_shapes);
   }
-  bool run_staged(int64_t batch, const Fill& fill, const Take& take) override {
-    p_->run_staged(batch, fill, take);
+  models::SignatureStats signature_stats() const override { return p_->signature_stats(); }
+  std::vector<int64_t> buckets() const override { return p_->buckets(); }
+  void run(const std::vector<const void*>& inputs, int64_t batch, const std::vector<void*>& outputs,
+           const std::vector<Shape>& input_shapes) override {
+    p_->run(inputs, batch, outputs, input_shapes);
+  }
+  bool run_staged(int64_t batch, const Fill& fill, const Take& take, const std::vector<Shape>& input_shapes) override {
+    p_->run_staged(batch, fill, take, input_shapes);
     return true;
   }
 
@@ -23,6 +30,19 @@ class PredictorModel final : public ServedModel {
 };
 
 }  // namespace
+
+// The spec's sample shapes (dims after the batch when batched); a model with dynamic
+// dimensions overrides this.
+std::vector<Shape> ServedModel::output_shapes(const std::vector<Shape>& input_shapes) {
+  if (!input_shapes.empty())
+    throw InvalidArgument("model '" + spec().name + "' has no dynamic dimensions besides the batch");
+  std::vector<Shape> r;
+  for (const auto& io : spec().outputs) {
+    const bool batched = !io.shape.empty() && io.shape[0] == -1;
+    r.emplace_back(io.shape.begin() + (batched ? 1 : 0), io.shape.end());
+  }
+  return r;
+}
 
 std::shared_ptr<ServedModel> make_served_model(std::unique_ptr<models::Predictor> predictor) {
   return std::make_shared<PredictorModel>(std::move(predictor));

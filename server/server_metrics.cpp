@@ -225,18 +225,27 @@ nlohmann::json ModelMetrics::stats() const {
 ServerMetrics::ServerMetrics() {
   auto& http = registry_.counter("hg_http_responses_total", "HTTP responses sent, by status class.", {"code"});
   for (int c = 0; c < 5; ++c) http_[c] = &http.with({std::to_string(c + 1) + "xx"});
-  registry_.callback("hg_inference_pending_requests", "Requests waiting in a model version's queue.",
-                     MetricType::Gauge, kModelLabels, [this] {
-                       std::function<std::vector<QueueDepth>()> fn;
-                       {
-                         std::lock_guard lk(mu_);
-                         fn = queue_depths_;
-                       }
-                       std::vector<Sample> out;
-                       if (!fn) return out;
-                       for (auto& q : fn()) out.push_back({{q.model, q.version}, q.depth});
-                       return out;
-                     });
+  // One family per field of ModelGauges; `all`: every model, else the dynamic ones.
+  auto gauge = [this](const char* name, const char* help, MetricType type, bool all, double (*value)(const ModelGauges&)) {
+    registry_.callback(name, help, type, kModelLabels, [this, all, value] {
+      std::vector<Sample> out;
+      for (const ModelGauges& g : gauges())
+        if (all || g.dynamic) out.push_back({{g.model, g.version}, value(g)});
+      return out;
+    });
+  };
+  gauge("hg_inference_pending_requests", "Requests waiting in a model version's queue.", MetricType::Gauge, true,
+        [](const ModelGauges& g) { return g.depth; });
+  gauge("hg_model_signatures", "Input signatures (sample shapes) kept with their captured graphs.", MetricType::Gauge,
+        false, [](const ModelGauges& g) { return static_cast<double>(g.signatures.live); });
+  gauge("hg_model_signature_bytes", "Arena and constant bytes of the kept signatures' graphs.", MetricType::Gauge, false,
+        [](const ModelGauges& g) { return static_cast<double>(g.signatures.bytes); });
+  gauge("hg_model_signatures_seen_total", "Input signatures met (each new one, and each one met again after eviction).",
+        MetricType::Counter, false, [](const ModelGauges& g) { return static_cast<double>(g.signatures.seen); });
+  gauge("hg_model_signature_captures_total", "Graphs captured for input signatures.", MetricType::Counter, false,
+        [](const ModelGauges& g) { return static_cast<double>(g.signatures.captures); });
+  gauge("hg_model_signature_evictions_total", "Input signatures evicted by max_signatures / max_signature_bytes.",
+        MetricType::Counter, false, [](const ModelGauges& g) { return static_cast<double>(g.signatures.evictions); });
   register_graph_cache(registry_);
   register_device_memory(registry_);
 }
@@ -255,9 +264,18 @@ void ServerMetrics::retire(const std::string& name, const std::string& version) 
   if (models_.count({name, version})) retired_.insert({name, version});
 }
 
-void ServerMetrics::set_queue_depths(std::function<std::vector<QueueDepth>()> fn) {
+void ServerMetrics::set_model_gauges(std::function<std::vector<ModelGauges>()> fn) {
   std::lock_guard lk(mu_);
-  queue_depths_ = std::move(fn);
+  gauges_ = std::move(fn);
+}
+
+std::vector<ModelGauges> ServerMetrics::gauges() const {
+  std::function<std::vector<ModelGauges>()> fn;
+  {
+    std::lock_guard lk(mu_);
+    fn = gauges_;
+  }
+  return fn ? fn() : std::vector<ModelGauges>{};
 }
 
 void ServerMetrics::http_response(int status) {
@@ -268,6 +286,9 @@ void ServerMetrics::http_response(int status) {
 }
 
 nlohmann::json ServerMetrics::stats_json(std::string_view model, std::string_view version) const {
+  std::map<std::pair<std::string, std::string>, models::SignatureStats> signatures;
+  for (const ModelGauges& g : gauges())  // before mu_: the callback reads the repository
+    if (g.dynamic) signatures[{g.model, g.version}] = g.signatures;
   nlohmann::json list = nlohmann::json::array();
   std::lock_guard lk(mu_);
   for (const auto& [key, m] : models_) {
@@ -275,6 +296,10 @@ nlohmann::json ServerMetrics::stats_json(std::string_view model, std::string_vie
     if (!model.empty() && key.first != model) continue;
     if (!version.empty() && key.second != version) continue;
     list.push_back(m->stats());
+    if (auto s = signatures.find(key); s != signatures.end())
+      list.back()["signature_stats"] = {{"live", s->second.live},         {"bytes", s->second.bytes},
+                                        {"seen", s->second.seen},         {"captures", s->second.captures},
+                                        {"evictions", s->second.evictions}};
   }
   return {{"model_stats", std::move(list)}};
 }

@@ -8,7 +8,7 @@
 //   mm.success(batch, {.parse_us = 12, .queue_us = 80, .compute_us = 300, .respond_us = 9, .total_us = 405});
 //   mm.failure(failure_reason_for_status(504), total_us);    // REJECTED|TIMEOUT|BAD_REQUEST|BACKEND|CANCELED
 //   batcher_cfg.on_batch = [&mm](int64_t b, Clock::duration d) { mm.execution(b, us(d)); };
-//   metrics.set_queue_depths([&repo] { return std::vector<QueueDepth>{{"digits_mlp", "1", 3}}; });
+//   metrics.set_model_gauges([&repo] { return std::vector<ModelGauges>{{.model = "digits_mlp", .version = "1", .depth = 3}}; });
 //   http_opt.on_response = [&metrics](int status) { metrics.http_response(status); };
 //   reply({200, metrics.render(), kPrometheusContentType});               // GET /metrics
 //   reply({200, metrics.stats_json("digits_mlp", "").dump()});            // GET .../stats
@@ -20,6 +20,10 @@
 //   histograms hg_request_duration_us, hg_queue_duration_us, hg_compute_duration_us,
 //   hg_parse_duration_us, hg_respond_duration_us (per successful request) and hg_batch_size
 //   (per run), gauge hg_inference_pending_requests (from set_queue_depths, at scrape time),
+//   models with dynamic dimensions besides the batch (from set_model_gauges): hg_model_signatures
+//   and hg_model_signature_bytes (gauges: live signatures and their captured bytes),
+//   hg_model_signatures_seen_total, hg_model_signature_captures_total,
+//   hg_model_signature_evictions_total; their stats_json entries hold "signature_stats",
 //   hg_graph_cache_{hits,misses,evictions}_total{cache="memory"|"disk"},
 //   hg_graph_cache_entries, hg_graph_cache_bytes (memory cache),
 //   hg_device_memory_{limit,in_use,max_in_use,max_alloc}_bytes{device}, hg_device_memory_active_allocs{device},
@@ -43,6 +47,7 @@
 #include <utility>
 #include <vector>
 
+#include "models/predictor.h"
 #include "server/metrics.h"
 
 namespace hg::server {
@@ -101,9 +106,12 @@ class ModelMetrics {
   std::map<int64_t, std::unique_ptr<Stat>> big_batches_;
 };
 
-struct QueueDepth {
+// What a model version reports at scrape time.
+struct ModelGauges {
   std::string model, version;
-  double depth = 0;
+  double depth = 0;        // requests waiting in its queue
+  bool dynamic = false;    // dynamic dimensions besides the batch: `signatures` applies
+  models::SignatureStats signatures;
 };
 
 class ServerMetrics {
@@ -118,9 +126,9 @@ class ServerMetrics {
   // Hides an unloaded version from stats_json; its Prometheus series keep their values.
   void retire(const std::string& name, const std::string& version);
 
-  // Where hg_inference_pending_requests comes from; called at each scrape, must be
-  // thread-safe and must not throw.
-  void set_queue_depths(std::function<std::vector<QueueDepth>()> fn);
+  // Where hg_inference_pending_requests and the signature families come from; called at each
+  // scrape (and by stats_json), must be thread-safe and must not throw.
+  void set_model_gauges(std::function<std::vector<ModelGauges>()> fn);
 
   // Counts one HTTP response (HttpServerOptions::on_response).
   void http_response(int status);
@@ -137,7 +145,8 @@ class ServerMetrics {
   mutable std::mutex mu_;
   std::map<std::pair<std::string, std::string>, std::unique_ptr<ModelMetrics>> models_;
   std::set<std::pair<std::string, std::string>> retired_;
-  std::function<std::vector<QueueDepth>()> queue_depths_;
+  std::function<std::vector<ModelGauges>()> gauges_;
+  std::vector<ModelGauges> gauges() const;
   Counter* http_[5];  // 1xx .. 5xx
 };
 

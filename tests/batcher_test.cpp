@@ -76,7 +76,8 @@ class TagModel : public ServedModel {
   int64_t output_size(size_t j) const override { return j == 0 ? 3 : 2; }
   std::vector<int64_t> buckets() const override { return buckets_; }
 
-  void run(const std::vector<const void*>& in, int64_t batch, const std::vector<void*>& out) override {
+  void run(const std::vector<const void*>& in, int64_t batch, const std::vector<void*>& out,
+           const std::vector<Shape>&) override {
     const auto* tags = static_cast<const int64_t*>(in[1]);
     {
       std::lock_guard lk(mu_);
@@ -257,11 +258,11 @@ TEST(Batcher, ManyThreadsEachGetTheirOwnOutputs) {
 
 // Runs gathered batches through run_staged with buffers of its own, as the Predictor does.
 struct StagedTagModel : TagModel {
-  bool run_staged(int64_t batch, const Fill& fill, const Take& take) override {
+  bool run_staged(int64_t batch, const Fill& fill, const Take& take, const std::vector<Shape>&) override {
     std::vector<float> x(static_cast<size_t>(batch) * 3, NAN), y(static_cast<size_t>(batch) * 3);
     std::vector<int64_t> tags(static_cast<size_t>(batch), -1), t(static_cast<size_t>(batch) * 2);
     fill({x.data(), tags.data()});
-    TagModel::run({x.data(), tags.data()}, batch, {y.data(), t.data()});
+    TagModel::run({x.data(), tags.data()}, batch, {y.data(), t.data()}, {});
     ++staged_runs;
     take({y.data(), t.data()});
     return true;
@@ -529,12 +530,13 @@ TEST(Batcher, DrainRunsEveryQueuedJobThenRefuses) {
 
 // A model whose run records the thread it ran on.
 struct ThreadTagModel : TagModel {
-  void run(const std::vector<const void*>& in, int64_t batch, const std::vector<void*>& out) override {
+  void run(const std::vector<const void*>& in, int64_t batch, const std::vector<void*>& out,
+           const std::vector<Shape>&) override {
     {
       std::lock_guard lk(threads_mu);
       threads.push_back(std::this_thread::get_id());
     }
-    TagModel::run(in, batch, out);
+    TagModel::run(in, batch, out, {});
   }
   std::vector<std::thread::id> ran_on() {
     std::lock_guard lk(threads_mu);

@@ -269,7 +269,7 @@ TEST(InferCodec, BindChecksNamesTypesShapesAndBatch) {
   EXPECT_EQ(ok.data[1], raw_bytes<int64_t>({5, 6}));
 
   EXPECT_EQ(bind_error(R"({"inputs":[)" + in("a", "FP32", "[1,3]", "[1,2,3]") + "," + b2 + "]}", spec),
-            "unexpected shape for input 'a' of model 'm': expected [-1,2], got [1,3]");
+            "unexpected shape for input 'a' of model 'm': expected [-1,2], got [1,3] (dimension 1 must be 2)");
   EXPECT_EQ(bind_error(R"({"inputs":[)" + a2 + "]}", spec),
             "missing input 'b' for model 'm' (expected shape [-1], datatype INT64)");
   EXPECT_EQ(bind_error(R"({"inputs":[)" + a2 + "," + b2 + "," + in("c", "FP32", "[1]", "[1]") + "]}", spec),

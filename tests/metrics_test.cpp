@@ -304,7 +304,11 @@ TEST(ServerMetricsTest, RendersEveryServerFamily) {
   mm.success(1, {.parse_us = 20, .queue_us = 50, .compute_us = 300, .respond_us = 5, .total_us = 380});
   mm.failure(FailureReason::Timeout, 1000);
   mm.execution(5, 300);
-  m.set_queue_depths([] { return std::vector<QueueDepth>{{"digits_mlp", "1", 7}}; });
+  m.set_model_gauges([] {
+    ModelGauges g;
+    g.model = "digits_mlp", g.version = "1", g.depth = 7;
+    return std::vector<ModelGauges>{g};
+  });
   m.http_response(200);
   m.http_response(200);
   m.http_response(413);

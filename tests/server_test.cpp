@@ -459,7 +459,8 @@ class TwoInputModel : public hg::server::ServedModel {
   const hg::models::PackageSpec& spec() const override { return spec_; }
   int64_t input_size(size_t i) const override { return i == 0 ? 2 : 3; }
   int64_t output_size(size_t j) const override { return j == 0 ? 1 : 2; }
-  void run(const std::vector<const void*>& in_raw, int64_t batch, const std::vector<void*>& out_raw) override {
+  void run(const std::vector<const void*>& in_raw, int64_t batch, const std::vector<void*>& out_raw,
+           const std::vector<hg::Shape>&) override {
     const float* in[2] = {static_cast<const float*>(in_raw[0]), static_cast<const float*>(in_raw[1])};
     float* out[2] = {static_cast<float*>(out_raw[0]), static_cast<float*>(out_raw[1])};
     for (int64_t r = 0; r < batch; ++r) {
