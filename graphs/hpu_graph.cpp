@@ -124,7 +124,7 @@ void HPUGraph::capture_end() {
     in_ptrs_.push_back(data_ptr(inputs_[i]));
     if (inputs_[i].impl()->rng_seed) seeds.push_back(i);
     else if (!frozen_[i]) {
-      user_in_.push_back(static_cast<int>(i));
+      user_in_.push_back({{i, 0}});
       user_in_meta_.push_back(inputs_[i].meta());
     }
   }
@@ -187,7 +187,7 @@ void HPUGraph::replay_with(const std::vector<Tensor>& inputs, const std::vector<
   }
   rt_->setup(in_ptrs_, out_ptrs_);  // then the caller's buffers replace the static ones
   for (size_t k = 0; k < inputs.size(); ++k) {
-    if (user_in_[k] >= 0) rt_->bind_input(static_cast<size_t>(user_in_[k]), data_ptr(inputs[k]));
+    for (const auto& [i, at] : user_in_[k]) rt_->bind_input(i, static_cast<const char*>(data_ptr(inputs[k])) + at);
     if (asynchronous) rt_->keep(inputs[k].impl()->storage);
   }
   for (size_t j = 0; j < outputs.size(); ++j) {
@@ -210,7 +210,7 @@ void HPUGraph::replay_host(const std::vector<const void*>& inputs, const std::ve
     if (!outputs[j]) throw InvalidArgument("HPUGraph::replay_host: output " + std::to_string(j) + " is null");
   rt_->setup(in_ptrs_, out_ptrs_);  // no allocation: the caller's pointers replace the static ones
   for (size_t k = 0; k < inputs.size(); ++k)
-    if (user_in_[k] >= 0) rt_->bind_input(static_cast<size_t>(user_in_[k]), inputs[k]);
+    for (const auto& [i, at] : user_in_[k]) rt_->bind_input(i, static_cast<const char*>(inputs[k]) + at);
   for (size_t j = 0; j < outputs.size(); ++j) rt_->bind_output(user_out_[j], outputs[j]);
   ++stats_.zero_copy_replays;
   launch(false);
@@ -218,23 +218,30 @@ void HPUGraph::replay_host(const std::vector<const void*>& inputs, const std::ve
 
 void HPUGraph::mark_user_inputs(const std::vector<Tensor>& placeholders) {
   if (!rt_) throw InvalidArgument("HPUGraph::mark_user_inputs before a capture");
-  std::vector<int> idx;
+  std::vector<std::vector<std::pair<size_t, size_t>>> idx;
   std::vector<TensorMeta> metas;
   for (size_t k = 0; k < placeholders.size(); ++k) {
     const Tensor& p = placeholders[k];
+    const std::string what = "HPUGraph::mark_user_inputs: placeholder " + std::to_string(k);
     if (!p.defined() || p.device() != device_)
-      throw InvalidArgument("HPUGraph::mark_user_inputs: placeholder " + std::to_string(k) +
-                            (p.defined() ? " is on " + p.device().str() : " is undefined"));
-    int found = -1;
-    for (size_t i = 0; i < inputs_.size() && found < 0; ++i)
-      if (inputs_[i].impl() == p.impl() ||
-          (p.impl()->storage && inputs_[i].impl()->storage == p.impl()->storage &&
-           inputs_[i].impl()->offset == p.impl()->offset && inputs_[i].meta() == p.meta()))
-        found = static_cast<int>(i);
-    if (found >= 0 && (frozen_[static_cast<size_t>(found)] || inputs_[static_cast<size_t>(found)].impl()->rng_seed))
-      throw InvalidArgument("HPUGraph::mark_user_inputs: placeholder " + std::to_string(k) +
-                            " is a frozen input of the graph (or an RNG seed); it cannot be replaced");
-    idx.push_back(found);
+      throw InvalidArgument(what + (p.defined() ? " is on " + p.device().str() : " is undefined"));
+    const TensorImpl& pi = *p.impl();
+    const size_t p_at = static_cast<size_t>(pi.offset) * dtype_size(p.dtype()), p_bytes = p.meta().bytes();
+    // The static inputs over the placeholder's bytes: itself, or a view of it (a reshape).
+    std::vector<std::pair<size_t, size_t>> reads;
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      const TensorImpl& x = *inputs_[i].impl();
+      const size_t at = static_cast<size_t>(x.offset) * dtype_size(x.meta.dtype);
+      const bool same = &x == &pi;
+      if (!same && (!pi.storage || x.storage != pi.storage || at < p_at || at + x.meta.bytes() > p_at + p_bytes)) continue;
+      if (frozen_[i] || x.rng_seed)
+        throw InvalidArgument(what + " is a frozen input of the graph (or an RNG seed); it cannot be replaced");
+      if (!same && (pi.strides != contiguous_strides(p.shape()) || x.strides != contiguous_strides(x.meta.shape)))
+        throw InvalidArgument(what + " is read through a strided view (" + meta_str(x.meta) +
+                              "); replays cannot bind it");
+      reads.emplace_back(i, same ? 0 : at - p_at);
+    }
+    idx.push_back(std::move(reads));
     metas.push_back(p.meta());
   }
   user_in_ = std::move(idx);

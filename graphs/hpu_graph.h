@@ -88,7 +88,8 @@ class HPUGraph {
                    bool asynchronous = false);
   // Which tensors replay_with's arguments stand for, after capture_end. Default inputs: every
   // static input that is neither frozen nor an RNG seed, in static_inputs() order; default
-  // outputs: static_outputs(). A user input the graph never reads is allowed (checked, not read).
+  // outputs: static_outputs(). A user input the graph never reads is allowed (checked, not read);
+  // one the graph reads through views (a reshape of it) binds each view at its offset.
   // replay_with for buffers in host memory, which this build's devices compute in (the host
   // backend is the only one): inputs[i] / outputs[j] point at contiguous data of user input i's
   // and user output j's captured meta, and must not overlap the graph's static buffers. Runs in
@@ -120,7 +121,9 @@ class HPUGraph {
   std::vector<const void*> in_ptrs_;  // the static buffers
   std::vector<bool> frozen_;          // per static input
   std::vector<void*> out_ptrs_;
-  std::vector<int> user_in_;        // per user input: its static input index, -1 when not read
+  // Per user input: the static inputs that read it (the placeholder itself, or views of it such
+  // as a reshape) and each one's byte offset into it; empty when the graph does not read it.
+  std::vector<std::vector<std::pair<size_t, size_t>>> user_in_;
   std::vector<TensorMeta> user_in_meta_;
   std::vector<size_t> user_out_;    // per user output: its static output index
   HPUGraphStats stats_;
