@@ -12,6 +12,8 @@ fed to PyTorch) and "output" (the model's output in eval mode); DYNAMIC_SEQ case
   const_of_shape_table.onnx                ConstantOfShape with a tensor `value` (0.25) feeding a Gather
   softmax_axis1_op12.onnx + .safetensors   Softmax axis 1 of a [batch, 3, 4] input at opset 12 (over the
                                            12 values of each sample, as opsets before 13 define it)
+  masked_tagger_op17.onnx + .safetensors   per-token logits with an attention mask, batch and sequence
+                                           dynamic; "ids_<k>" / "logits_<k>" for each TAGGER_BATCHES entry
   bad_<what>.onnx                          hand-built graphs import_onnx must reject (BAD_MODELS)
   ext_<what>.onnx + w..bin                 a weight in external data, with good and bad fields (EXTERNAL)
 OUT_DIR/stamp holds a hash of this script (and of scripts/torch_zoo.py); when it matches,
@@ -56,6 +58,44 @@ class ClassToken(torch.nn.Module):
         t = self.patch(x).flatten(2).transpose(1, 2)
         t = torch.cat([self.cls.expand(x.shape[0], -1, -1), t], 1)
         return self.head(torch.softmax(t @ t.transpose(1, 2) / 4.0, -1) @ t)[:, 0]
+
+
+class MaskedTagger(torch.nn.Module):
+    """Per-token logits of one attention block over token ids; attention_mask (1: a token, 0:
+    padding) keeps padded positions out of every token's attention, so padding changes nothing."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(100, 16)
+        self.q, self.k, self.v = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+        self.out = torch.nn.Linear(16, 5)
+
+    def forward(self, ids, mask):
+        h = self.emb(ids)
+        scores = self.q(h) @ self.k(h).transpose(1, 2) / 4.0 + (mask[:, None, :].float() - 1.0) * 1e9
+        return self.out(torch.softmax(scores, -1) @ self.v(h) + h)
+
+
+# MaskedTagger's reference batches: (batch, length) each, ids in 1..99, mask all ones.
+TAGGER_BATCHES = {"a": (2, 7), "b": (3, 11), "c": (1, 16)}
+
+
+def masked_tagger(out):
+    torch.manual_seed(11)
+    model = MaskedTagger().eval()
+    g = torch.Generator().manual_seed(12)
+    tensors = {}
+    for key, (b, n) in TAGGER_BATCHES.items():
+        ids = torch.randint(1, 100, (b, n), generator=g, dtype=torch.int64)
+        mask = torch.ones(b, n, dtype=torch.int64)
+        with torch.no_grad():
+            tensors["ids_" + key], tensors["logits_" + key] = ids, model(ids, mask)
+    ids, mask = tensors["ids_a"], torch.ones(2, 7, dtype=torch.int64)
+    axes = {0: "batch", 1: "seq"}
+    torch.onnx.export(model, (ids, mask), os.path.join(out, "masked_tagger_op17.onnx"), opset_version=17,
+                      input_names=["input_ids", "attention_mask"], output_names=["logits"],
+                      dynamic_axes={"input_ids": axes, "attention_mask": axes, "logits": axes})
+    torch_zoo.write_safetensors(os.path.join(out, "masked_tagger_op17.safetensors"), tensors)
 
 
 # case -> (model builder, opset, input maker); a spread of opsets 11-17 (BERT at 13 and 17: the
@@ -195,6 +235,7 @@ def make(out):
             onnx.save(proto, os.path.join(out, "mlp_external.onnx"), save_as_external_data=True,
                       all_tensors_to_one_file=True, location="mlp_external.data", size_threshold=0)
     unsupported_model(os.path.join(out, "unsupported.onnx"))
+    masked_tagger(out)
     edge_models(out)
 
 

@@ -14,6 +14,7 @@
 #include "server/generate.h"
 #include "server/http_error.h"
 #include "server/infer_codec.h"
+#include "server/padding.h"
 #include "engine/json_reader.h"
 
 namespace hg::server {
@@ -414,6 +415,7 @@ void KServeHandler::decode_and_submit(std::shared_ptr<const ModelVersion> v, Htt
     auto ir = std::make_shared<InferRequest>(decode_infer_request(req.body, header_length(req), limits));
     req.body = std::string();  // the tensors hold their own copies now
     auto in = std::make_shared<ModelInputs>(bind_inputs(*ir, v->model->spec(), v->config.max_batch_size, v->name));
+    const int64_t length = v->config.padding ? pad_request(*in, v->model->spec(), *v->config.padding) : 0;
     auto job = std::make_shared<BatchJob>();
     job->batch = in->batch;
     job->inputs = std::move(in->data);
@@ -433,12 +435,14 @@ void KServeHandler::decode_and_submit(std::shared_ptr<const ModelVersion> v, Htt
     job->cancelled = req.cancelled;
     const ContentCoding coding = negotiate_encoding(req.header("Accept-Encoding"));
     const Clock::time_point parsed = Clock::now();
-    job->done = [v, ir, in, reply, received, parsed, &mm, version, coding](BatchJob& j) {
+    job->done = [v, ir, in, reply, received, parsed, &mm, version, coding, length](BatchJob& j) {
       if (j.status != 200) {
         mm.failure(failure_reason_for_status(j.status), us_between(received, Clock::now()));
         return reply(error_response(j.status, j.error));
       }
       try {
+        if (v->config.padding)
+          strip_outputs(j.outputs, j.output_shapes, v->model->spec(), *v->config.padding, length, in->batch);
         InferResponse resp =
             make_response(*ir, v->model->spec(), *in, v->name, version, std::move(j.outputs), j.output_shapes);
         EncodedBody e = encode_infer_response(resp);

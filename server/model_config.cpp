@@ -105,6 +105,7 @@ class Fields {
   }
 
   static std::string brief(const json& v) { return json_excerpt(v, 60); }
+  const json& value() const { return j_; }
 
  private:
   const json& j_;
@@ -240,28 +241,59 @@ VersionPolicy parse_version_policy(const Fields& f) {
   return p;
 }
 
-std::vector<int64_t> parse_buckets(const Fields& f) {
-  const json* b = f.find("batch_buckets");
+// A bucket list (field `key`: a spec string or an array), each bucket in 1..max.
+std::vector<int64_t> parse_buckets(const Fields& f, const std::string& key, int64_t max) {
+  const json* b = f.find(key);
   if (!b) return {};
   try {
     if (b->is_string()) {
       std::vector<int64_t> v = models::parse_buckets(b->get<std::string>());
-      if (v.back() > kMaxBatchSize)  // as for the array form: a spec may name any size
-        f.fail("batch_buckets", "holds bucket " + std::to_string(v.back()) + ", above the limit " +
-                                    std::to_string(kMaxBatchSize));
+      if (v.back() > max)  // as for the array form: a spec may name any size
+        f.fail(key, "holds bucket " + std::to_string(v.back()) + ", above the limit " + std::to_string(max));
       return v;
     }
-    if (!b->is_array()) f.fail("batch_buckets", "must be a string (\"exp:1:32\", \"linear:8:64:8\", \"1,2,4\") or an array of "
-                                                "positive integers, got " + Fields::brief(*b));
+    if (!b->is_array()) f.fail(key, "must be a string (\"exp:1:32\", \"linear:8:64:8\", \"1,2,4\") or an array of "
+                                    "positive integers, got " + Fields::brief(*b));
     if (b->size() > models::kMaxBuckets)
-      f.fail("batch_buckets", "has more than " + std::to_string(models::kMaxBuckets) + " entries");
+      f.fail(key, "has more than " + std::to_string(models::kMaxBuckets) + " entries");
     std::vector<int64_t> v;
-    for (size_t i = 0; i < b->size(); ++i)
-      v.push_back(f.integer((*b)[i], "batch_buckets[" + std::to_string(i) + "]", 1, kMaxBatchSize));
+    for (size_t i = 0; i < b->size(); ++i) v.push_back(f.integer((*b)[i], key + "[" + std::to_string(i) + "]", 1, max));
     return models::normalize_buckets(std::move(v));
   } catch (const InvalidArgument& e) {
-    f.fail("batch_buckets", std::string("is invalid: ") + e.what());
+    f.fail(key, std::string("is invalid: ") + e.what());
   }
+}
+
+// {"name": dimension, ...} with dimensions >= 1 (the batch is not padded).
+std::map<std::string, int64_t> parse_dims(const Fields& p, const std::string& key) {
+  const Fields d = p.object(key);
+  std::map<std::string, int64_t> out;
+  for (const auto& [name, v] : d.value().items()) out[name] = d.integer(v, name, 1, static_cast<int64_t>(kMaxRank) - 1);
+  return out;
+}
+
+Padding parse_padding(const Fields& p) {
+  p.only({"dims", "buckets", "pad_value", "mask", "strip"});
+  Padding pad;
+  if (!p.find("dims")) p.fail("dims", "must name the padded inputs and their dimension ({\"input_ids\": 1, ...})");
+  pad.dims = parse_dims(p, "dims");
+  if (pad.dims.empty()) p.fail("dims", "must name at least one input");
+  pad.buckets = parse_buckets(p, "buckets", kMaxDim);
+  if (pad.buckets.empty()) p.fail("buckets", "must list the padded lengths (\"exp:16:512\", [32, 64, 128], ...)");
+  if (const json* v = p.find("pad_value")) {
+    if (!v->is_number()) p.fail("pad_value", "must be a number, got " + Fields::brief(*v));
+    pad.pad_value = v->get<double>();
+  }
+  pad.mask = p.string("mask").value_or("");
+  if (pad.mask.empty())
+    p.fail("mask", "must name the input whose zeros mask the padding (hgraph pads only where the model is told)");
+  if (!pad.dims.count(pad.mask)) p.fail("mask", "names '" + pad.mask + "', which dims does not pad");
+  if (p.find("strip")) pad.strip = parse_dims(p, "strip");
+  return pad;
+}
+
+json padding_json(const Padding& p) {
+  return {{"dims", p.dims}, {"buckets", p.buckets}, {"pad_value", p.pad_value}, {"mask", p.mask}, {"strip", p.strip}};
 }
 
 }  // namespace
@@ -287,8 +319,8 @@ std::vector<int64_t> VersionPolicy::select(std::vector<int64_t> available) const
 ModelConfig ModelConfig::parse(const json& j, const std::string& file, const std::string& name) {
   Fields f(j, file, "");
   f.only({"name", "platform", "backend", "max_batch_size", "batch_buckets", "dynamic_batching", "instance_group",
-          "version_policy", "model_warmup", "max_signatures", "max_signature_bytes", "input", "inputs", "output",
-          "outputs"},
+          "version_policy", "model_warmup", "max_signatures", "max_signature_bytes", "padding", "input", "inputs",
+          "output", "outputs"},
          {{"sequence_batching", "hgraph serves stateless models"},
           {"ensemble_scheduling", "hgraph has no ensembles"},
           {"preferred_batch_size", "list the batch sizes in batch_buckets"}});
@@ -310,7 +342,7 @@ ModelConfig ModelConfig::parse(const json& j, const std::string& file, const std
     if (platform && b != c.platform) f.fail("backend", "\"" + *backend + "\" contradicts platform \"" + *platform + "\"");
     c.platform = b;
   }
-  c.batch_buckets = parse_buckets(f);
+  c.batch_buckets = parse_buckets(f, "batch_buckets", kMaxBatchSize);
   if (c.batch_buckets.size() > kMaxConfigBuckets)
     f.fail("batch_buckets", "names " + std::to_string(c.batch_buckets.size()) + " buckets; a model captures at most " +
                                 std::to_string(kMaxConfigBuckets) + " (one graph and arena each)");
@@ -327,6 +359,7 @@ ModelConfig ModelConfig::parse(const json& j, const std::string& file, const std
   if (auto w = f.boolean("model_warmup")) c.warmup = *w;
   if (auto m = f.integer("max_signatures", 0, kMaxSignatures)) c.max_signatures = static_cast<size_t>(*m);
   if (auto m = f.integer("max_signature_bytes", 0, INT64_MAX)) c.max_signature_bytes = static_cast<size_t>(*m);
+  if (f.find("padding")) c.padding = parse_padding(f.object("padding"));
   c.inputs = parse_tensors(f, "input", "inputs", c.max_batch_size);
   c.outputs = parse_tensors(f, "output", "outputs", c.max_batch_size);
   if (c.platform == "identity") {
@@ -381,6 +414,7 @@ json ModelConfig::to_json() const {
   j["model_warmup"] = warmup;
   j["max_signatures"] = max_signatures;
   j["max_signature_bytes"] = max_signature_bytes;
+  if (padding) j["padding"] = padding_json(*padding);
   j["input"] = json::array();
   for (const auto& io : inputs) j["input"].push_back(tensor_json(io, max_batch_size));
   j["output"] = json::array();

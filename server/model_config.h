@@ -11,6 +11,8 @@
 //    "instance_group": [{"count": 2, "kind": "KIND_CPU"}],
 //    "version_policy": {"latest": {"num_versions": 1}},   // or {"all": {}}, {"specific": {"versions": [1, 3]}}
 //    "model_warmup": true,
+//    "padding": {...},                                     // see Padding
+//    "max_signatures": 16, "max_signature_bytes": 0,      // dynamic dimensions: signatures kept
 //    "platform": "hgraph"}                                // or "identity" (with "input"/"output" lists)
 //
 //   ModelConfig c = ModelConfig::parse(json, "repo/m/config.json", "m");   // throws FormatError naming the field
@@ -18,7 +20,9 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +33,20 @@ namespace hg::server {
 
 // A config.json (a file or a load request's parameters.config) is small: these bound it.
 inline constexpr JsonLimits kConfigJsonLimits{.max_depth = 16, .max_values = 65536, .max_bytes = size_t{1} << 20};
+
+// Padding a dynamic dimension up to buckets, so that requests of different lengths share one
+// signature (and its captured graphs): the listed dimension of each listed input (all of one
+// length L in a request) is padded to the smallest bucket >= L, with pad_value (the mask input
+// with 0), and the listed dimension of each listed output is cut back to L in the answer.
+//   "padding": {"dims": {"input_ids": 1, "attention_mask": 1}, "buckets": "exp:16:512",
+//               "pad_value": 0, "mask": "attention_mask", "strip": {"logits": 1}}
+struct Padding {
+  std::map<std::string, int64_t> dims;   // input -> the dimension padded (in the request's shape, >= 1)
+  std::vector<int64_t> buckets;          // ascending
+  double pad_value = 0;
+  std::string mask;                      // the input whose zeros mask the padding (one of dims)
+  std::map<std::string, int64_t> strip;  // output -> the dimension cut back to L
+};
 
 struct VersionPolicy {
   enum class Kind { Latest, All, Specific } kind = Kind::Latest;
@@ -58,6 +76,7 @@ struct ModelConfig {
   // captured graphs (LRU; 0: unbounded), and the bytes their graphs may take (0: unbounded).
   size_t max_signatures = 16;
   size_t max_signature_bytes = 0;
+  std::optional<Padding> padding;
   // The tensors, with -1 for the batch dimension when max_batch_size > 0: required for the identity
   // platform (output i echoes input i); for hgraph models they must match the package.
   std::vector<models::IOSpec> inputs, outputs;

@@ -15,6 +15,7 @@
 #include "engine/stream.h"
 #include "server/http_error.h"
 #include "server/identity_model.h"
+#include "server/padding.h"
 #include "server/wire.h"
 
 namespace hg::server {
@@ -241,6 +242,7 @@ struct ModelRepository::Impl {
         if (config.warmup) mv->buckets = predictor->capture_all();
         mv->model = make_served_model(std::move(predictor));
       }
+      if (config.padding) check_padding(*config.padding, mv->model->spec());
       // The config as served (GET .../config): the model's tensors when config.json names none.
       if (mv->config.inputs.empty()) mv->config.inputs = mv->model->spec().inputs;
       if (mv->config.outputs.empty()) mv->config.outputs = mv->model->spec().outputs;

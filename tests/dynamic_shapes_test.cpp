@@ -2,7 +2,8 @@
 // buckets per input signature (LRU-bounded, counted), the dynamic batcher runs only jobs of one
 // signature together, and hgraph-serve answers a BERT classifier exported with a dynamic
 // sequence (scripts/testdata_onnx.py's bert_seq_op17) as PyTorch does at every length, with 400s
-// naming the dimension and the signature families in /metrics and the statistics.
+// naming the dimension and the signature families in /metrics and the statistics; sequence
+// buckets pad a masked tagger's requests and strip its answers.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -210,6 +211,59 @@ TEST(DynamicShapes, ServerAnswersEverySequenceLength) {
     const json stats = json::parse(c.request("GET", "/v2/models/bert_seq/stats", "").body);
     EXPECT_EQ(stats["model_stats"][0]["signature_stats"]["live"], 2);
     EXPECT_GE(stats["model_stats"][0]["signature_stats"]["captures"].get<int>(), 2);
+    EXPECT_EQ(server.terminate(20s), 0);
+  }
+  fs::remove_all(repo);
+}
+
+// Sequence buckets: requests of lengths 7, 11 and 16 are padded to the buckets 8 and 16 (ids
+// with pad_value, the attention mask with zeros), their per-token logits cut back to their own
+// length, and each answer equals PyTorch's unpadded one within 1e-5; one signature per bucket.
+// A length above the largest bucket, or inputs that disagree on it, is a 400 naming them.
+TEST(DynamicShapes, SequenceBucketsPadMaskAndStrip) {
+  namespace fs = std::filesystem;
+  const fs::path repo = fs::temp_directory_path() / ("hg_dynamic_tagger_" + std::to_string(getpid()));
+  fs::remove_all(repo);
+  fs::create_directories(repo / "tagger" / "1");
+  fs::copy_file(data_dir() / "masked_tagger_op17.onnx", repo / "tagger" / "1" / "model.onnx");
+  const json padding = {{"dims", {{"input_ids", 1}, {"attention_mask", 1}}}, {"buckets", {8, 16}},
+                        {"pad_value", 0}, {"mask", "attention_mask"}, {"strip", {{"logits", 1}}}};
+  std::ofstream(repo / "tagger" / "config.json") << json{{"max_batch_size", 4}, {"batch_buckets", {1, 4}},
+                                                         {"padding", padding}}.dump();
+  const auto f = safetensors::read(data_dir() / "masked_tagger_op17.safetensors");
+  {
+    test::ServerProcess server({"--model-repository", repo.string()});
+    server::Client c(server.url(), 30s);
+    EXPECT_EQ(c.model_metadata("tagger")["inputs"][0]["shape"], json::parse("[-1,-1]"));
+    EXPECT_EQ(json::parse(c.request("GET", "/v2/models/tagger/config", "").body)["padding"]["buckets"], json::parse("[8,16]"));
+    auto request = [&](const Shape& shape, const std::vector<int64_t>& ids, const Shape& mask_shape) {
+      const std::vector<int64_t> mask(static_cast<size_t>(mask_shape[0] * mask_shape[1]), 1);
+      const json body = {{"inputs", {{{"name", "input_ids"}, {"datatype", "INT64"}, {"shape", shape}, {"data", ids}},
+                                     {{"name", "attention_mask"}, {"datatype", "INT64"}, {"shape", mask_shape}, {"data", mask}}}}};
+      return c.request("POST", "/v2/models/tagger/infer", body.dump());
+    };
+    for (const char* key : {"a", "b", "c"}) {
+      const auto& ids = *f.find(std::string("ids_") + key);
+      const auto& logits = *f.find(std::string("logits_") + key);
+      std::vector<int64_t> id_values(ids.data.size() / 8);
+      std::memcpy(id_values.data(), ids.data.data(), ids.data.size());
+      std::vector<float> want(logits.data.size() / 4);
+      std::memcpy(want.data(), logits.data.data(), logits.data.size());
+      server::RawResponse r = request(ids.shape, id_values, ids.shape);
+      ASSERT_EQ(r.status, 200) << r.body;
+      const json out = json::parse(r.body)["outputs"][0];
+      EXPECT_EQ(out["shape"], json::array({ids.shape[0], ids.shape[1], 5})) << key;
+      test::expect_close(out["data"].get<std::vector<float>>(), want, 1e-5, std::string("length ") +
+                         std::to_string(ids.shape[1]) + " padded", 1e-6);
+    }
+    server::RawResponse r = request({1, 17}, std::vector<int64_t>(17, 1), {1, 17});
+    EXPECT_EQ(r.status, 400);
+    EXPECT_THAT(r.body, HasSubstr("dimension 1 is 17; the model takes 1 to 16"));
+    r = request({1, 5}, std::vector<int64_t>(5, 1), {1, 6});
+    EXPECT_EQ(r.status, 400);
+    EXPECT_THAT(r.body, HasSubstr("the padded inputs must agree"));
+    const json stats = json::parse(c.request("GET", "/v2/models/tagger/stats", "").body);
+    EXPECT_EQ(stats["model_stats"][0]["signature_stats"]["seen"], 2) << "lengths 7 and 11 .. 16 share two buckets";
     EXPECT_EQ(server.terminate(20s), 0);
   }
   fs::remove_all(repo);
