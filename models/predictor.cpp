@@ -201,7 +201,8 @@ struct Predictor::Impl {
                 exe.buffer_bytes(),
                 exe.constant_bytes(),
                 st.disk_cache_hit,
-                st.constants_cache_hit};
+                st.constants_cache_hit,
+                dynamic ? v.in : std::vector<Shape>{}};
       b.index_rows = index_rows(*g, b.inputs);
       g->mark_user_inputs(b.inputs);  // replay_host's order: the package's inputs and outputs
       g->mark_user_outputs(b.outputs);
@@ -397,35 +398,45 @@ SignatureStats Predictor::signature_stats() const {
   return s;
 }
 
-// Captures the buckets of a model without dynamic dimensions (those of a dynamic one are
-// captured per signature on first use).
+// The buckets of a model without dynamic dimensions, or of opt.signatures; smallest batch first
+// within each signature, until the memory budget is spent (the rest are left out).
 std::vector<BucketInfo> Predictor::capture_all(const CaptureAllOptions& opt) {
+  std::vector<std::shared_ptr<Variant>> variants;
+  if (!impl_->dynamic) variants.push_back(impl_->fixed);
+  const size_t keep = impl_->opt.max_signatures ? impl_->opt.max_signatures : opt.signatures.size();
+  for (size_t k = 0; impl_->dynamic && k < opt.signatures.size(); ++k)
+    variants.push_back(k < keep ? impl_->variant(opt.signatures[k]) : impl_->make_variant(opt.signatures[k]));
   std::vector<BucketInfo> r;
-  if (impl_->dynamic) return r;
-  Variant& v = *impl_->fixed;
-  size_t used = 0;
+  size_t used = 0, done = 0;
   bool over = false;
-  const size_t n = v.buckets.size();
-  for (size_t k = 0; k < n; ++k) {
-    Bucket& b = *v.buckets[k];
-    std::lock_guard lk(b.mu);
-    if (!over && !b.left_out) {
-      if (opt.progress) opt.progress(k, n, b.batch);
-      BucketInfo info = impl_->capture(v, b);
-      const size_t cost = info.arena_bytes + info.constant_bytes;
-      if (opt.memory_budget && used + cost > opt.memory_budget) {
-        impl_->release(v, b);
-        over = true;
-      } else {
-        used += cost;
-        r.push_back(info);
-        continue;
+  const size_t n = variants.size() * impl_->batch_sizes.size();
+  for (size_t s = 0; s < variants.size(); ++s) {
+    Variant& v = *variants[s];
+    for (auto& bp : v.buckets) {
+      Bucket& b = *bp;
+      std::lock_guard lk(b.mu);
+      if (!over && !b.left_out && s < keep) {
+        if (opt.progress) opt.progress(done, n, b.batch);
+        BucketInfo info = impl_->capture(v, b);
+        const size_t cost = info.arena_bytes + info.constant_bytes;
+        if (opt.memory_budget && used + cost > opt.memory_budget) {
+          impl_->release(v, b);
+          over = true;
+        } else {
+          used += cost;
+          r.push_back(info);
+          ++done;
+          continue;
+        }
       }
+      if (opt.memory_budget && s < keep) b.left_out = true;
+      BucketInfo info = b.info;
+      info.captured = false;
+      info.signature = impl_->dynamic ? v.in : std::vector<Shape>{};  // set before a capture too
+      r.push_back(info);
+      ++done;
     }
-    if (opt.memory_budget) b.left_out = true;
-    BucketInfo info = b.info;
-    info.captured = false;
-    r.push_back(info);
+    if (impl_->dynamic && s < keep) impl_->recost(v.in);
   }
   if (opt.progress) opt.progress(n, n, 0);
   return r;

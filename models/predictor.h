@@ -59,6 +59,7 @@ struct BucketInfo {
   size_t constant_bytes = 0;
   bool disk_hit = false;    // compiled from the disk cache (passes skipped)
   bool constants_hit = false;  // ... with the constants computed from the weights (folding skipped)
+  std::vector<Shape> signature;  // dynamic dimensions: the inputs' sample shapes it was captured for
 };
 
 struct CaptureAllOptions {
@@ -68,6 +69,10 @@ struct CaptureAllOptions {
   size_t memory_budget = 0;
   // Called before each bucket's capture: (index, count, batch).
   std::function<void(size_t, size_t, int64_t)> progress;
+  // Dynamic dimensions: the signatures to capture (every input's sample shape), each in every
+  // batch bucket, in this order (at most max_signatures of them: the others are reported left
+  // out). Empty: a model with dynamic dimensions captures nothing ahead.
+  std::vector<std::vector<Shape>> signatures;
 };
 
 class Predictor {
@@ -88,7 +93,8 @@ class Predictor {
   // The element types the package declares (IOSpec::datatype).
   DType input_dtype(size_t i) const;
   DType output_dtype(size_t i) const;
-  // Captures every bucket not yet captured (warmup) and reports each, in ascending order.
+  // Captures every bucket not yet captured (warmup) and reports each, in ascending order (with
+  // dynamic dimensions: those of opt.signatures, signature by signature).
   std::vector<BucketInfo> capture_all(const CaptureAllOptions& opt = {});
   // The buckets batches are padded to (ascending; those left out by a budget excluded).
   std::vector<int64_t> buckets() const;

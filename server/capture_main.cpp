@@ -8,6 +8,9 @@
 //   captured 7/7 buckets, compile 130.5 ms, arena 0.041 MB, constants 0.017 MB (load 25.0 ms) on hpu:0
 //
 // `HG_GRAPH_CACHE=/tmp/hgc,512 hgraph-serve ...` then starts from the cache (no passes run).
+// A model with dynamic dimensions is captured over the grid its config.json's "padding" makes
+// (the model folder's config, next to the version directory): every sequence bucket times
+// every batch bucket, as the server's warm-up does, within --memory-budget.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -15,6 +18,7 @@
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -26,6 +30,8 @@
 #include "graphs/graph_dump.h"
 #include "models/buckets.h"
 #include "models/predictor.h"
+#include "server/model_config.h"
+#include "server/padding.h"
 
 namespace po = boost::program_options;
 
@@ -88,9 +94,16 @@ int main(int argc, char** argv) {
     opt.device = hg::Device::parse(device);
     opt.batch_buckets = hg::models::parse_buckets(buckets);
     auto t0 = std::chrono::steady_clock::now();
+    const hg::server::ModelConfig config = hg::server::ModelConfig::load(std::filesystem::absolute(model).parent_path());
+    opt.max_signatures = config.max_signatures;
+    opt.max_signature_bytes = config.max_signature_bytes;
     auto predictor = hg::models::Predictor::load(model, opt);
     double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     hg::models::CaptureAllOptions copt;
+    if (config.padding) {
+      hg::server::check_padding(*config.padding, predictor->package().spec);
+      copt.signatures = hg::server::padding_signatures(*config.padding, predictor->package().spec);
+    }
     copt.memory_budget = static_cast<size_t>(budget_mb * (1 << 20));
     if (!no_progress && isatty(STDERR_FILENO)) copt.progress = progress_bar;
     else if (!no_progress)
@@ -101,15 +114,24 @@ int main(int argc, char** argv) {
 
     double total_ms = 0;
     size_t arena = 0, constants = 0, captured = 0;
-    std::vector<int64_t> left_out;
-    std::printf("%8s %11s %9s %9s %11s  %s\n", "bucket", "compile ms", "arena MB", "sum MB", "const MB", "from cache");
+    std::vector<std::string> left_out;
+    auto signature = [](const hg::models::BucketInfo& b) {
+      std::string s;
+      for (const auto& shape : b.signature) s += (s.empty() ? "" : " ") + hg::shape_str(shape);
+      return s;
+    };
+    const bool grid = !infos.empty() && !infos[0].signature.empty();
+    std::printf("%8s %11s %9s %9s %11s  %s%s\n", "bucket", "compile ms", "arena MB", "sum MB", "const MB", "from cache",
+                grid ? "  input shapes" : "");
     for (const auto& b : infos) {
       if (!b.captured) {
-        left_out.push_back(b.batch);
+        left_out.push_back(grid ? "[" + std::to_string(b.batch) + " x " + signature(b) + "]" : std::to_string(b.batch));
         continue;
       }
+      std::string cached = b.disk_hit ? "yes" : "no";
+      if (grid) cached += std::string(12 - cached.size(), ' ') + signature(b);
       std::printf("%8lld %11.1f %9.3f %9.3f %11.3f  %s\n", static_cast<long long>(b.batch), b.compile_ms,
-                  mb(b.arena_bytes), mb(b.buffer_bytes), mb(b.constant_bytes), b.disk_hit ? "yes" : "no");
+                  mb(b.arena_bytes), mb(b.buffer_bytes), mb(b.constant_bytes), cached.c_str());
       total_ms += b.compile_ms;
       arena += b.arena_bytes;
       constants += b.constant_bytes;
@@ -118,10 +140,15 @@ int main(int argc, char** argv) {
     std::printf("captured %zu/%zu buckets, compile %.1f ms, arena %.3f MB, constants %.3f MB (load %.1f ms) on %s\n",
                 captured, infos.size(), total_ms, mb(arena), mb(constants), load_ms, opt.device.str().c_str());
     if (!left_out.empty()) {
-      std::printf("left out (memory budget %.3f MB):", budget_mb);
-      for (int64_t b : left_out) std::printf(" %lld", static_cast<long long>(b));
+      std::printf("left out (memory budget %.3f MB", budget_mb);
+      if (grid) std::printf(", max_signatures %zu", config.max_signatures);
+      std::printf("):");
+      for (const std::string& b : left_out) std::printf(" %s", b.c_str());
       std::printf("\n");
     }
+    if (infos.empty() && predictor->input_size(0) < 0)
+      std::printf("the model has dynamic dimensions and its config.json names no \"padding\": nothing to capture "
+                  "ahead (signatures are captured on first use)\n");
     if (auto dc = hg::graphs::disk_cache()) {
       const auto s = dc->stats();
       std::printf("graph cache %s: %llu hits, %llu written, %llu invalid removed, %.3f MB on disk\n",

@@ -239,9 +239,15 @@ struct ModelRepository::Impl {
         auto predictor = models::Predictor::load(dir, popt);
         check_declared(config.inputs, predictor->package().spec.inputs, "input");
         check_declared(config.outputs, predictor->package().spec.outputs, "output");
-        if (config.warmup) mv->buckets = predictor->capture_all();
+        if (config.padding) check_padding(*config.padding, predictor->package().spec);
+        if (config.warmup) {
+          models::CaptureAllOptions copt;  // sequence buckets: every (length bucket, batch bucket)
+          if (config.padding) copt.signatures = padding_signatures(*config.padding, predictor->package().spec);
+          mv->buckets = predictor->capture_all(copt);
+        }
         mv->model = make_served_model(std::move(predictor));
       }
+      // Any model (a factory's, the identity): padded dimensions must be dynamic ones.
       if (config.padding) check_padding(*config.padding, mv->model->spec());
       // The config as served (GET .../config): the model's tensors when config.json names none.
       if (mv->config.inputs.empty()) mv->config.inputs = mv->model->spec().inputs;

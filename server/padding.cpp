@@ -70,6 +70,21 @@ void check_padding(const Padding& p, const models::PackageSpec& spec) {
     }
 }
 
+std::vector<std::vector<Shape>> padding_signatures(const Padding& p, const models::PackageSpec& spec) {
+  std::vector<std::vector<Shape>> out;
+  for (int64_t bucket : p.buckets) {
+    std::vector<Shape> sig;
+    for (const auto& io : spec.inputs) {
+      Shape s(io.shape.begin() + 1, io.shape.end());
+      if (auto d = p.dims.find(io.name); d != p.dims.end()) s.at(static_cast<size_t>(d->second - 1)) = bucket;
+      if (std::any_of(s.begin(), s.end(), [](int64_t x) { return x < 0; })) return {};
+      sig.push_back(std::move(s));
+    }
+    out.push_back(std::move(sig));
+  }
+  return out;
+}
+
 int64_t pad_request(ModelInputs& in, const models::PackageSpec& spec, const Padding& p) {
   int64_t length = -1;
   std::string first;

@@ -2,6 +2,7 @@
 // (ModelConfig::padding) and cutting the answer back to the request's length.
 //
 //   check_padding(*config.padding, spec);                          // at load: names the bad field
+//   copt.signatures = padding_signatures(*config.padding, spec);    // the warm-up grid
 //   const int64_t length = pad_request(in, spec, *config.padding);  // after bind_inputs
 //   strip_outputs(j.outputs, j.output_shapes, spec, *config.padding, length, in.batch);  // the run's answer
 #pragma once
@@ -18,6 +19,10 @@ namespace hg::server {
 // The padded inputs and stripped outputs exist in the model, and their dimensions are dynamic
 // (-1 after the batch). Throws hg::InvalidArgument naming the config field.
 void check_padding(const Padding& p, const models::PackageSpec& spec);
+
+// The signatures the padding makes (every input's sample shape, one per bucket), to capture at
+// warm-up; empty when an input keeps a dynamic dimension that the padding does not fix.
+std::vector<std::vector<Shape>> padding_signatures(const Padding& p, const models::PackageSpec& spec);
 
 // Pads the bound inputs in place (in.data, in.shapes) to the smallest bucket that holds the
 // request's length, and returns that length. Throws hg::InvalidArgument naming the input and

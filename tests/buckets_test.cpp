@@ -162,7 +162,7 @@ TEST(BucketsPredictor, MemoryBudgetLeavesOutTheLargerBuckets) {
   std::vector<int64_t> seen;
   const auto info = p->capture_all({.memory_budget = two, .progress = [&](size_t, size_t, int64_t b) {
                                       if (b) seen.push_back(b);
-                                    }});
+                                    }, .signatures = {}});
   ASSERT_EQ(info.size(), 4u);
   EXPECT_TRUE(info[0].captured && info[1].captured);
   EXPECT_FALSE(info[2].captured || info[3].captured);
@@ -251,6 +251,31 @@ TEST(BucketsCaptureTool, CapturesEveryBucketWritesTheCacheAndStartsWarm) {
   const std::string bad = run_command(base + " --buckets exp:0:4 2>&1", &status);
   EXPECT_NE(status, 0);
   EXPECT_THAT(bad, HasSubstr("MIN '0'"));
+  fs::remove_all(dir);
+}
+
+// A model with a dynamic sequence and sequence buckets in its config.json: the tool captures the
+// grid (every sequence bucket x every batch bucket), the signatures beyond max_signatures are
+// reported left out, and without "padding" it says there is nothing to capture ahead.
+TEST(BucketsCaptureTool, CapturesTheSequenceGridOfItsConfig) {
+  const fs::path dir = temp_dir("capture_grid");
+  fs::create_directories(dir / "tagger" / "1");
+  fs::copy_file(fs::path(HG_TESTDATA_DIR) / "onnx" / "masked_tagger_op17.onnx", dir / "tagger" / "1" / "model.onnx");
+  const std::string cmd = std::string(HG_CAPTURE_BIN) + " --no-progress --buckets 1,4 --model " + (dir / "tagger" / "1").string();
+  int status = -1;
+  std::string out = run_command(cmd, &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_THAT(out, HasSubstr("nothing to capture ahead"));
+  std::ofstream(dir / "tagger" / "config.json")
+      << R"({"padding": {"dims": {"input_ids": 1, "attention_mask": 1}, "buckets": [8, 16, 32],)"
+      << R"( "mask": "attention_mask", "strip": {"logits": 1}}, "max_signatures": 2})";
+  out = run_command(cmd, &status);
+  ASSERT_EQ(status, 0) << out;
+  for (const char* row : {R"(\n +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +no +\[8\] \[8\]\n)",
+                          R"(\n +4 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +no +\[16\] \[16\]\n)"})
+    EXPECT_TRUE(std::regex_search(out, std::regex(row))) << row << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("captured 4/6 buckets"));
+  EXPECT_THAT(out, HasSubstr("max_signatures 2): [1 x [32] [32]] [4 x [32] [32]]"));
   fs::remove_all(dir);
 }
 

@@ -263,7 +263,9 @@ TEST(DynamicShapes, SequenceBucketsPadMaskAndStrip) {
     EXPECT_EQ(r.status, 400);
     EXPECT_THAT(r.body, HasSubstr("the padded inputs must agree"));
     const json stats = json::parse(c.request("GET", "/v2/models/tagger/stats", "").body);
+    // Warm-up captured both sequence buckets at both batch buckets; the requests added nothing.
     EXPECT_EQ(stats["model_stats"][0]["signature_stats"]["seen"], 2) << "lengths 7 and 11 .. 16 share two buckets";
+    EXPECT_EQ(stats["model_stats"][0]["signature_stats"]["captures"], 4);
     EXPECT_EQ(server.terminate(20s), 0);
   }
   fs::remove_all(repo);
