@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
+#include <optional>
 #include <map>
 #include <stdexcept>
 
@@ -147,8 +149,20 @@ Ts slice(const Ctx& c) {
   if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
     c.fail("starts, ends, axes and steps differ in length");
   for (size_t k = 0; k < starts.size(); ++k) {
-    if (steps[k] <= 0) c.fail("negative or zero slice steps are not supported");
-    x = ops::slice(x, c.axis(axes[k], x.ndim()), starts[k], ends[k], steps[k]);
+    const int64_t ax = c.axis(axes[k], x.ndim());
+    if (steps[k] == 0) c.fail("a slice step is 0");
+    if (steps[k] > 0) {
+      x = ops::slice(x, ax, starts[k], ends[k], steps[k]);
+      continue;
+    }
+    // A negative step (exporters reverse pad lists with it): start clamped to [0, n-1], end to
+    // [-1, n-1], the rows taken one by one.
+    const int64_t n = x.shape()[ax];
+    auto norm = [n](int64_t v) { return v < 0 ? (v < -n ? -1 : v + n) : v; };
+    const int64_t from = std::clamp<int64_t>(norm(starts[k]), 0, n - 1), to = std::clamp<int64_t>(norm(ends[k]), -1, n - 1);
+    Ts rows;
+    for (int64_t i = from; n > 0 && i > to; i += steps[k]) rows.push_back(ops::slice(x, ax, i, i + 1));
+    x = rows.empty() ? ops::slice(x, ax, 0, 0) : rows.size() == 1 ? rows[0] : ops::concat(rows, ax);
   }
   return {x};
 }
@@ -293,11 +307,107 @@ ops::Size2 kernel(const Ctx& c) {
   return {k[0], k[1]};
 }
 
-void check_pool(const Ctx& c) {
-  if (c.i("ceil_mode", 0) != 0) c.fail("ceil_mode=1 is not supported");
+void check_pool(const Ctx& c, bool ceil_allowed) {
+  if (c.i("ceil_mode", 0) != 0 && !ceil_allowed) c.fail("ceil_mode=1 is not supported");
   const auto d = c.ints("dilations");
   if (std::any_of(d.begin(), d.end(), [](int64_t v) { return v != 1; })) c.fail("dilated pooling is not supported");
   if (c.n.outputs.size() > 1) c.fail("the Indices output is not supported");
+}
+
+// A tensor of x's rank with every dimension 1, holding v: made by graph ops from x (x^0 * v of
+// one element), so a captured graph computes it instead of reading a buffer made on the host.
+Tensor constant_like(const Tensor& x, double v) {
+  Tensor one = x;
+  for (int64_t d = 0; d < x.ndim(); ++d) one = ops::slice(one, d, 0, 1);
+  if (!is_floating(x.dtype())) return Tensor::full(one.shape(), static_cast<float>(v)).to(x.dtype()).to(x.device());
+  return ops::scale(ops::pow(one, 0.0), v);
+}
+
+// min(max(x, lo), hi) from relu: lo + relu(x - lo), then hi - relu(hi - y) (exact to an ulp
+// of the bounds; an absent bound is skipped). Clip, HardSigmoid and HardSwish are built on it.
+Tensor clamp(Tensor x, std::optional<double> lo, std::optional<double> hi) {
+  if (lo && *lo == 0) x = ops::relu(x);
+  else if (lo) x = ops::add(ops::relu(ops::add(x, constant_like(x, -*lo))), constant_like(x, *lo));
+  if (hi) x = ops::sub(constant_like(x, *hi), ops::relu(ops::sub(constant_like(x, *hi), x)));
+  return x;
+}
+
+Ts clip(const Ctx& c) {
+  // opset 11+: min and max are inputs (folded into attrs "min"/"max" as host inputs); before:
+  // attributes of the same names.
+  auto bound = [&](const char* k) -> std::optional<double> {
+    const auto v = c.reals(k);
+    if (v.size() > 1) c.fail(std::string(k) + " must be a scalar");
+    return v.empty() ? std::nullopt : std::optional<double>(v[0]);
+  };
+  return {clamp(c.x(0), bound("min"), bound("max"))};
+}
+
+Tensor hard_sigmoid(const Tensor& x, double alpha, double beta) {
+  return clamp(ops::add(ops::scale(x, alpha), constant_like(x, beta)), 0.0, 1.0);
+}
+
+// Constant `dims` edges of value v around axis `axis` of x: [before | x | after] (negative: crop).
+Tensor pad_axis(const Ctx& c, Tensor x, int64_t axis, int64_t before, int64_t after, const std::string& mode, double v) {
+  const int64_t n = x.shape()[axis];
+  if (before < 0 || after < 0) {
+    if (-std::min<int64_t>(before, 0) - std::min<int64_t>(after, 0) > n) c.fail("pads crop more than the input holds");
+    x = ops::slice(x, axis, std::max<int64_t>(-before, 0), n + std::min<int64_t>(after, 0));
+    before = std::max<int64_t>(before, 0), after = std::max<int64_t>(after, 0);
+  }
+  if (before == 0 && after == 0) return x;
+  const int64_t m = x.shape()[axis];
+  auto block = [&](int64_t count, bool front) {
+    if (mode == "constant") {
+      Shape s = x.shape();
+      s[axis] = count;
+      return ops::expand(constant_like(ops::slice(x, axis, 0, 1), v), s);
+    }
+    Ts rows;  // edge: the border row repeated; reflect: the rows next to it, mirrored
+    for (int64_t k = 0; k < count; ++k) {
+      int64_t r = mode == "edge" ? (front ? 0 : m - 1) : front ? count - k : m - 2 - k;
+      if (mode == "reflect" && (r < 0 || r >= m)) c.fail("reflect pads of " + std::to_string(count) + " need more than " +
+                                                         std::to_string(m) + " elements");
+      rows.push_back(ops::slice(x, axis, r, r + 1));
+    }
+    return rows.size() == 1 ? rows[0] : ops::concat(rows, axis);
+  };
+  Ts parts;
+  if (before) parts.push_back(block(before, true));
+  parts.push_back(x);
+  if (after) parts.push_back(block(after, false));
+  return ops::concat(parts, axis);
+}
+
+Ts pad(const Ctx& c) {
+  Tensor x = c.x(0);
+  const std::string mode = c.s("mode", "constant");
+  if (mode != "constant" && mode != "reflect" && mode != "edge") c.fail("mode '" + mode + "' is not supported");
+  const auto p = c.ints("pads");
+  auto axes = c.ints("axes");
+  if (axes.empty())
+    for (int64_t d = 0; d < x.ndim(); ++d) axes.push_back(d);
+  if (p.size() != 2 * axes.size()) c.fail("pads has " + std::to_string(p.size()) + " entries for " + std::to_string(axes.size()) + " axes");
+  const auto value = c.reals("constant_value");
+  for (size_t k = 0; k < axes.size(); ++k)
+    x = pad_axis(c, x, c.axis(axes[k], x.ndim()), p[k], p[k + axes.size()], mode, value.empty() ? 0.0 : value[0]);
+  return {x};
+}
+
+// ceil_mode=1: the extra output row/column of each spatial axis comes from padding the bottom/
+// right with -inf by what floor mode lacks (a window must start inside the input or the left
+// padding, as ONNX and PyTorch define it).
+Tensor ceil_pad(const Ctx& c, Tensor x, ops::Size2 k, ops::Size2 s, ops::Size2 p) {
+  for (size_t d = 0; d < 2; ++d) {
+    const int64_t n = x.shape()[2 + d], span = n + 2 * p[d] - k[d];
+    if (span < 0) continue;
+    int64_t out = (span + s[d] - 1) / s[d] + 1;
+    if ((out - 1) * s[d] >= n + p[d]) --out;
+    const int64_t extra = (out - 1) * s[d] + k[d] - (n + 2 * p[d]);
+    if (extra > 0)
+      x = pad_axis(c, x, static_cast<int64_t>(2 + d), 0, extra, "constant", -std::numeric_limits<double>::infinity());
+  }
+  return x;
 }
 
 // coerce_2d (opsets before 13, set by the importer): over the input flattened to 2-D at `axis`.
@@ -343,6 +453,10 @@ const std::map<std::string, OpFn>& op_table() {
          return Ts{ops::gelu(c.x(0), a)};
        }},
       {"Sigmoid", [](const Ctx& c) { return Ts{ops::sigmoid(c.x(0))}; }},
+      {"Clip", clip},
+      {"HardSigmoid", [](const Ctx& c) { return Ts{hard_sigmoid(c.x(0), c.f("alpha", 0.2), c.f("beta", 0.5))}; }},
+      {"HardSwish", [](const Ctx& c) { return Ts{ops::mul(c.x(0), hard_sigmoid(c.x(0), 1.0 / 6.0, 0.5))}; }},
+      {"Pad", pad},
       {"Tanh", [](const Ctx& c) { return Ts{ops::tanh(c.x(0))}; }},
       {"Softmax", [](const Ctx& c) { return softmax_like(c, ops::softmax); }},
       {"LogSoftmax", [](const Ctx& c) { return softmax_like(c, ops::log_softmax); }},
@@ -389,12 +503,14 @@ const std::map<std::string, OpFn>& op_table() {
                                c.i("group", 1))};
        }},
       {"MaxPool", [](const Ctx& c) {
-         check_pool(c);
+         check_pool(c, true);
          if (c.i("storage_order", 0) != 0) c.fail("storage_order=1 is not supported");
-         return Ts{ops::max_pool2d(c.x(0), kernel(c), pair(c, "strides", 1), pads(c))};
+         const ops::Size2 k = kernel(c), st = pair(c, "strides", 1), p = pads(c);
+         const Tensor x = c.i("ceil_mode", 0) ? ceil_pad(c, c.x(0), k, st, p) : c.x(0);
+         return Ts{ops::max_pool2d(x, k, st, p)};
        }},
       {"AveragePool", [](const Ctx& c) {
-         check_pool(c);
+         check_pool(c, false);
          return Ts{ops::avg_pool2d(c.x(0), kernel(c), pair(c, "strides", 1), pads(c), c.i("count_include_pad", 0) != 0)};
        }},
       {"GlobalAveragePool", [](const Ctx& c) { return Ts{ops::adaptive_avg_pool2d(c.x(0), {1, 1})}; }},
@@ -428,9 +544,10 @@ const std::map<std::string, const char*>& op_limits() {
       {"Gather", "constant indices, or data-dependent indices into axis 0 of a 2-D table (embedding)"},
       {"Gelu", "`approximate` none or tanh; older opsets' Div-Erf-Add-Mul-Mul chain is fused into it"},
       {"LayerNormalization", "one output (no Mean/InvStdDev)"},
-      {"MaxPool", "2-D, floor mode, no dilation, explicit symmetric pads, no Indices output"},
+      {"MaxPool", "2-D, no dilation, explicit symmetric pads, no Indices output"},
+      {"Clip", "a constant or shape-derived `min`/`max` (inputs, or attributes before opset 11)"},
+      {"Pad", "`constant`, `reflect` and `edge` modes, negative pads crop; `pads`/`axes` known at import"},
       {"Pow", "a constant scalar exponent"},
-      {"Slice", "positive steps"},
       {"Softmax", "opsets before 13: over the input flattened to 2-D at `axis`, as specified then"},
       {"LogSoftmax", "opsets before 13: over the input flattened to 2-D at `axis`, as specified then"},
   };
@@ -481,6 +598,8 @@ const std::vector<HostInput>& host_inputs(const std::string& op) {
       {"Range", {{0, "start", true}, {1, "limit", true}, {2, "delta", true}}},
       {"Gather", {{1, "indices", false}}},
       {"Pow", {{1, "exponent", false}}},
+      {"Clip", {{1, "min", true}, {2, "max", true}}},
+      {"Pad", {{1, "pads", true}, {2, "constant_value", true}, {3, "axes", true}}},
   };
   static const std::vector<HostInput> none;
   auto it = table.find(op);

@@ -60,6 +60,25 @@ class ClassToken(torch.nn.Module):
         return self.head(torch.softmax(t @ t.transpose(1, 2) / 4.0, -1) @ t)[:, 0]
 
 
+class ActPad(torch.nn.Module):
+    """MobileNet-style activations and pads: ReLU6 (Clip), hardswish, hardsigmoid, constant /
+    reflect / replicate pads, max pooling with ceil_mode (an odd input size needs the extra window)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = torch.nn.Conv2d(3, 8, 3), torch.nn.Conv2d(8, 8, 3)
+        self.head = torch.nn.Linear(8, 10)
+
+    def forward(self, x):
+        f = torch.nn.functional
+        x = f.relu6(self.c1(f.pad(x, (1, 2, 0, 1))))
+        x = f.max_pool2d(x, 3, 2, ceil_mode=True)
+        x = f.hardswish(self.c2(f.pad(x, (1, 1, 1, 1), mode="reflect")))
+        x = f.pad(x, (0, 1, 1, 0), mode="replicate")
+        x = x * f.hardsigmoid(x.mean((2, 3), keepdim=True))
+        return self.head(x.mean((2, 3)))
+
+
 class MaskedTagger(torch.nn.Module):
     """Per-token logits of one attention block over token ids; attention_mask (1: a token, 0:
     padding) keeps padded positions out of every token's attention, so padding changes nothing."""
@@ -112,6 +131,9 @@ CASES = {
     "bert_op12": (lambda: torch_zoo.BertClassifier(), 12, token_ids),
     "bert_seq_op17": (lambda: torch_zoo.BertClassifier(), 17, token_ids),
     "class_token_op14": (ClassToken, 14, image((3, 32, 32))),
+    "act_pad_op11": (ActPad, 11, image((3, 15, 15))),
+    "act_pad_op13": (ActPad, 13, image((3, 15, 15))),
+    "act_pad_op14": (ActPad, 14, image((3, 15, 15))),
 }
 # cases exported with a dynamic dimension 1 as well (the sequence), and their second reference
 DYNAMIC_SEQ = {"bert_seq_op17": lambda g: torch.randint(0, 1000, (2, 9), generator=g, dtype=torch.int64)}
