@@ -252,18 +252,40 @@ Shape broadcast(const Ctx& c, const Shape& a, const Shape& b) {
   return *r;
 }
 
-// Equal on the host (import-time shape arithmetic): both sides compared as doubles.
-Ts equal(const Ctx& c) {
-  const Shape s = broadcast(c, c.x(0).shape(), c.x(1).shape());
-  auto values = [&](const Tensor& t) {
-    Tensor e = ops::expand(t.to(DType::F64), s).contiguous();
-    const double* p = e.data<double>();
-    return std::vector<double>(p, p + e.numel());
-  };
-  const auto a = values(c.x(0)), b = values(c.x(1));
-  std::vector<int64_t> r(a.size());
-  for (size_t k = 0; k < a.size(); ++k) r[k] = a[k] == b[k];
-  return {Tensor::from_indices(r, s).to(DType::BOOL)};
+// Elementwise ops on the host, for shape arithmetic (Equal, Greater, Mod, ...: what exporters
+// compute masks and window sizes with): the inputs broadcast and read as doubles, the result
+// in `out` (the first input's dtype when null). Their inputs must be known on the host.
+using HostFn = double (*)(const std::vector<double>& args);
+Tensor host_elementwise(const Ctx& c, HostFn f, std::optional<DType> out) {
+  Shape s;
+  for (size_t k = 0; k < c.in.size(); ++k) s = k == 0 ? c.x(0).shape() : broadcast(c, s, c.x(k).shape());
+  c.numel_capped(s);
+  std::vector<std::vector<double>> vals;
+  for (size_t k = 0; k < c.in.size(); ++k) {
+    const Tensor e = ops::expand(c.x(k).to(DType::F64), s).contiguous();
+    vals.emplace_back(e.data<double>(), e.data<double>() + e.numel());
+  }
+  Tensor r = Tensor::empty(s, DType::F64, Device::cpu());
+  std::vector<double> args(vals.size());
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    for (size_t k = 0; k < vals.size(); ++k) args[k] = vals[k][static_cast<size_t>(i)];
+    r.data<double>()[i] = f(args);
+  }
+  return r.to(out.value_or(c.x(0).dtype()));
+}
+
+using V = std::vector<double>;
+OpFn host_op(HostFn f, std::optional<DType> out = std::nullopt) {
+  return [f, out](const Ctx& c) { return Ts{host_elementwise(c, f, out)}; };
+}
+
+// Mod: fmod 0 is Python's (the sign of the divisor, integers), fmod 1 C's.
+Ts mod(const Ctx& c) {
+  if (c.i("fmod", 0)) return host_op([](const V& v) { return std::fmod(v[0], v[1]); })(c);
+  return host_op([](const V& v) {
+    const double r = std::fmod(v[0], v[1]);
+    return r != 0 && (r < 0) != (v[1] < 0) ? r + v[1] : r;
+  })(c);
 }
 
 Ts pow_op(const Ctx& c) {
@@ -461,7 +483,20 @@ const std::map<std::string, OpFn>& op_table() {
       {"Softmax", [](const Ctx& c) { return softmax_like(c, ops::softmax); }},
       {"LogSoftmax", [](const Ctx& c) { return softmax_like(c, ops::log_softmax); }},
       {"Cast", [](const Ctx& c) { return Ts{c.x(0).to(dtype_from_onnx(c.i("to", 1)))}; }},
-      {"Equal", equal},
+      {"Equal", host_op([](const V& v) -> double { return v[0] == v[1]; }, DType::BOOL)},
+      {"Greater", host_op([](const V& v) -> double { return v[0] > v[1]; }, DType::BOOL)},
+      {"Less", host_op([](const V& v) -> double { return v[0] < v[1]; }, DType::BOOL)},
+      {"GreaterOrEqual", host_op([](const V& v) -> double { return v[0] >= v[1]; }, DType::BOOL)},
+      {"LessOrEqual", host_op([](const V& v) -> double { return v[0] <= v[1]; }, DType::BOOL)},
+      {"And", host_op([](const V& v) -> double { return v[0] != 0 && v[1] != 0; }, DType::BOOL)},
+      {"Or", host_op([](const V& v) -> double { return v[0] != 0 || v[1] != 0; }, DType::BOOL)},
+      {"Not", host_op([](const V& v) -> double { return v[0] == 0; }, DType::BOOL)},
+      {"Mod", mod},
+      {"Floor", host_op([](const V& v) { return std::floor(v[0]); })},
+      {"Ceil", host_op([](const V& v) { return std::ceil(v[0]); })},
+      {"Abs", host_op([](const V& v) { return std::fabs(v[0]); })},
+      {"Min", host_op([](const V& v) { return *std::min_element(v.begin(), v.end()); })},
+      {"Max", host_op([](const V& v) { return *std::max_element(v.begin(), v.end()); })},
       {"Where", [](const Ctx& c) { return Ts{ops::where(c.x(0), c.x(1), c.x(2))}; }},
       {"Shape", shape_of},
       {"ConstantOfShape", constant_of_shape},
@@ -541,6 +576,19 @@ const std::map<std::string, const char*>& op_limits() {
       {"Conv", "2-D, explicit symmetric pads (no `auto_pad`)"},
       {"Dropout", "inference: an alias of its input; no mask output"},
       {"Equal", "on the host (shape arithmetic)"},
+      {"Greater", "on the host (shape arithmetic)"},
+      {"Less", "on the host (shape arithmetic)"},
+      {"GreaterOrEqual", "on the host (shape arithmetic)"},
+      {"LessOrEqual", "on the host (shape arithmetic)"},
+      {"And", "on the host (shape arithmetic)"},
+      {"Or", "on the host (shape arithmetic)"},
+      {"Not", "on the host (shape arithmetic)"},
+      {"Mod", "on the host (shape arithmetic)"},
+      {"Floor", "on the host (shape arithmetic)"},
+      {"Ceil", "on the host (shape arithmetic)"},
+      {"Abs", "on the host (shape arithmetic)"},
+      {"Min", "on the host (shape arithmetic)"},
+      {"Max", "on the host (shape arithmetic)"},
       {"Gather", "constant indices, or data-dependent indices into axis 0 of a 2-D table (embedding)"},
       {"Gelu", "`approximate` none or tanh; older opsets' Div-Erf-Add-Mul-Mul chain is fused into it"},
       {"LayerNormalization", "one output (no Mean/InvStdDev)"},

@@ -421,6 +421,22 @@ TEST(OnnxOpsTest, ConstantOfShapeFillsExactlyInItsDtype) {
   EXPECT_EQ(d[0].data<double>()[1], 0.1);
 }
 
+// The host-side elementwise ops of shape arithmetic: Python's Mod (the divisor's sign) and C's
+// (fmod 1), comparisons as BOOL, Min/Max over broadcast inputs, in the first input's dtype.
+TEST(OnnxOpsTest, HostElementwiseOpsFollowOnnxSemantics) {
+  const hg::Tensor a = hg::Tensor::from_indices({7, -7, 7, -7}, {4}), b = hg::Tensor::from_indices({3, 3, -3, -3}, {4});
+  using json = nlohmann::json;
+  EXPECT_EQ(run_op("Mod", json::object(), {a, b})[0].to_indices(), (std::vector<int64_t>{1, 2, -2, -1}));
+  EXPECT_EQ(run_op("Mod", {{"fmod", 1}}, {a, b})[0].to_indices(), (std::vector<int64_t>{1, -1, 1, -1}));
+  const hg::Tensor g = run_op("Greater", json::object(), {a, b})[0];
+  EXPECT_EQ(g.dtype(), hg::DType::BOOL);
+  EXPECT_EQ(g.to(hg::DType::I64).to_indices(), (std::vector<int64_t>{1, 0, 1, 0}));
+  const hg::Tensor m = run_op("Min", json::object(), {a, hg::Tensor::from_indices({0}, {1}), b})[0];
+  EXPECT_EQ(m.dtype(), hg::DType::I64);
+  EXPECT_EQ(m.to_indices(), (std::vector<int64_t>{0, -7, -3, -7}));
+  EXPECT_EQ(run_op("Not", json::object(), {g})[0].to(hg::DType::I64).to_indices(), (std::vector<int64_t>{0, 1, 0, 1}));
+}
+
 // Bad attributes (as a hand-edited model.json may hold them): an hg::Error naming node and op.
 TEST(OnnxOpsTest, BadAttributesRaiseErrorsNamingNodeAndOp) {
   auto expect_error = [](const std::string& op, const nlohmann::json& attrs, const std::vector<hg::Tensor>& in,
