@@ -432,6 +432,71 @@ Tensor ceil_pad(const Ctx& c, Tensor x, ops::Size2 k, ops::Size2 s, ops::Size2 p
   return x;
 }
 
+// Resize of the two spatial axes of NCHW, nearest or linear, as Y = Mh · X · Mwᵀ with the
+// interpolation matrices built on the host for these sizes (two matmuls; each row of M holds
+// the one or two weights of its output position).
+Tensor resize_matrix(const Ctx& c, int64_t in, int64_t out, double scale, bool linear) {
+  const std::string ct = c.s("coordinate_transformation_mode", "half_pixel");
+  const std::string nm = c.s("nearest_mode", "round_prefer_floor");
+  std::vector<float> m(static_cast<size_t>(in * out), 0.0f);
+  for (int64_t o = 0; o < out; ++o) {
+    double x;
+    if (ct == "half_pixel") x = (o + 0.5) / scale - 0.5;
+    else if (ct == "pytorch_half_pixel") x = out > 1 ? (o + 0.5) / scale - 0.5 : 0.0;
+    else if (ct == "align_corners") x = out > 1 ? static_cast<double>(o) * static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0;
+    else if (ct == "asymmetric") x = o / scale;
+    else c.fail("coordinate_transformation_mode '" + ct + "' is not supported");
+    float* row = &m[static_cast<size_t>(o * in)];
+    if (linear) {
+      x = std::clamp(x, 0.0, static_cast<double>(in - 1));
+      const auto x0 = static_cast<int64_t>(std::floor(x)), x1 = std::min(x0 + 1, in - 1);
+      const double w = x - static_cast<double>(x0);
+      row[x0] += static_cast<float>(1.0 - w);
+      row[x1] += static_cast<float>(w);
+      continue;
+    }
+    double r;
+    if (nm == "floor") r = std::floor(x);
+    else if (nm == "ceil") r = std::ceil(x);
+    else if (nm == "round_prefer_floor") r = x == std::floor(x) + 0.5 ? std::floor(x) : std::round(x);
+    else if (nm == "round_prefer_ceil") r = x == std::floor(x) + 0.5 ? std::ceil(x) : std::round(x);
+    else c.fail("nearest_mode '" + nm + "' is not supported");
+    row[static_cast<size_t>(std::clamp<int64_t>(static_cast<int64_t>(r), 0, in - 1))] = 1.0f;
+  }
+  return Tensor::from_vector(m, {out, in});
+}
+
+Ts resize(const Ctx& c) {
+  const Tensor& x = c.x(0);
+  const std::string mode = c.s("mode", "nearest");
+  if (mode != "nearest" && mode != "linear") c.fail("mode '" + mode + "' is not supported (nearest, linear)");
+  if (x.ndim() != 4 || !is_floating(x.dtype())) c.fail("only 4-D floating inputs (NCHW) are supported");
+  if (c.i("antialias", 0)) c.fail("antialias is not supported");
+  const auto scales = c.reals("scales");
+  const auto sizes = c.ints("sizes");
+  const Shape& s = x.shape();
+  int64_t out[2];
+  double scale[2];
+  for (int d = 0; d < 2; ++d) {
+    const size_t k = static_cast<size_t>(2 + d);
+    if (sizes.size() == 4) {
+      if (sizes[0] != s[0] || sizes[1] != s[1]) c.fail("only the two spatial axes may be resized");
+      out[d] = sizes[k], scale[d] = static_cast<double>(out[d]) / static_cast<double>(s[k]);
+    } else if (scales.size() == 4) {
+      if (scales[0] != 1 || scales[1] != 1) c.fail("only the two spatial axes may be resized");
+      scale[d] = scales[k], out[d] = static_cast<int64_t>(std::floor(static_cast<double>(s[k]) * scale[d]));
+    } else {
+      c.fail("needs 4 scales or 4 sizes");
+    }
+    if (out[d] < 1 || scale[d] <= 0 || out[d] > (int64_t{1} << 20)) c.fail("output size " + std::to_string(out[d]) + " is out of range");
+  }
+  c.numel_capped({s[0], s[1], out[0], out[1]});
+  const bool linear = mode == "linear";
+  const Tensor mh = resize_matrix(c, s[2], out[0], scale[0], linear).to(x.dtype()).to(x.device());
+  const Tensor mw = resize_matrix(c, s[3], out[1], scale[1], linear).to(x.dtype()).to(x.device());
+  return {ops::matmul(mh, ops::matmul(x, mw, false, true))};
+}
+
 // coerce_2d (opsets before 13, set by the importer): over the input flattened to 2-D at `axis`.
 Ts softmax_like(const Ctx& c, Tensor (*fn)(const Tensor&, int64_t)) {
   const Tensor& x = c.x(0);
@@ -479,6 +544,20 @@ const std::map<std::string, OpFn>& op_table() {
       {"HardSigmoid", [](const Ctx& c) { return Ts{hard_sigmoid(c.x(0), c.f("alpha", 0.2), c.f("beta", 0.5))}; }},
       {"HardSwish", [](const Ctx& c) { return Ts{ops::mul(c.x(0), hard_sigmoid(c.x(0), 1.0 / 6.0, 0.5))}; }},
       {"Pad", pad},
+      {"Resize", resize},
+      {"Tile", [](const Ctx& c) {
+         Tensor x = c.x(0);
+         const auto r = c.ints("repeats");
+         if (static_cast<int64_t>(r.size()) != x.ndim()) c.fail("repeats must have one entry per dimension");
+         for (size_t d = 0; d < r.size(); ++d) {
+           if (r[d] < 0) c.fail("a repeat is negative");
+           Shape s = x.shape();
+           s[d] *= r[d];
+           c.numel_capped(s);
+           x = r[d] == 1 ? x : ops::concat(Ts(static_cast<size_t>(r[d]), x), static_cast<int64_t>(d));
+         }
+         return Ts{x};
+       }},
       {"Tanh", [](const Ctx& c) { return Ts{ops::tanh(c.x(0))}; }},
       {"Softmax", [](const Ctx& c) { return softmax_like(c, ops::softmax); }},
       {"LogSoftmax", [](const Ctx& c) { return softmax_like(c, ops::log_softmax); }},
@@ -594,6 +673,8 @@ const std::map<std::string, const char*>& op_limits() {
       {"LayerNormalization", "one output (no Mean/InvStdDev)"},
       {"MaxPool", "2-D, no dilation, explicit symmetric pads, no Indices output"},
       {"Clip", "a constant or shape-derived `min`/`max` (inputs, or attributes before opset 11)"},
+      {"Resize", "the two spatial axes of NCHW, `nearest` (every `nearest_mode`) or `linear`; `half_pixel`, "
+                 "`pytorch_half_pixel`, `align_corners`, `asymmetric`; no antialias"},
       {"Pad", "`constant`, `reflect` and `edge` modes, negative pads crop; `pads`/`axes` known at import"},
       {"Pow", "a constant scalar exponent"},
       {"Softmax", "opsets before 13: over the input flattened to 2-D at `axis`, as specified then"},
@@ -648,6 +729,8 @@ const std::vector<HostInput>& host_inputs(const std::string& op) {
       {"Pow", {{1, "exponent", false}}},
       {"Clip", {{1, "min", true}, {2, "max", true}}},
       {"Pad", {{1, "pads", true}, {2, "constant_value", true}, {3, "axes", true}}},
+      {"Resize", {{1, "roi", true}, {2, "scales", true}, {3, "sizes", true}}},
+      {"Tile", {{1, "repeats", true}}},
   };
   static const std::vector<HostInput> none;
   auto it = table.find(op);

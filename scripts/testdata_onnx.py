@@ -79,6 +79,23 @@ class ActPad(torch.nn.Module):
         return self.head(x.mean((2, 3)))
 
 
+class Upsampler(torch.nn.Module):
+    """A segmentation head's resizes: bilinear to another feature's size (shape-derived sizes),
+    with and without align_corners, and nearest by a scale factor."""
+
+    def __init__(self):
+        super().__init__()
+        self.down, self.head = torch.nn.Conv2d(3, 4, 3, stride=2), torch.nn.Conv2d(4, 2, 1)
+
+    def forward(self, x):
+        f = torch.nn.functional
+        y = self.head(self.down(x))
+        a = f.interpolate(y, size=x.shape[-2:], mode="bilinear", align_corners=False)
+        b = f.interpolate(y, size=x.shape[-2:], mode="bilinear", align_corners=True)
+        c = f.interpolate(y, scale_factor=2.0, mode="nearest")
+        return torch.cat([a.flatten(1), b.flatten(1), c.flatten(1).repeat(1, 2)], 1)
+
+
 class MaskedTagger(torch.nn.Module):
     """Per-token logits of one attention block over token ids; attention_mask (1: a token, 0:
     padding) keeps padded positions out of every token's attention, so padding changes nothing."""
@@ -134,6 +151,8 @@ CASES = {
     "act_pad_op11": (ActPad, 11, image((3, 15, 15))),
     "act_pad_op13": (ActPad, 13, image((3, 15, 15))),
     "act_pad_op14": (ActPad, 14, image((3, 15, 15))),
+    "upsample_op11": (Upsampler, 11, image((3, 13, 17))),
+    "upsample_op17": (Upsampler, 17, image((3, 13, 17))),
 }
 # cases exported with a dynamic dimension 1 as well (the sequence), and their second reference
 DYNAMIC_SEQ = {"bert_seq_op17": lambda g: torch.randint(0, 1000, (2, 9), generator=g, dtype=torch.int64)}
