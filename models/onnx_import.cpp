@@ -164,6 +164,7 @@ struct Importer {
       case A::STRING: return a.s();
       case A::FLOATS: return std::vector<double>(a.floats().begin(), a.floats().end());
       case A::INTS: return std::vector<int64_t>(a.ints().begin(), a.ints().end());
+      case A::STRINGS: return std::vector<std::string>(a.strings().begin(), a.strings().end());
       case A::TENSOR: {  // data: int64 values for integer dtypes (exact), doubles otherwise
         const Tensor t = tensor_from_proto(a.t(), node_ctx(n) + ": attribute '" + a.name() + "': ");
         const Json data = is_floating(t.dtype()) ? Json(host_doubles(t)) : Json(t.to(DType::I64).to_indices());

@@ -96,6 +96,19 @@ class Upsampler(torch.nn.Module):
         return torch.cat([a.flatten(1), b.flatten(1), c.flatten(1).repeat(1, 2)], 1)
 
 
+class Recurrent(torch.nn.Module):
+    """nn.LSTM / GRU / RNN (batch first) and a per-step linear head."""
+
+    def __init__(self, kind, layers, bidirectional):
+        super().__init__()
+        cell = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU, "rnn": torch.nn.RNN}[kind]
+        self.rnn = cell(6, 8, num_layers=layers, bidirectional=bidirectional, batch_first=True)
+        self.head = torch.nn.Linear(16 if bidirectional else 8, 3)
+
+    def forward(self, x):
+        return self.head(self.rnn(x)[0])
+
+
 class MaskedTagger(torch.nn.Module):
     """Per-token logits of one attention block over token ids; attention_mask (1: a token, 0:
     padding) keeps padded positions out of every token's attention, so padding changes nothing."""
@@ -153,6 +166,10 @@ CASES = {
     "act_pad_op14": (ActPad, 14, image((3, 15, 15))),
     "upsample_op11": (Upsampler, 11, image((3, 13, 17))),
     "upsample_op17": (Upsampler, 17, image((3, 13, 17))),
+    "lstm_l2_bi_op14": (lambda: Recurrent("lstm", 2, True), 14, image((5, 6))),
+    "gru_l1_op11": (lambda: Recurrent("gru", 1, False), 11, image((5, 6))),
+    "gru_l2_bi_op17": (lambda: Recurrent("gru", 2, True), 17, image((5, 6))),
+    "rnn_l2_op13": (lambda: Recurrent("rnn", 2, False), 13, image((5, 6))),
 }
 # cases exported with a dynamic dimension 1 as well (the sequence), and their second reference
 DYNAMIC_SEQ = {"bert_seq_op17": lambda g: torch.randint(0, 1000, (2, 9), generator=g, dtype=torch.int64)}

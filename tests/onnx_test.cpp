@@ -108,7 +108,9 @@ INSTANTIATE_TEST_SUITE_P(Zoo, OnnxModelTest,
                                          Case{"bert_op13", "INT64"}, Case{"bert_op16", "INT64"},
                                          Case{"bert_op17", "INT64"}, Case{"act_pad_op11", "FP32"},
                                          Case{"act_pad_op13", "FP32"}, Case{"act_pad_op14", "FP32"},
-                                         Case{"upsample_op11", "FP32"}, Case{"upsample_op17", "FP32"}),
+                                         Case{"upsample_op11", "FP32"}, Case{"upsample_op17", "FP32"},
+                                         Case{"lstm_l2_bi_op14", "FP32"}, Case{"gru_l1_op11", "FP32"},
+                                         Case{"gru_l2_bi_op17", "FP32"}, Case{"rnn_l2_op13", "FP32"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // Shape arithmetic is not folded at import (no probe runs): BERT's graph keeps its Shape nodes,
