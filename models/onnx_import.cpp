@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -277,9 +278,20 @@ struct Importer {
     return s;
   }
 
-  // Every dimension but the batch may be dynamic; the batch must be.
+  // Every dimension but the batch may be dynamic; the batch must be, and be dimension 0: an
+  // export whose dynamic axis named "batch" is another (sequence-first layouts, RNN initial
+  // states) is refused rather than batched along the wrong axis.
   IOSpec input_spec(const onnx::ValueInfoProto& vi) {
     IOSpec s = declared(vi, "input");
+    const auto& dims = vi.type().tensor_type().shape();
+    for (int d = 1; d < dims.dim_size(); ++d) {
+      std::string name = dims.dim(d).dim_param();
+      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
+      if (name.find("batch") != std::string::npos)
+        fail("input '" + vi.name() + "': dimension " + std::to_string(d) + " is the batch ('" + dims.dim(d).dim_param() +
+             "'); hgraph takes the batch as dimension 0: export batch-first (batch_first=True, initial states inside "
+             "the module)");
+    }
     if (s.shape[0] != -1)
       fail("input '" + vi.name() + "' has a fixed batch dimension " + std::to_string(s.shape[0]) +
            "; export it with a dynamic batch (dynamic_axes={'" + vi.name() + "': {0: 'batch'}})");

@@ -359,7 +359,15 @@ std::unique_ptr<Predictor> Predictor::load(const std::filesystem::path& dir, con
     bool outputs_fixed = true;
     for (const Shape& o : impl->fixed->out)
       for (int64_t d : o) outputs_fixed &= d >= 0;
-    if (!outputs_fixed) impl->fixed->out.clear();  // learnt at the first capture
+    if (!outputs_fixed) {
+      // Fixed inputs but an output the file leaves open (an upsampling to the input's size): its
+      // dimensions follow from the inputs, so they are learnt now (capturing the smallest
+      // bucket) and the spec says them, as the metadata and the responses need.
+      impl->fixed->out.clear();
+      const std::vector<Shape> out = impl->learn_outputs(*impl->fixed);
+      for (size_t j = 0; j < out.size(); ++j)
+        std::copy(out[j].begin(), out[j].end(), impl->package.spec.outputs[j].shape.begin() + 1);
+    }
   }
   return std::unique_ptr<Predictor>(new Predictor(std::move(impl)));
 }
@@ -378,11 +386,7 @@ int64_t sample_elements(const IOSpec& s) {
 }  // namespace
 
 int64_t Predictor::input_size(size_t i) const { return sample_elements(impl_->package.spec.inputs.at(i)); }
-int64_t Predictor::output_size(size_t i) const {
-  const int64_t n = sample_elements(impl_->package.spec.outputs.at(i));
-  if (n >= 0 || impl_->dynamic) return n;
-  return numel(const_cast<Impl&>(*impl_).learn_outputs(*impl_->fixed).at(i));
-}
+int64_t Predictor::output_size(size_t i) const { return sample_elements(impl_->package.spec.outputs.at(i)); }
 DType Predictor::input_dtype(size_t i) const { return dtype_from_kserve(impl_->package.spec.inputs.at(i).datatype); }
 DType Predictor::output_dtype(size_t i) const { return dtype_from_kserve(impl_->package.spec.outputs.at(i).datatype); }
 

@@ -12,6 +12,7 @@ fed to PyTorch) and "output" (the model's output in eval mode); DYNAMIC_SEQ case
   const_of_shape_table.onnx                ConstantOfShape with a tensor `value` (0.25) feeding a Gather
   softmax_axis1_op12.onnx + .safetensors   Softmax axis 1 of a [batch, 3, 4] input at opset 12 (over the
                                            12 values of each sample, as opsets before 13 define it)
+  sequence_first_op14.onnx                 nn.GRU sequence-first: its batch is dimension 1 (refused)
   masked_tagger_op17.onnx + .safetensors   per-token logits with an attention mask, batch and sequence
                                            dynamic; "ids_<k>" / "logits_<k>" for each TAGGER_BATCHES entry
   bad_<what>.onnx                          hand-built graphs import_onnx must reject (BAD_MODELS)
@@ -109,6 +110,18 @@ class Recurrent(torch.nn.Module):
         return self.head(self.rnn(x)[0])
 
 
+class Segmenter(torch.nn.Module):
+    """A segmentation head's output: upsampled to the input's size, so the export leaves every
+    output dimension but the batch open (dim_params) although the input's are fixed."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 2, 3, stride=2)
+
+    def forward(self, x):
+        return torch.nn.functional.interpolate(self.conv(x), size=x.shape[-2:], mode="bilinear", align_corners=False)
+
+
 class MaskedTagger(torch.nn.Module):
     """Per-token logits of one attention block over token ids; attention_mask (1: a token, 0:
     padding) keeps padded positions out of every token's attention, so padding changes nothing."""
@@ -170,6 +183,7 @@ CASES = {
     "gru_l1_op11": (lambda: Recurrent("gru", 1, False), 11, image((5, 6))),
     "gru_l2_bi_op17": (lambda: Recurrent("gru", 2, True), 17, image((5, 6))),
     "rnn_l2_op13": (lambda: Recurrent("rnn", 2, False), 13, image((5, 6))),
+    "segmenter_op13": (Segmenter, 13, image((3, 13, 17))),
 }
 # cases exported with a dynamic dimension 1 as well (the sequence), and their second reference
 DYNAMIC_SEQ = {"bert_seq_op17": lambda g: torch.randint(0, 1000, (2, 9), generator=g, dtype=torch.int64)}
@@ -252,6 +266,15 @@ def external_model(path, location, offset, length):
                [float_io("output", ["batch", 2])], [w])
 
 
+def sequence_first(out):
+    """nn.GRU sequence-first with dynamic_axes {0: seq, 1: batch}: its batch is dimension 1."""
+    torch.manual_seed(13)
+    model = torch.nn.GRU(4, 5).eval()
+    torch.onnx.export(model, (torch.randn(6, 2, 4),), os.path.join(out, "sequence_first_op14.onnx"), opset_version=14,
+                      input_names=["input"], output_names=["output", "h"],
+                      dynamic_axes={"input": {0: "seq", 1: "batch"}, "output": {0: "seq", 1: "batch"}})
+
+
 def edge_models(out):
     save_graph(os.path.join(out, "const_of_shape_table.onnx"),
                [H.make_node("ConstantOfShape", ["shape"], ["table"], name="fill",
@@ -294,6 +317,7 @@ def make(out):
                       all_tensors_to_one_file=True, location="mlp_external.data", size_threshold=0)
     unsupported_model(os.path.join(out, "unsupported.onnx"))
     masked_tagger(out)
+    sequence_first(out)
     edge_models(out)
 
 

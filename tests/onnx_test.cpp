@@ -110,7 +110,8 @@ INSTANTIATE_TEST_SUITE_P(Zoo, OnnxModelTest,
                                          Case{"act_pad_op13", "FP32"}, Case{"act_pad_op14", "FP32"},
                                          Case{"upsample_op11", "FP32"}, Case{"upsample_op17", "FP32"},
                                          Case{"lstm_l2_bi_op14", "FP32"}, Case{"gru_l1_op11", "FP32"},
-                                         Case{"gru_l2_bi_op17", "FP32"}, Case{"rnn_l2_op13", "FP32"}),
+                                         Case{"gru_l2_bi_op17", "FP32"}, Case{"rnn_l2_op13", "FP32"},
+                                         Case{"segmenter_op13", "FP32"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // Shape arithmetic is not folded at import (no probe runs): BERT's graph keeps its Shape nodes,
@@ -156,6 +157,21 @@ TEST(OnnxImportTest, ShapeValuesUsedAsDataAndOlderOpsets) {
     const Reference ref = reference(c);
     auto p = Predictor::load(onnx_version_dir(c), {.batch_buckets = {1, 2, 4}});
     hg::test::expect_close(predict(*p, ref), as_floats(ref.output.data), 1e-4, c, 1e-5);
+  }
+}
+
+// Fixed inputs, an output the file leaves open (upsampled to the input's size): the Predictor
+// learns its dimensions at load and the spec (metadata, responses) says them. A sequence-first
+// export, whose dynamic axis named "batch" is dimension 1, is refused naming it.
+TEST(OnnxImportTest, OpenOutputDimsAreLearntAndABatchElsewhereIsRefused) {
+  auto p = Predictor::load(onnx_version_dir("segmenter_op13"), {.batch_buckets = {1, 2}});
+  EXPECT_EQ(p->package().spec.outputs[0].shape, (hg::Shape{-1, 2, 13, 17}));
+  EXPECT_EQ(p->output_size(0), 2 * 13 * 17);
+  try {
+    hg::models::import_onnx(data_dir() / "sequence_first_op14.onnx");
+    ADD_FAILURE() << "a sequence-first export imported";
+  } catch (const hg::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("input 'input': dimension 1 is the batch ('batch')"), std::string::npos) << e.what();
   }
 }
 
