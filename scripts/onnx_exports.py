@@ -2,7 +2,9 @@
 """PyTorch ONNX exports for the ONNX coverage harness (bench/onnx_coverage.py): what torch.onnx.export
 (torch 1.13, torchvision 0.14) emits for torchvision's classification and segmentation models,
 nn.TransformerEncoder/Decoder, nn.MultiheadAttention, LSTM/GRU/RNN and an embedding classifier, at
-opsets 11 to 17, with and without constant folding. Weights are random (seeded per case).
+opsets 11 to 17, with and without constant folding. Weights are random (seeded per case);
+BatchNorm's running statistics are those of a batch of random inputs, so activations keep their
+scale, and layers initialised to zero (ViT's head) are given random weights.
 
 Usage: /usr/bin/python3 scripts/onnx_exports.py OUT_DIR [--quick] [--only REGEX] [--list]
   --quick       about 10 small cases (seconds each): a test fixture
@@ -19,7 +21,7 @@ For each selected case it writes:
 and OUT_DIR/cases.json, a list with one entry per selected case:
   name, group (classification, segmentation, sequence), family, model, opset, constant_folding,
   image_size (images) or dynamic_seq (sequences), depth (Conv/Linear/recurrent layers; the harness
-  allows 1e-3 instead of 1e-4 above 50), inputs [{name, dtype, dynamic_axes {axis: name}}],
+  allows 1e-3 instead of 1e-4 above 50), output_scale (the largest |output|), inputs [{name, dtype, dynamic_axes {axis: name}}],
   outputs [{name, dynamic_axes}], sets [{suffix, batch, shapes {input name: shape}}],
   export_seconds, and export_error when torch.onnx.export failed (then no model.onnx is written).
 
@@ -165,11 +167,10 @@ class Entry:
     inputs/outputs: [(dtype, {axis: symbol})] with symbols "batch", "seq", "tgt" (the latter two
     dynamic only when dynamic_seq), shape: [dim or symbol]."""
 
-    def __init__(self, tag, model, build, inputs, outputs, shapes, image_size=None, dynamic_seq=None,
-                 attention=False):
+    def __init__(self, tag, model, build, inputs, outputs, shapes, image_size=None, dynamic_seq=None):
         self.tag, self.model, self.build = tag, model, build
         self.inputs, self.outputs, self.shapes = inputs, outputs, shapes
-        self.image_size, self.dynamic_seq, self.attention = image_size, dynamic_seq, attention
+        self.image_size, self.dynamic_seq = image_size, dynamic_seq
 
     @property
     def light(self):
@@ -199,13 +200,13 @@ def seq_axes(axes, dynamic_seq):
     return {a: s for a, s in axes.items() if s == "batch" or dynamic_seq}
 
 
-def seq_entry(tag, model, build, inputs, outputs, dynamic_seq, attention=False):
+def seq_entry(tag, model, build, inputs, outputs, dynamic_seq):
     """inputs: [(dtype, shape with "batch"/"seq"/"tgt" symbols)]; outputs: [{axis: symbol}]."""
     ins = [(dtype, seq_axes({i: d for i, d in enumerate(shape) if isinstance(d, str)}, dynamic_seq))
            for dtype, shape in inputs]
     return Entry(f"{tag}_{'dyn' if dynamic_seq else 'static'}", model, build, ins,
                  [seq_axes(o, dynamic_seq) for o in outputs], [shape for _, shape in inputs],
-                 dynamic_seq=dynamic_seq, attention=attention)
+                 dynamic_seq=dynamic_seq)
 
 
 def sequence_first(shape, batch_first):
@@ -217,7 +218,7 @@ def encoder(batch_first, dynamic_seq):
     x = sequence_first(["batch", "seq", EMBED], batch_first)
     axes = {i: d for i, d in enumerate(x) if isinstance(d, str)}
     return seq_entry(f"tfenc_{'bf' if batch_first else 'sf'}", "TransformerEncoder",
-                     lambda: Encoder(batch_first), [("float32", x)], [axes], dynamic_seq, attention=True)
+                     lambda: Encoder(batch_first), [("float32", x)], [axes], dynamic_seq)
 
 
 def decoder(batch_first, dynamic_seq):
@@ -226,18 +227,18 @@ def decoder(batch_first, dynamic_seq):
     axes = {i: d for i, d in enumerate(tgt) if isinstance(d, str)}
     return seq_entry(f"tfdec_{'bf' if batch_first else 'sf'}", "TransformerDecoder",
                      lambda: Decoder(batch_first), [("float32", tgt), ("float32", memory)], [axes],
-                     dynamic_seq, attention=True)
+                     dynamic_seq)
 
 
 def self_attention(dynamic_seq):
     return seq_entry("mha_self_bf", "MultiheadAttention", SelfAttention, [("float32", ["batch", "seq", EMBED])],
-                     [{0: "batch", 1: "seq"}], dynamic_seq, attention=True)
+                     [{0: "batch", 1: "seq"}], dynamic_seq)
 
 
 def cross_attention(dynamic_seq):
     return seq_entry("mha_cross_sf", "MultiheadAttention", CrossAttention,
                      [("float32", ["tgt", "batch", EMBED]), ("float32", ["seq", "batch", 24])],
-                     [{0: "tgt", 1: "batch"}, {0: "batch", 1: "tgt", 2: "seq"}], dynamic_seq, attention=True)
+                     [{0: "tgt", 1: "batch"}, {0: "batch", 1: "tgt", 2: "seq"}], dynamic_seq)
 
 
 def recurrent(cell, layers, bidirectional, initial_state, batch_first, dynamic_seq):
@@ -250,8 +251,7 @@ def recurrent(cell, layers, bidirectional, initial_state, batch_first, dynamic_s
         outputs += [{1: "batch"}] * states
     tag = (f"{cell.lower()}_l{layers}_{'bi' if bidirectional else 'uni'}_{'h0' if initial_state else 'noh0'}"
            f"_{'bf' if batch_first else 'sf'}")
-    return seq_entry(tag, cell, lambda: Recurrent(cell, layers, bidirectional, batch_first), inputs, outputs,
-                     dynamic_seq)
+    return seq_entry(tag, cell, lambda: Recurrent(cell, layers, bidirectional, batch_first), inputs, outputs, dynamic_seq)
 
 
 def embedding(dynamic_seq):
@@ -357,10 +357,38 @@ def make_inputs(entry, gen, batch, seq, tgt):
     return out
 
 
-def run_model(model, entry, inputs):
-    """PyTorch's outputs as a list. Attention modules run with autograd on, as during the export:
-    torch 1.13's eval fast path (_native_multi_head_attention) has no ONNX export."""
-    with torch.set_grad_enabled(entry.attention):
+def reset_zero_layers(model):
+    """Give random weights to layers initialised to zero (ViT's head): an all-zero output says nothing."""
+    for m in model.modules():
+        if isinstance(m, (nn.Conv2d, nn.Linear)) and not m.weight.any():
+            m.reset_parameters()
+
+
+def calibrate_batchnorm(model, entry, gen):
+    """Set BatchNorm's running statistics to those of one batch of random inputs. Left at 0 and 1
+    under random weights, activations shrink layer by layer (EfficientNet-B0's logits come out near
+    1e-14) and a relative error says nothing."""
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # a cumulative average: after one batch, that batch's statistics
+        m.train()  # only the norms: dropout and auxiliary heads stay as in eval mode
+    with torch.no_grad():
+        model(*make_inputs(entry, gen, 4, SEQ, TGT))
+    model.eval()
+
+
+def uses_attention(model):
+    """torch 1.13's eval fast path of nn.MultiheadAttention (_native_multi_head_attention) has no ONNX
+    export: such models are exported, and run for the reference, with autograd on (the slow path)."""
+    return any(isinstance(m, nn.MultiheadAttention) for m in model.modules())
+
+
+def run_model(model, inputs):
+    """PyTorch's outputs as a list."""
+    with torch.set_grad_enabled(uses_attention(model)):
         y = model(*inputs)
     return [t.detach() for t in (y if isinstance(y, tuple) else (y,))]
 
@@ -372,25 +400,28 @@ def export_case(out, name, entry, opset, fold):
     names_in = [f"input_{i}" for i in range(len(entry.inputs))]
     names_out = [f"output_{i}" for i in range(len(entry.outputs))]
     gen = torch.Generator().manual_seed(seed + 1)
+    reset_zero_layers(model)
+    calibrate_batchnorm(model, entry, gen)
     tensors, sets = {}, []
     for suffix, batch in SETS:
         longer = entry.dynamic_seq and batch != 1
         xs = make_inputs(entry, gen, batch, SEQ_OTHER if longer else SEQ, TGT_OTHER if longer else TGT)
         for i, x in enumerate(xs):
             tensors[f"input_{i}{suffix}"] = x
-        for i, y in enumerate(run_model(model, entry, xs)):
+        for i, y in enumerate(run_model(model, xs)):
             tensors[f"output_{i}{suffix}"] = y
         sets.append({"suffix": suffix, "batch": batch, "shapes": {n: list(x.shape) for n, x in zip(names_in, xs)}})
     trace = make_inputs(entry, gen, EXPORT_BATCH, SEQ, TGT)
     model_dir = os.path.join(out, name, "1")
     os.makedirs(model_dir, exist_ok=True)
-    with torch.set_grad_enabled(entry.attention):
+    with torch.set_grad_enabled(uses_attention(model)):
         torch.onnx.export(model, tuple(trace), os.path.join(model_dir, "model.onnx"), opset_version=opset,
                           do_constant_folding=fold, input_names=names_in, output_names=names_out,
                           dynamic_axes={**{n: axes for n, (_, axes) in zip(names_in, entry.inputs)},
                                         **dict(zip(names_out, entry.outputs))})
     write_safetensors(os.path.join(out, name + ".safetensors"), tensors)
-    return depth(model), sets
+    scale = max(float(t.abs().max()) for k, t in tensors.items() if k.startswith("output_") and t.numel())
+    return depth(model), sets, scale
 
 
 def describe(name, group, family, entry, opset, fold):
@@ -454,8 +485,8 @@ def main():
                 continue
         d, t0 = describe(name, group, family, entry, opset, fold), time.time()
         try:
-            d["depth"], d["sets"] = export_case(out, name, entry, opset, fold)
-            status = "exported"
+            d["depth"], d["sets"], d["output_scale"] = export_case(out, name, entry, opset, fold)
+            status = "exported" + (f" (outputs only up to {d['output_scale']:.1e})" if d["output_scale"] < 1e-3 else "")
         except Exception as e:  # an export torch cannot do is a result too: the case records it
             d["export_error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             status, failed = f"EXPORT FAILED: {d['export_error']}", failed + 1
