@@ -162,15 +162,25 @@ class Server:
             r = conn.getresponse()
             return r.status, r, r.read()
         except (OSError, http.client.HTTPException) as e:
+            try:
+                self.proc.wait(timeout=5)  # a server on its way out: take its exit status
+            except subprocess.TimeoutExpired:
+                pass
             gone = self.died()
-            raise ServerDown(f"hgraph-serve {gone}" if gone else
-                             f"no answer to {method} {path} within {timeout} s ({type(e).__name__})") from None
+            what = f"no answer within {timeout:g} s" if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
+            raise ServerDown(f"hgraph-serve {gone}" if gone else f"{method} {path}: {what}") from None
         finally:
             conn.close()
 
     def restart(self):
         self.stop()
         self.start()
+
+
+def clean_error(message):
+    """The server's load error without the version folder and model path it starts with."""
+    message = re.sub(r"^version \d+ \([^)]*\): ", "", message)
+    return re.sub(r"\S*/model\.onnx: ", "", message)
 
 
 def error_text(body):
@@ -218,7 +228,7 @@ def run_hgraph(server, case, sets, args):
     res["state"] = entry.get("state", "absent from the index")
     if res["state"] != "READY":
         reason = entry.get("reason") or (error_text(body) if status != 200 else "")
-        res["error"] = reason or f"state {res['state']}"
+        res["error"] = clean_error(reason) if reason else f"state {res['state']}"
         return res
     res["loaded"] = True
     answers, t0 = [], time.time()
@@ -240,6 +250,13 @@ def run_hgraph(server, case, sets, args):
 
 # ---- ONNX Runtime -------------------------------------------------------------------------------
 
+def node_env():
+    """The environment for node: onnxruntime-node from NODE_PATH or bench/node_modules."""
+    env = dict(os.environ)
+    env["NODE_PATH"] = os.pathsep.join(p for p in (env.get("NODE_PATH"), os.path.join(HERE, "node_modules")) if p)
+    return env
+
+
 def run_ort(model, sets, args):
     res = {"loaded": False}
     with tempfile.TemporaryDirectory(prefix="onnx_coverage_") as tmp:
@@ -250,11 +267,9 @@ def run_ort(model, sets, args):
             for name, x in ins.items():
                 np.save(os.path.join(d, f"in.{name}.npy"), x)
             dirs.append(d)
-        env = dict(os.environ)
-        env["NODE_PATH"] = os.pathsep.join(p for p in (env.get("NODE_PATH"), os.path.join(HERE, "node_modules")) if p)
         try:
             p = subprocess.run(["node", os.path.join(HERE, "ort_run.js"), model, str(args.ort_threads)] + dirs,
-                               capture_output=True, text=True, timeout=args.ort_timeout, env=env)
+                               capture_output=True, text=True, timeout=args.ort_timeout, env=node_env())
         except subprocess.TimeoutExpired:
             res["error"] = f"no answer within {args.ort_timeout} s"
             return res
@@ -295,6 +310,7 @@ def reason_class(error):
     s = re.sub(r"(/[\w.+-]+)+/model\.onnx", "<model>", s)
     s = re.sub(r"(/[\w.+-]+){2,}", "<path>", s)
     s = re.sub(r"wrong results \(max rel err [^>]*>", "wrong results (max rel err >", s)
+    s = re.sub(r" \(node '[^']*', opset \d+\)", "", s)
     s = re.sub(r"(node|input|output|initializer|tensor|value) '[^']*'", r"\1 '…'", s)
     s = re.sub(r"\[[-\d, ]+\]", "[…]", s)
     s = re.sub(r"(?<![\w.])\d+(\.\d+)?(?![\w.])", "N", s)
@@ -312,13 +328,29 @@ def md_cell(text, width=110):
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
-def report(results, runtimes):
-    lines = ["# ONNX coverage: PyTorch 1.13 exports", ""]
+def versions(args):
+    """What ran: the hgraph-serve binary (path, --version, modification time) and the ORT package."""
+    v = subprocess.run([args.serve, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    built = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.path.getmtime(args.serve)))
+    lines = [f"- hgraph: `{args.serve}` ({v}, built {built})"]
+    if args.ort:
+        p = subprocess.run(["node", "-p", "require('onnxruntime-node/package.json').version"], capture_output=True,
+                           text=True, timeout=30, env=node_env())
+        lines.append(f"- ORT: onnxruntime-node {p.stdout.strip() or '(version unknown)'} (CPU, "
+                     f"{args.ort_threads} intra-op threads, default graph optimizations)")
+    return lines
+
+
+def report(results, runtimes, header):
+    lines = ["# ONNX coverage: PyTorch 1.13 exports", ""] + header
     total = len(results)
     for rt in runtimes:
         passed = sum(r[rt]["pass"] for r in results)
         loaded = sum(r[rt]["loaded"] for r in results)
         lines.append(f"- **{rt}**: {passed}/{total} pass, {loaded}/{total} load")
+    if len(runtimes) == 2:
+        lines.append(f"- hgraph fails where ORT passes: {sum(r['ORT']['pass'] and not r['hgraph']['pass'] for r in results)}; "
+                     f"ORT fails where hgraph passes: {sum(r['hgraph']['pass'] and not r['ORT']['pass'] for r in results)}")
     lines.append("- error: max|answer - PyTorch| / max(max|PyTorch|, 1e-6) over every output of the batch-3 and "
                  "batch-1 sets; pass at 1e-4 (1e-3 deeper than 50 weight layers); NaN/Inf or a wrong shape is inf")
     lines += ["", "## Failures by reason", ""]
@@ -334,20 +366,22 @@ def report(results, runtimes):
             fam_text = ", ".join(f"{f} ({n})" for f, n in sorted(fams.items(), key=lambda kv: (-kv[1], kv[0])))
             lines.append(f"| {len(rs)} | {md_cell(reason, 200)} | {md_cell(fam_text, 300)} | {rs[0]['name']} |")
         lines.append("")
-    lines += ["## By family", "", "| family | cases | " + " | ".join(f"{rt} pass" for rt in runtimes) + " |",
-              "|---|---|" + "---|" * len(runtimes)]
-    families = defaultdict(list)
-    for r in results:
-        families[r["family"]].append(r)
-    for family, rs in families.items():
-        lines.append(f"| {family} | {len(rs)} | " + " | ".join(str(sum(r[rt]['pass'] for r in rs)) for rt in runtimes)
-                     + " |")
+    for key, title in (("family", "family"), ("opset", "opset"), ("constant_folding", "constant folding")):
+        lines += [f"## By {title}", "", f"| {title} | cases | " + " | ".join(f"{rt} pass" for rt in runtimes) + " |",
+                  "|---|---|" + "---|" * len(runtimes)]
+        groups = defaultdict(list)
+        for r in results:
+            groups[r[key]].append(r)
+        for value, rs in sorted(groups.items(), key=lambda kv: kv[0]) if key != "family" else groups.items():
+            lines.append(f"| {value} | {len(rs)} | " + " | ".join(str(sum(r[rt]["pass"] for r in rs)) for rt in runtimes)
+                         + " |")
+        lines.append("")
     head = "| case | family | opset | folding |"
     rule = "|---|---|---|---|"
     for rt in runtimes:
         head += f" {rt} loaded | {rt} error | {rt} max rel err | {rt} pass |"
         rule += "---|---|---|---|"
-    lines += ["", "## Cases", "", head, rule]
+    lines += ["## Cases", "", head, rule]
     for r in results:
         row = f"| {r['name']} | {r['family']} | {r['opset']} | {'on' if r['constant_folding'] else 'off'} |"
         for rt in runtimes:
@@ -380,7 +414,7 @@ def main():
         sys.exit("onnx_coverage.py: --ort needs node on PATH")
     runtimes = ["hgraph"] + (["ORT"] if args.ort else [])
     server = Server(args.serve, out, os.path.join(out, "serve.log"))
-    results, start = [], time.time()
+    header, results, start = versions(args), [], time.time()
     server.start()
     try:
         for i, case in enumerate(cases):
@@ -405,12 +439,13 @@ def main():
             if args.ort:
                 r["ORT"] = judge(run_ort(os.path.join(out, name, "1", "model.onnx"), sets, args), tol)
             results.append(r)
-            status = "  ".join(f"{rt} {'PASS' if r[rt]['pass'] else 'FAIL'} {fmt_err(r[rt])}"
-                               f" (load {r[rt].get('load_s', '-')} s)" for rt in runtimes)
+            status = "  ".join(f"{rt} {'PASS ' + fmt_err(r[rt]) if r[rt]['pass'] else 'FAIL'}"
+                               f" (load {r[rt].get('load_s', '-')} s)"
+                               + ("" if r[rt]["pass"] else f" [{md_cell(r[rt]['error'], 100)}]") for rt in runtimes)
             print(f"[{i + 1}/{len(cases)}] {name}: {status}", flush=True)
     finally:
         server.stop()
-    md = report(results, runtimes)
+    md = report(results, runtimes, header)
     with open(os.path.join(out, "coverage.md"), "w") as f:
         f.write(md)
     with open(os.path.join(out, "coverage.json"), "w") as f:
