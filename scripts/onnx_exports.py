@@ -21,9 +21,10 @@ For each selected case it writes:
 and OUT_DIR/cases.json, a list with one entry per selected case:
   name, group (classification, segmentation, sequence), family, model, opset, constant_folding,
   image_size (images) or dynamic_seq (sequences), depth (Conv/Linear/recurrent layers; the harness
-  allows 1e-3 instead of 1e-4 above 50), output_scale (the largest |output|), inputs [{name, dtype, dynamic_axes {axis: name}}],
-  outputs [{name, dynamic_axes}], sets [{suffix, batch, shapes {input name: shape}}],
-  export_seconds, and export_error when torch.onnx.export failed (then no model.onnx is written).
+  allows 1e-3 instead of 1e-4 above 50), output_scale (the largest |output|), inputs [{name, dtype,
+  dynamic_axes {axis: name}}], outputs [{name, dynamic_axes}], sets [{suffix, batch, shapes {input
+  name: shape}}], export_seconds, and export_error when torch.onnx.export failed (then the case has
+  no files: the repository holds only models that exported).
 
 The matrix: every family (an architecture, a segmentation model, a sequence module) has at least
 7 cases, one per opset 11..17, alternating do_constant_folding; heavy variants (224x224, a second
@@ -41,6 +42,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sys
 import time
 import warnings
@@ -473,7 +475,7 @@ def main():
     digest = script_digest()
     torch.set_num_threads(2)
     warnings.filterwarnings("ignore")  # torchvision init and exporter warnings, one per case
-    entries, failed, start = [], 0, time.time()
+    entries, start = [], time.time()
     for i, (name, group, family, entry, opset, fold, _) in enumerate(cases):
         stamp = os.path.join(stamps, name + ".json")
         if os.path.exists(stamp):
@@ -488,13 +490,17 @@ def main():
             d["depth"], d["sets"], d["output_scale"] = export_case(out, name, entry, opset, fold)
             status = "exported" + (f" (outputs only up to {d['output_scale']:.1e})" if d["output_scale"] < 1e-3 else "")
         except Exception as e:  # an export torch cannot do is a result too: the case records it
+            shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+            if os.path.exists(os.path.join(out, name + ".safetensors")):
+                os.remove(os.path.join(out, name + ".safetensors"))
             d["export_error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            status, failed = f"EXPORT FAILED: {d['export_error']}", failed + 1
+            status = f"EXPORT FAILED: {d['export_error']}"
         d["export_seconds"] = round(time.time() - t0, 2)
         write_json(stamp, {"digest": digest, "case": d})
         entries.append(d)
         print(f"[{i + 1}/{len(cases)}] {name}: {status} in {d['export_seconds']:.1f} s", flush=True)
     write_json(os.path.join(out, "cases.json"), entries)
+    failed = sum("export_error" in d for d in entries)
     print(f"{out}: {len(entries)} cases ({failed} export failures) in {time.time() - start:.0f} s")
 
 
