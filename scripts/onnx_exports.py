@@ -18,7 +18,8 @@ For each selected case it writes:
                                "input_<i>"/"output_<i>" at batch 3 and "input_<i>.b1"/"output_<i>.b1"
                                at batch 1 (the export itself traces batch 2). With a dynamic sequence
                                axis, the batch-3 set also has a sequence length other than the trace's.
-and OUT_DIR/cases.json, a list with one entry per selected case:
+and OUT_DIR/cases.json, a list with one entry per case whose files are current (this run's and
+earlier runs' of the same script, e.g. with other --only), in the matrix's order:
   name, group (classification, segmentation, sequence), family, model, opset, constant_folding,
   image_size (images) or dynamic_seq (sequences), depth (Conv/Linear/recurrent layers; the harness
   allows 1e-3 instead of 1e-4 above 50), output_scale (the largest |output|), inputs [{name, dtype,
@@ -369,7 +370,10 @@ def reset_zero_layers(model):
 def calibrate_batchnorm(model, entry, gen):
     """Set BatchNorm's running statistics to those of one batch of random inputs. Left at 0 and 1
     under random weights, activations shrink layer by layer (EfficientNet-B0's logits come out near
-    1e-14) and a relative error says nothing."""
+    1e-14) and a relative error says nothing. The batch holds as many pixels as 4 images of 224x224:
+    statistics from fewer samples (4 images of 64x64 leave 16 per channel at the last stage) make
+    deep networks ill-conditioned (EfficientNetV2-S's logits in the thousands, PyTorch and ONNX
+    Runtime 0.1 apart)."""
     norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     if not norms:
         return
@@ -378,7 +382,8 @@ def calibrate_batchnorm(model, entry, gen):
         m.momentum = None  # a cumulative average: after one batch, that batch's statistics
         m.train()  # only the norms: dropout and auxiliary heads stay as in eval mode
     with torch.no_grad():
-        model(*make_inputs(entry, gen, 4, SEQ, TGT))
+        batch = max(4, round(4 * (224 / entry.image_size) ** 2)) if entry.image_size else 4
+        model(*make_inputs(entry, gen, batch, SEQ, TGT))
     model.eval()
 
 
@@ -448,6 +453,16 @@ def script_digest():
     return h.hexdigest()
 
 
+def read_stamp(stamps, name, digest):
+    """The case's cases.json entry when its files were written by this script, else None."""
+    path = os.path.join(stamps, name + ".json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        saved = json.load(f)
+    return saved["case"] if saved["digest"] == digest else None
+
+
 def write_json(path, value):
     with open(path + ".tmp", "w") as f:
         json.dump(value, f, indent=1)
@@ -475,33 +490,31 @@ def main():
     digest = script_digest()
     torch.set_num_threads(2)
     warnings.filterwarnings("ignore")  # torchvision init and exporter warnings, one per case
-    entries, start = [], time.time()
+    failed, start = 0, time.time()
     for i, (name, group, family, entry, opset, fold, _) in enumerate(cases):
-        stamp = os.path.join(stamps, name + ".json")
-        if os.path.exists(stamp):
-            with open(stamp) as f:
-                saved = json.load(f)
-            if saved["digest"] == digest:
-                entries.append(saved["case"])
-                print(f"[{i + 1}/{len(cases)}] {name}: up to date", flush=True)
-                continue
+        d = read_stamp(stamps, name, digest)
+        if d is not None:
+            failed += "export_error" in d
+            print(f"[{i + 1}/{len(cases)}] {name}: up to date", flush=True)
+            continue
         d, t0 = describe(name, group, family, entry, opset, fold), time.time()
         try:
             d["depth"], d["sets"], d["output_scale"] = export_case(out, name, entry, opset, fold)
             status = "exported" + (f" (outputs only up to {d['output_scale']:.1e})" if d["output_scale"] < 1e-3 else "")
         except Exception as e:  # an export torch cannot do is a result too: the case records it
+            failed += 1
             shutil.rmtree(os.path.join(out, name), ignore_errors=True)
             if os.path.exists(os.path.join(out, name + ".safetensors")):
                 os.remove(os.path.join(out, name + ".safetensors"))
             d["export_error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             status = f"EXPORT FAILED: {d['export_error']}"
         d["export_seconds"] = round(time.time() - t0, 2)
-        write_json(stamp, {"digest": digest, "case": d})
-        entries.append(d)
+        write_json(os.path.join(stamps, name + ".json"), {"digest": digest, "case": d})
         print(f"[{i + 1}/{len(cases)}] {name}: {status} in {d['export_seconds']:.1f} s", flush=True)
-    write_json(os.path.join(out, "cases.json"), entries)
-    failed = sum("export_error" in d for d in entries)
-    print(f"{out}: {len(entries)} cases ({failed} export failures) in {time.time() - start:.0f} s")
+    current = [d for d in (read_stamp(stamps, c[0], digest) for c in matrix()) if d is not None]
+    write_json(os.path.join(out, "cases.json"), current)
+    print(f"{out}: {len(cases)} cases ({failed} export failures) in {time.time() - start:.0f} s; "
+          f"cases.json lists {len(current)}")
 
 
 if __name__ == "__main__":
