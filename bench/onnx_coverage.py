@@ -2,13 +2,16 @@
 """ONNX coverage: for each PyTorch export written by scripts/onnx_exports.py, does hgraph-serve load
 it and answer what PyTorch answered, and (--ort) does ONNX Runtime?
 
-Usage: /usr/bin/python3 bench/onnx_coverage.py OUT_DIR [--serve BIN] [--ort] [--only REGEX]
-           [--load-timeout S] [--infer-timeout S] [--ort-timeout S] [--ort-threads N]
-  OUT_DIR      the exports' directory (cases.json, <case>/1/model.onnx, <case>.safetensors)
-  --serve BIN  hgraph-serve (default: build/server/hgraph-serve of this checkout)
-  --ort        also run each model.onnx through onnxruntime-node (bench/ort_run.js; the package
-               is found in bench/node_modules or through NODE_PATH)
-  --only REGEX the cases whose name matches REGEX (re.search)
+Usage: /usr/bin/python3 bench/onnx_coverage.py OUT_DIR [--serve BIN] [--convert BIN] [--ort]
+           [--only REGEX] [--load-timeout S] [--infer-timeout S] [--ort-timeout S] [--ort-threads N]
+  OUT_DIR        the exports' directory (cases.json, <case>/1/model.onnx, <case>.safetensors)
+  --serve BIN    hgraph-serve (default: build/server/hgraph-serve of this checkout)
+  --convert BIN  hgraph-convert (default: build/models/hgraph-convert; skipped when absent): its
+                 --list-ops against each model's op types names every op outside the importer,
+                 not only the first one a load stops at
+  --ort          also run each model.onnx through onnxruntime-node (bench/ort_run.js; the package
+                 is found in bench/node_modules or through NODE_PATH)
+  --only REGEX   the cases whose name matches REGEX (re.search)
 
 hgraph: starts BIN --model-repository OUT_DIR --model-control-mode explicit --host 127.0.0.1
 --port 0 --batch-sizes 1,3 (its port is read from the "listening on" line; its stderr goes to
@@ -23,8 +26,9 @@ error); a case's error is the largest over its outputs and both sets. A wrong sh
 output or any NaN/Inf in the answer counts as an infinite error. Pass: error <= 1e-4, or 1e-3 for a
 network deeper than 50 weight layers (cases.json's depth).
 
-Writes the table (case, family, opset, folding, then per runtime: loaded, error, max rel err, pass)
-and a summary of the failures grouped by reason to stdout and OUT_DIR/coverage.md, and every
+Writes the table (case, family, opset, folding, then per runtime: loaded, error, max rel err, pass),
+a summary of the failures grouped by reason, the ops outside hgraph's importer with the cases that
+use them, and pass counts by family, opset and folding to stdout and OUT_DIR/coverage.md, and every
 result with its full messages and timings to OUT_DIR/coverage.json. Exit status 0 unless the harness
 itself fails (failing cases are results).
 """
@@ -46,6 +50,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_SERVE = os.path.join(os.path.dirname(HERE), "build", "server", "hgraph-serve")
+DEFAULT_CONVERT = os.path.join(os.path.dirname(HERE), "build", "models", "hgraph-convert")
 ST_DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32, "BOOL": np.bool_}
 KSERVE = {np.dtype(np.float32): "FP32", np.dtype(np.float64): "FP64", np.dtype(np.int64): "INT64",
           np.dtype(np.int32): "INT32", np.dtype(np.bool_): "BOOL"}
@@ -295,6 +300,30 @@ def run_ort(model, sets, args):
     return res
 
 
+# ---- the ops of each model against hgraph's importer ---------------------------------------------
+
+def importer_ops(convert):
+    """The op types in hgraph's importer registry (hgraph-convert --list-ops), or None without it."""
+    if not os.access(convert, os.X_OK):
+        return None
+    p = subprocess.run([convert, "--list-ops"], capture_output=True, text=True, timeout=60, check=True)
+    listed = {m.group(1) for m in re.finditer(r"^\| (\w+) \|", p.stdout, re.M)} - {"Op"}
+    return listed | {"Constant"}  # read into a constant by the importer itself
+
+
+def model_ops(path):
+    """Every op type of an ONNX file, subgraphs included."""
+    import onnx  # only for this: Debian's /usr/bin/python3 has it
+    ops, graphs = set(), [onnx.load(path, load_external_data=False).graph]
+    while graphs:
+        g = graphs.pop()
+        for node in g.node:
+            ops.add(node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}")
+            graphs += [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
+            graphs += [sub for a in node.attribute if a.type == onnx.AttributeProto.GRAPHS for sub in a.graphs]
+    return ops
+
+
 # ---- report -------------------------------------------------------------------------------------
 
 def judge(res, tol):
@@ -353,6 +382,9 @@ def report(results, runtimes, header):
                      f"ORT fails where hgraph passes: {sum(r['hgraph']['pass'] and not r['ORT']['pass'] for r in results)}")
     lines.append("- error: max|answer - PyTorch| / max(max|PyTorch|, 1e-6) over every output of the batch-3 and "
                  "batch-1 sets; pass at 1e-4 (1e-3 deeper than 50 weight layers); NaN/Inf or a wrong shape is inf")
+    if any("missing_ops" in r for r in results):
+        lines.append("- missing ops: the op types of model.onnx that hgraph-convert --list-ops does not list, "
+                     "whether or not the load got that far (an importer stops at the first)")
     lines += ["", "## Failures by reason", ""]
     for rt in runtimes:
         groups = defaultdict(list)
@@ -365,6 +397,18 @@ def report(results, runtimes, header):
             fams = Counter(r["family"] for r in rs)
             fam_text = ", ".join(f"{f} ({n})" for f, n in sorted(fams.items(), key=lambda kv: (-kv[1], kv[0])))
             lines.append(f"| {len(rs)} | {md_cell(reason, 200)} | {md_cell(fam_text, 300)} | {rs[0]['name']} |")
+        lines.append("")
+    missing = defaultdict(list)
+    for r in results:
+        for op in r.get("missing_ops", ()):
+            missing[op].append(r)
+    if missing:
+        lines += ["## ONNX ops outside hgraph's importer", "", "| op | cases | families (cases) | opsets |",
+                  "|---|---|---|---|"]
+        for op, rs in sorted(missing.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            fams = Counter(r["family"] for r in rs)
+            lines.append(f"| {op} | {len(rs)} | " + ", ".join(f"{f} ({n})" for f, n in fams.most_common())
+                         + " | " + ", ".join(str(o) for o in sorted({r["opset"] for r in rs})) + " |")
         lines.append("")
     for key, title in (("family", "family"), ("opset", "opset"), ("constant_folding", "constant folding")):
         lines += [f"## By {title}", "", f"| {title} | cases | " + " | ".join(f"{rt} pass" for rt in runtimes) + " |",
@@ -396,6 +440,8 @@ def main():
     ap = argparse.ArgumentParser(description="ONNX coverage of hgraph-serve (and ONNX Runtime) on PyTorch exports")
     ap.add_argument("out_dir")
     ap.add_argument("--serve", default=DEFAULT_SERVE, metavar="BIN")
+    ap.add_argument("--convert", default=DEFAULT_CONVERT, metavar="BIN",
+                    help="hgraph-convert, for the importer's op list (skipped when absent)")
     ap.add_argument("--ort", action="store_true", help="also run onnxruntime-node (bench/ort_run.js)")
     ap.add_argument("--only", metavar="REGEX")
     ap.add_argument("--load-timeout", type=float, default=900, metavar="S")
@@ -413,6 +459,7 @@ def main():
     if args.ort and not shutil.which("node"):
         sys.exit("onnx_coverage.py: --ort needs node on PATH")
     runtimes = ["hgraph"] + (["ORT"] if args.ort else [])
+    supported = importer_ops(args.convert)
     server = Server(args.serve, out, os.path.join(out, "serve.log"))
     header, results, start = versions(args), [], time.time()
     server.start()
@@ -428,6 +475,8 @@ def main():
                 results.append(r)
                 print(f"[{i + 1}/{len(cases)}] {name}: not exported", flush=True)
                 continue
+            if supported is not None:
+                r["missing_ops"] = sorted(model_ops(os.path.join(out, name, "1", "model.onnx")) - supported)
             sets = reference_sets(case, read_safetensors(os.path.join(out, name + ".safetensors")))
             try:
                 r["hgraph"] = run_hgraph(server, case, sets, args)
