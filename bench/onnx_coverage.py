@@ -340,7 +340,7 @@ def reason_class(error):
     s = re.sub(r"(/[\w.+-]+){2,}", "<path>", s)
     s = re.sub(r"wrong results \(max rel err [^>]*>", "wrong results (max rel err >", s)
     s = re.sub(r" \(node '[^']*', opset \d+\)", "", s)
-    s = re.sub(r"(node|input|output|initializer|tensor|value) '[^']*'", r"\1 '…'", s)
+    s = re.sub(r"(model|node|input|output|initializer|tensor|value) '[^']*'", r"\1 '…'", s)
     s = re.sub(r"\[[-\d, ]+\]", "[…]", s)
     s = re.sub(r"(?<![\w.])\d+(\.\d+)?(?![\w.])", "N", s)
     return s[:300]
