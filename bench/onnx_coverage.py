@@ -100,7 +100,7 @@ def rel_error(got, want):
 def compare(answers, sets):
     """answers: [{output name: array}] per set -> (error, what went wrong or None)."""
     worst, problem = 0.0, None
-    for got, (batch, _, want) in zip(answers, sets):
+    for got, (_, _, want) in zip(answers, sets):
         for name, ref in want.items():
             a = got.get(name)
             e = rel_error(a, ref)
