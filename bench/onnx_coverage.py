@@ -39,7 +39,6 @@ import os
 import re
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -48,10 +47,11 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
+import safetensors_np  # noqa: E402 (bench/, this script's folder)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_SERVE = os.path.join(os.path.dirname(HERE), "build", "server", "hgraph-serve")
 DEFAULT_CONVERT = os.path.join(os.path.dirname(HERE), "build", "models", "hgraph-convert")
-ST_DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32, "BOOL": np.bool_}
 KSERVE = {np.dtype(np.float32): "FP32", np.dtype(np.float64): "FP64", np.dtype(np.int64): "INT64",
           np.dtype(np.int32): "INT32", np.dtype(np.bool_): "BOOL"}
 FROM_KSERVE = {v: k for k, v in KSERVE.items()}
@@ -62,17 +62,7 @@ class ServerDown(Exception):
 
 
 def read_safetensors(path):
-    with open(path, "rb") as f:
-        blob = f.read()
-    n = struct.unpack("<Q", blob[:8])[0]
-    header = json.loads(blob[8:8 + n])
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = t["data_offsets"]
-        out[name] = np.frombuffer(blob[8 + n + a:8 + n + b], dtype=ST_DTYPES[t["dtype"]]).reshape(t["shape"])
-    return out
+    return safetensors_np.read(path)
 
 
 def reference_sets(case, tensors):

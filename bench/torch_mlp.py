@@ -3,26 +3,19 @@
 
 Usage: /usr/bin/python3 bench/torch_mlp.py THREADS  -> one JSON line per batch size
 (median microseconds per forward over 2000 calls after 200 warm-up calls)."""
-import json, os, struct, sys, time
+import json, os, sys, time
 
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safetensors_np  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def read_safetensors(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        b, end = e["data_offsets"]
-        out[name] = torch.from_numpy(np.frombuffer(raw[8 + n + b:8 + n + end], dtype=np.float32).reshape(e["shape"]).copy())
-    return out
+    return {k: torch.from_numpy(v.copy()) for k, v in safetensors_np.read(path).items()}
 
 
 def main():

@@ -38,6 +38,8 @@ import testdata_onnx  # noqa: E402
 import testdata_util  # noqa: E402
 import torch_zoo  # noqa: E402
 from testdata_zoo import perturb  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safetensors_np  # noqa: E402
 
 MAX_BATCH = 32
 OPSET = 17
@@ -45,19 +47,8 @@ DIGITS = os.path.join(ROOT, "models/repository/digits_mlp/1/weights.safetensors"
 
 
 def load_safetensors(path):
-    """name -> tensor of an F32/I64 safetensors file (numpy; the format is header + raw data)."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    n = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8:8 + n])
-    dtypes = {"F32": np.float32, "I64": np.int64}
-    out = {}
-    for name, e in header.items():
-        if name != "__metadata__":
-            b, end = e["data_offsets"]
-            out[name] = torch.from_numpy(np.frombuffer(raw[8 + n + b:8 + n + end], dtype=dtypes[e["dtype"]])
-                                         .reshape(e["shape"]).copy())
-    return out
+    """name -> tensor of a safetensors file."""
+    return {k: torch.from_numpy(v.copy()) for k, v in safetensors_np.read(path).items()}
 
 
 def mlp():

@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import resource
-import struct
 import sys
 import time
 
@@ -24,6 +23,8 @@ from torch import nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../scripts"))
 import torch_zoo  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import safetensors_np  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../..")
 DTYPES = {"F32": np.float32, "I64": np.int64, "U8": np.uint8}
@@ -31,20 +32,8 @@ MOMENTUM = 0.9
 
 
 def read_safetensors(path):
-    """name -> numpy array (F32, I64, U8), validating the header's offsets."""
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    data, out = blob[8 + n:], {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = e["data_offsets"]
-        if not 0 <= a <= b <= len(data):
-            raise ValueError(f"{path}: tensor {name}: offsets {a}..{b} outside the data section")
-        out[name] = np.frombuffer(data[a:b], dtype=DTYPES[e["dtype"]]).reshape(e["shape"])
-    return out
+    """name -> numpy array, the header's offsets checked."""
+    return safetensors_np.read(path)
 
 
 def make_model(model):
