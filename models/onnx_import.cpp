@@ -274,45 +274,52 @@ struct Importer {
       const auto& dim = tt.shape().dim(d);
       s.shape.push_back(dim.has_dim_value() && dim.dim_value() > 0 ? dim.dim_value() : -1);
     }
-    if (s.shape.empty()) fail(std::string(what) + " '" + vi.name() + "' has no batch dimension");
     return s;
   }
 
-  // Every dimension but the batch may be dynamic; the batch must be, and be dimension 0: an
-  // export whose dynamic axis named "batch" is another (sequence-first layouts, RNN initial
-  // states) is refused rather than batched along the wrong axis.
-  IOSpec input_spec(const onnx::ValueInfoProto& vi) {
-    IOSpec s = declared(vi, "input");
+  // Whether input `vi` can be batched along dimension 0: it is dynamic, not named as a sequence
+  // or time axis, and no other dimension is named as the batch (sequence-first layouts, RNN
+  // initial states [layers, batch, hidden], static exports are not).
+  static bool batch_first(const onnx::ValueInfoProto& vi) {
     const auto& dims = vi.type().tensor_type().shape();
-    for (int d = 1; d < dims.dim_size(); ++d) {
+    if (!vi.type().tensor_type().has_shape() || dims.dim_size() == 0 || dims.dim(0).has_dim_value()) return false;
+    auto named = [&](int d, std::initializer_list<const char*> words) {
       std::string name = dims.dim(d).dim_param();
       std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
-      if (name.find("batch") != std::string::npos)
-        fail("input '" + vi.name() + "': dimension " + std::to_string(d) + " is the batch ('" + dims.dim(d).dim_param() +
-             "'); hgraph takes the batch as dimension 0: export batch-first (batch_first=True, initial states inside "
-             "the module)");
-    }
-    if (s.shape[0] != -1)
-      fail("input '" + vi.name() + "' has a fixed batch dimension " + std::to_string(s.shape[0]) +
-           "; export it with a dynamic batch (dynamic_axes={'" + vi.name() + "': {0: 'batch'}})");
+      for (const char* w : words)
+        if (name.find(w) != std::string::npos) return true;
+      return false;
+    };
+    if (named(0, {"seq", "time", "step", "len", "token"})) return false;
+    for (int d = 1; d < dims.dim_size(); ++d)
+      if (named(d, {"batch"})) return false;
+    return true;
+  }
+
+  // Batched: dimension 0 is the batch; every other dimension may be dynamic. Unbatched: the
+  // shape is whole, any dimension may be dynamic.
+  IOSpec input_spec(const onnx::ValueInfoProto& vi, bool batched) {
+    IOSpec s = declared(vi, "input");
+    if (batched) s.shape[0] = -1;
     Shape fixed = s.shape;
     for (int64_t& d : fixed) d = std::max<int64_t>(d, 1);
     if (!capped_numel(fixed))
       fail("input '" + vi.name() + "': shape " + shape_str(s.shape) + " has more than " + std::to_string(kMaxOnnxElements) +
-           " elements for one sample");
+           " elements for one request");
     vals[vi.name()] = Val{Kind::Runtime, Tensor(), vi.name()};
     return s;
   }
 
-  // The batch is dimension 0 whatever the file says (exporters write the traced batch size when
-  // only the inputs were marked dynamic); the Predictor checks the rest against what runs.
-  IOSpec output_spec(const onnx::ValueInfoProto& vi) {
+  // Batched: the batch is dimension 0 whatever the file says (exporters write the traced batch
+  // size when only the inputs were marked dynamic); the Predictor checks the rest against what runs.
+  IOSpec output_spec(const onnx::ValueInfoProto& vi, bool batched) {
     auto it = vals.find(vi.name());
     if (it == vals.end()) fail("output '" + vi.name() + "' is produced by no node");
     const Val& v = it->second;
     if (v.kind != Kind::Runtime) fail("output '" + vi.name() + "' does not depend on the inputs' data");
     IOSpec s = declared(vi, "output");
-    s.shape[0] = -1;
+    if (batched && s.shape.empty()) fail("output '" + vi.name() + "' has no batch dimension (a scalar)");
+    if (batched) s.shape[0] = -1;
     graph.outputs.push_back(v.name);
     return s;
   }
@@ -410,14 +417,19 @@ ModelPackage import_model(const fs::path& file, const std::vector<uint8_t>& byte
   p.dir = file.parent_path();
   p.spec.name = file.stem().string();
   for (const auto& init : g.initializer()) im.add_const(init.name(), im.tensor_from_proto(init));
-  for (const auto& vi : g.input()) {
-    if (im.vals.count(vi.name())) continue;  // an initializer listed as an input (older exporters)
-    p.spec.inputs.push_back(im.input_spec(vi));
-    im.graph.inputs.push_back(vi.name());
+  std::vector<const onnx::ValueInfoProto*> inputs;
+  for (const auto& vi : g.input())
+    if (!im.vals.count(vi.name())) inputs.push_back(&vi);  // not an initializer listed as an input (older exporters)
+  if (inputs.empty()) im.fail("the graph has no inputs");
+  // Batched when every input's dimension 0 is a batch; otherwise every tensor is whole and each
+  // run is one request (Triton's max_batch_size 0).
+  p.spec.batched = std::all_of(inputs.begin(), inputs.end(), [](auto* vi) { return Importer::batch_first(*vi); });
+  for (const auto* vi : inputs) {
+    p.spec.inputs.push_back(im.input_spec(*vi, p.spec.batched));
+    im.graph.inputs.push_back(vi->name());
   }
-  if (p.spec.inputs.empty()) im.fail("the graph has no inputs");
   for (const auto& np : g.node()) im.import_node(np);
-  for (const auto& vi : g.output()) p.spec.outputs.push_back(im.output_spec(vi));
+  for (const auto& vi : g.output()) p.spec.outputs.push_back(im.output_spec(vi, p.spec.batched));
   if (p.spec.outputs.empty()) im.fail("the graph has no outputs");
   im.fuse_erf_gelu();
   im.prune();

@@ -26,7 +26,8 @@ const Json& need(const Json& obj, const char* key, Json::value_t type, const std
   return *it;
 }
 
-std::vector<IOSpec> parse_io(const Json& j, const char* key, const std::filesystem::path& file) {
+// batched: every shape starts with the batch dimension -1.
+std::vector<IOSpec> parse_io(const Json& j, const char* key, const std::filesystem::path& file, bool batched) {
   const Json& arr = need(j, key, Json::value_t::array, file, "");
   if (arr.empty()) bad_field(file, key, "is empty");
   std::vector<IOSpec> r;
@@ -48,9 +49,8 @@ std::vector<IOSpec> parse_io(const Json& j, const char* key, const std::filesyst
         bad_field(file, where + ".shape[" + std::to_string(d) + "]", "must be a positive integer or -1");
       s.shape.push_back(shape[d].get<int64_t>());
     }
-    if (shape.empty() || s.shape[0] != -1) bad_field(file, where + ".shape", "must start with the batch dimension -1");
-    for (size_t d = 1; d < s.shape.size(); ++d)
-      if (s.shape[d] == -1) bad_field(file, where + ".shape", "may have -1 only as the batch dimension");
+    if (batched && (shape.empty() || s.shape[0] != -1))
+      bad_field(file, where + ".shape", "must start with the batch dimension -1 (or the model says \"batched\": false)");
     for (const auto& o : r)
       if (o.name == s.name) bad_field(file, where + ".name", "repeats '" + s.name + "'");
     r.push_back(std::move(s));
@@ -116,8 +116,9 @@ ModelPackage package_from(const nlohmann::json& j, safetensors::File weights, co
                                     std::to_string(kPackageFormatVersion));
   p.spec.name = need(j, "name", Json::value_t::string, file, "").get<std::string>();
   if (p.spec.name.empty()) bad_field(file, "name", "is empty");
-  p.spec.inputs = parse_io(j, "inputs", file);
-  p.spec.outputs = parse_io(j, "outputs", file);
+  if (j.contains("batched")) p.spec.batched = need(j, "batched", Json::value_t::boolean, file, "").get<bool>();
+  p.spec.inputs = parse_io(j, "inputs", file, p.spec.batched);
+  p.spec.outputs = parse_io(j, "outputs", file, p.spec.batched);
   p.spec.graph = need(j, "graph", Json::value_t::object, file, "");
   if (j.contains("metadata")) p.spec.metadata = need(j, "metadata", Json::value_t::object, file, "");
   p.weights = std::move(weights);
@@ -130,16 +131,31 @@ nlohmann::json package_json(const PackageSpec& spec) {
   Json io_in = Json::array(), io_out = Json::array();
   for (const auto& s : spec.inputs) io_in.push_back({{"name", s.name}, {"datatype", s.datatype}, {"shape", s.shape}});
   for (const auto& s : spec.outputs) io_out.push_back({{"name", s.name}, {"datatype", s.datatype}, {"shape", s.shape}});
-  return {{"format", "hgraph-model"}, {"format_version", kPackageFormatVersion},
-          {"name", spec.name},        {"platform", "hgraph_v1"},
-          {"inputs", io_in},          {"outputs", io_out},
-          {"graph", spec.graph},      {"metadata", spec.metadata}};
+  Json j = {{"format", "hgraph-model"}, {"format_version", kPackageFormatVersion},
+            {"name", spec.name},        {"platform", "hgraph_v1"},
+            {"inputs", io_in},          {"outputs", io_out},
+            {"graph", spec.graph},      {"metadata", spec.metadata}};
+  if (!spec.batched) j["batched"] = false;
+  return j;
+}
+
+Shape sample_shape(const PackageSpec& spec, const IOSpec& io) {
+  return Shape(io.shape.begin() + (spec.batched && !io.shape.empty() ? 1 : 0), io.shape.end());
 }
 
 std::unique_ptr<Module> build_module(const ModelPackage& p, Device device) {
   const auto file = p.dir / "model.json";
   const Json& g = p.spec.graph;
   const std::string type = need(g, "type", Json::value_t::string, file, "graph").get<std::string>();
+  if (type != "ops") {  // zoo and sequential graphs: batched, one fixed sample shape
+    if (!p.spec.batched) bad_field(file, "batched", "is false; only an \"ops\" graph may be unbatched");
+    for (const auto* list : {&p.spec.inputs, &p.spec.outputs})
+      for (const auto& io : *list)
+        for (size_t d = 1; d < io.shape.size(); ++d)
+          if (io.shape[d] == -1)
+            bad_field(file, "shape", "of '" + io.name + "' has a dynamic dimension " + std::to_string(d) +
+                                         "; a " + type + " graph takes -1 only as the batch dimension");
+  }
   if (type == "zoo") {
     int64_t weight_elements = 0;  // validated entries: small, no overflow
     for (const auto& e : p.weights.entries) weight_elements += numel(e.shape);

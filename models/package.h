@@ -9,7 +9,7 @@
 //   "inputs": [{"name", "datatype": "FP32", "shape": [-1, 64]}], "outputs": [...],
 //   "graph": {"type": "sequential", "layers": [{"op": "linear", "name": "0", "in_features": 64,
 //             "out_features": 32}, {"op": "relu", "name": "1"}, ...]},
-//   "metadata": {...free-form object...}}
+//   "metadata": {...free-form object...}, "batched": false (optional; see PackageSpec::batched)}
 //   or "graph": {"type": "zoo", "model": "lenet5" | "resnet18" | "bert_classifier", "config": {...}}
 //   (models/zoo.h).
 // Weights: the module's state_dict (PyTorch names "0.weight", "0.bias", ...; buffers too, in
@@ -40,7 +40,7 @@ DType dtype_from_kserve(const std::string& datatype);
 struct IOSpec {
   std::string name;
   std::string datatype;  // KServe spelling: "FP32", "INT64", ...
-  Shape shape;           // -1 marks the batch dimension
+  Shape shape;           // -1: the batch (dimension 0 of a batched spec) or a dynamic dimension
 };
 
 struct PackageSpec {
@@ -48,7 +48,14 @@ struct PackageSpec {
   std::vector<IOSpec> inputs, outputs;
   nlohmann::json graph;     // {"type": "sequential", "layers": [...]}
   nlohmann::json metadata = nlohmann::json::object();
+  // true: dimension 0 of every input and output is the batch (-1), and requests are batched
+  // along it. false: the shapes are whole tensors, any -1 is a dynamic dimension and every run
+  // is one request (an ONNX export whose batch is another dimension, or has no dynamic batch).
+  bool batched = true;
 };
+
+// The shape of one sample of `io`: its dimensions after the batch when `spec` is batched.
+Shape sample_shape(const PackageSpec& spec, const IOSpec& io);
 
 struct ModelPackage {
   std::filesystem::path dir;

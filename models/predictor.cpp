@@ -96,18 +96,19 @@ struct Predictor::Impl {
     if (shapes.size() != specs.size())
       throw InvalidArgument("Predictor: model '" + package.spec.name + "' has dynamic dimensions: give the sample shape of each of its " +
                             std::to_string(specs.size()) + " inputs, got " + std::to_string(shapes.size()));
+    const size_t lead = package.spec.batched ? 1 : 0;  // the batch dimension before a sample's
     for (size_t i = 0; i < specs.size(); ++i) {
       const Shape& want = specs[i].shape;
-      if (shapes[i].size() + 1 != want.size())
+      if (shapes[i].size() + lead != want.size())
         throw InvalidArgument("input '" + specs[i].name + "': a sample has " + std::to_string(shapes[i].size()) +
-                              " dimensions, the model takes " + std::to_string(want.size() - 1) + " (shape " +
+                              " dimensions, the model takes " + std::to_string(want.size() - lead) + " (shape " +
                               shape_str(want) + ")");
       for (size_t d = 0; d < shapes[i].size(); ++d)
-        if (want[d + 1] >= 0 ? shapes[i][d] != want[d + 1] : shapes[i][d] < 1)
-          throw InvalidArgument("input '" + specs[i].name + "': dimension " + std::to_string(d + 1) + " is " +
+        if (want[d + lead] >= 0 ? shapes[i][d] != want[d + lead] : shapes[i][d] < 1)
+          throw InvalidArgument("input '" + specs[i].name + "': dimension " + std::to_string(d + lead) + " is " +
                                 std::to_string(shapes[i][d]) + "; the model takes " +
-                                (want[d + 1] >= 0 ? std::to_string(want[d + 1]) : std::string("1 or more")) + " (shape " +
-                                shape_str(want) + ")");
+                                (want[d + lead] >= 0 ? std::to_string(want[d + lead]) : std::string("1 or more")) +
+                                " (shape " + shape_str(want) + ")");
       if (!capped_sample(shapes[i]))
         throw InvalidArgument("input '" + specs[i].name + "': a sample of shape " + shape_str(shapes[i]) + " is too large");
     }
@@ -141,17 +142,18 @@ struct Predictor::Impl {
     if (outputs.size() != specs.size())
       throw InvalidArgument("Predictor: the model returns " + std::to_string(outputs.size()) + " outputs, the package declares " +
                             std::to_string(specs.size()));
+    const size_t lead = package.spec.batched ? 1 : 0;
     std::lock_guard lk(v.mu);
     for (size_t j = 0; j < specs.size(); ++j) {
       const DType dt = dtype_from_kserve(specs[j].datatype);
       const Shape& got = outputs[j].shape();
-      bool ok = outputs[j].dtype() == dt && got.size() == specs[j].shape.size() && !got.empty() && got[0] == batch;
-      for (size_t d = 1; ok && d < got.size(); ++d)
+      bool ok = outputs[j].dtype() == dt && got.size() == specs[j].shape.size() && (!lead || got[0] == batch);
+      for (size_t d = lead; ok && d < got.size(); ++d)
         ok = specs[j].shape[d] < 0 || specs[j].shape[d] == got[d];
-      if (ok && v.out.size() == specs.size()) ok = Shape(got.begin() + 1, got.end()) == v.out[j];
+      if (ok && v.out.size() == specs.size()) ok = Shape(got.begin() + lead, got.end()) == v.out[j];
       if (!ok) {
         Shape want = specs[j].shape;
-        want[0] = batch;
+        if (lead) want[0] = batch;
         throw InvalidArgument("Predictor: output '" + specs[j].name + "' is " + meta_str(outputs[j].meta()) +
                               ", the package declares " + meta_str({want, dt}) +
                               (v.out.size() == specs.size() ? " (this signature gave " + shape_str(v.out[j]) + " before)" : ""));
@@ -159,15 +161,15 @@ struct Predictor::Impl {
     }
     if (v.out.size() != specs.size()) {
       v.out.clear();
-      for (const Tensor& o : outputs) v.out.emplace_back(o.shape().begin() + 1, o.shape().end());
+      for (const Tensor& o : outputs) v.out.emplace_back(o.shape().begin() + lead, o.shape().end());
     }
   }
 
   std::vector<Tensor> make_inputs(const Variant& v, int64_t batch, Device d) const {
     std::vector<Tensor> in;
     for (size_t i = 0; i < v.in.size(); ++i) {
-      Shape shape{batch};
-      shape.insert(shape.end(), v.in[i].begin(), v.in[i].end());
+      Shape shape = v.in[i];
+      if (package.spec.batched) shape.insert(shape.begin(), batch);  // unbatched: the batch is 1
       in.push_back(Tensor::zeros(shape, dtype_from_kserve(package.spec.inputs[i].datatype), d));
     }
     return in;
@@ -262,6 +264,13 @@ struct Predictor::Impl {
     b.info.captured = false;
   }
 
+  // An unbatched model's tensors are whole: one per run.
+  void check_unbatched(int64_t batch) const {
+    if (!package.spec.batched && batch != 1)
+      throw InvalidArgument("Predictor: model '" + package.spec.name + "' has no batch dimension (its tensors are whole); "
+                            "a run takes one set of inputs, got a batch of " + std::to_string(batch));
+  }
+
   // The smallest bucket (not left out) that holds `batch`, or null when it is above them all.
   static Bucket* bucket_for(Variant& v, int64_t batch) {
     for (auto& b : v.buckets)
@@ -335,19 +344,21 @@ std::unique_ptr<Predictor> Predictor::load(const std::filesystem::path& dir, con
   const bool onnx = !std::filesystem::exists(dir / "model.json") && std::filesystem::exists(dir / "model.onnx");
   impl->package = onnx ? import_onnx(dir / "model.onnx", &impl->module, opt.device)
                         : load_package(dir, &impl->module, opt.device);
+  if (!opt.batched) impl->package.spec.batched = false;
   impl->opt = opt;
   impl->module->eval();
   impl->module->to(opt.device);
   for (auto& [name, t] : impl->module->named_parameters()) impl->frozen.push_back(*t);
   for (auto& [name, t] : impl->module->named_buffers()) impl->frozen.push_back(*t);
   try {
-    impl->batch_sizes = normalize_buckets(opt.batch_buckets);
+    impl->batch_sizes = impl->package.spec.batched ? normalize_buckets(opt.batch_buckets) : std::vector<int64_t>{1};
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(std::string("Predictor: ") + e.what());
   }
   std::vector<Shape> in;
-  for (const auto& io : impl->package.spec.inputs) {
-    in.emplace_back(io.shape.begin() + 1, io.shape.end());
+  const PackageSpec& spec = impl->package.spec;
+  for (const auto& io : spec.inputs) {
+    in.push_back(sample_shape(spec, io));
     for (int64_t d : in.back()) impl->dynamic |= d < 0;
   }
   impl->variants = graphs::LruCache<std::string, std::shared_ptr<Variant>>(
@@ -355,7 +366,7 @@ std::unique_ptr<Predictor> Predictor::load(const std::filesystem::path& dir, con
       [](const std::shared_ptr<Variant>& v) { return v->bytes.load(); });
   if (!impl->dynamic) {
     impl->fixed = impl->make_variant(std::move(in));
-    for (const auto& io : impl->package.spec.outputs) impl->fixed->out.emplace_back(io.shape.begin() + 1, io.shape.end());
+    for (const auto& io : spec.outputs) impl->fixed->out.push_back(sample_shape(spec, io));
     bool outputs_fixed = true;
     for (const Shape& o : impl->fixed->out)
       for (int64_t d : o) outputs_fixed &= d >= 0;
@@ -366,7 +377,7 @@ std::unique_ptr<Predictor> Predictor::load(const std::filesystem::path& dir, con
       impl->fixed->out.clear();
       const std::vector<Shape> out = impl->learn_outputs(*impl->fixed);
       for (size_t j = 0; j < out.size(); ++j)
-        std::copy(out[j].begin(), out[j].end(), impl->package.spec.outputs[j].shape.begin() + 1);
+        std::copy(out[j].begin(), out[j].end(), impl->package.spec.outputs[j].shape.end() - out[j].size());
     }
   }
   return std::unique_ptr<Predictor>(new Predictor(std::move(impl)));
@@ -375,18 +386,22 @@ std::unique_ptr<Predictor> Predictor::load(const std::filesystem::path& dir, con
 const ModelPackage& Predictor::package() const { return impl_->package; }
 
 namespace {
-int64_t sample_elements(const IOSpec& s) {
+int64_t sample_elements(const PackageSpec& spec, const IOSpec& s) {
   int64_t n = 1;
-  for (size_t d = 1; d < s.shape.size(); ++d) {
-    if (s.shape[d] < 0) return -1;
-    n *= s.shape[d];
+  for (int64_t d : sample_shape(spec, s)) {
+    if (d < 0) return -1;
+    n *= d;
   }
   return n;
 }
 }  // namespace
 
-int64_t Predictor::input_size(size_t i) const { return sample_elements(impl_->package.spec.inputs.at(i)); }
-int64_t Predictor::output_size(size_t i) const { return sample_elements(impl_->package.spec.outputs.at(i)); }
+int64_t Predictor::input_size(size_t i) const {
+  return sample_elements(impl_->package.spec, impl_->package.spec.inputs.at(i));
+}
+int64_t Predictor::output_size(size_t i) const {
+  return sample_elements(impl_->package.spec, impl_->package.spec.outputs.at(i));
+}
 DType Predictor::input_dtype(size_t i) const { return dtype_from_kserve(impl_->package.spec.inputs.at(i).datatype); }
 DType Predictor::output_dtype(size_t i) const { return dtype_from_kserve(impl_->package.spec.outputs.at(i).datatype); }
 
@@ -462,6 +477,7 @@ void Predictor::run(const std::vector<const void*>& inputs, int64_t batch, const
                           std::to_string(spec.outputs.size()) + " outputs, got " + std::to_string(inputs.size()) + " and " +
                           std::to_string(outputs.size()));
   if (batch <= 0) throw InvalidArgument("Predictor::run: batch must be positive");
+  impl_->check_unbatched(batch);
   const std::shared_ptr<Variant> vp = impl_->variant(input_shapes);
   Variant& v = *vp;
   Bucket* b = Impl::bucket_for(v, batch);
@@ -496,6 +512,7 @@ void Predictor::run(const std::vector<const void*>& inputs, int64_t batch, const
 void Predictor::run_staged(int64_t batch, const Fill& fill, const Take& take, const std::vector<Shape>& input_shapes) {
   const auto& spec = impl_->package.spec;
   if (batch <= 0) throw InvalidArgument("Predictor::run_staged: batch must be positive");
+  impl_->check_unbatched(batch);
   const std::shared_ptr<Variant> vp = impl_->variant(input_shapes);
   Variant& v = *vp;
   Bucket* found = Impl::bucket_for(v, batch);

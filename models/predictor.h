@@ -17,7 +17,9 @@
 // HG_GRAPH_CACHE set, a second process starts from the disk cache. A model whose inputs have
 // dynamic dimensions besides the batch (an ONNX export with dynamic_axes {0: batch, 1: seq})
 // captures per signature on first use (capture_all captures nothing for it), keeps
-// max_signatures of them (LRU) and reports them in signature_stats().
+// max_signatures of them (LRU) and reports them in signature_stats(). A package that is not
+// batched (PackageSpec::batched: an ONNX export whose batch is not dimension 0) runs whole
+// tensors, one set per run (batch 1), its "sample" shapes being the whole shapes.
 //
 //   auto shapes = p->output_shapes({{12}});                  // token ids of length 12 -> {{2}}
 //   p->run({ids.data()}, 3, {logits.data()}, {{12}});        // 3 samples of 12 ids each
@@ -40,6 +42,9 @@ struct PredictorOptions {
   // shape) kept with their captured graphs, least recently used out; 0: unbounded.
   size_t max_signatures = 16;
   size_t max_signature_bytes = 0;  // their captured graphs' arena + constant bytes
+  // false: serve the model without a batch dimension even when its package has one (its tensors
+  // are whole, any -1 is a dynamic dimension, each run is one request: a batch of 1).
+  bool batched = true;
 };
 
 // A model with dynamic dimensions: the signatures (distinct input sample shapes) met so far, the

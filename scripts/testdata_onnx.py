@@ -12,7 +12,11 @@ fed to PyTorch) and "output" (the model's output in eval mode); DYNAMIC_SEQ case
   const_of_shape_table.onnx                ConstantOfShape with a tensor `value` (0.25) feeding a Gather
   softmax_axis1_op12.onnx + .safetensors   Softmax axis 1 of a [batch, 3, 4] input at opset 12 (over the
                                            12 values of each sample, as opsets before 13 define it)
-  sequence_first_op14.onnx                 nn.GRU sequence-first: its batch is dimension 1 (refused)
+  sequence_first_op14.onnx + .safetensors  a 2-layer nn.LSTM sequence-first with initial states: its batch is
+                                           dimension 1 of "input" [seq, batch, 4] and of "h0"/"c0" [2, batch, 5];
+                                           "<tensor>_<k>" for each SEQ_FIRST_SETS entry (input, h0, c0, output,
+                                           hn, cn)
+  static_mlp_op13.onnx + .safetensors      the MLP exported without dynamic axes: input [2, 64]
   masked_tagger_op17.onnx + .safetensors   per-token logits with an attention mask, batch and sequence
                                            dynamic; "ids_<k>" / "logits_<k>" for each TAGGER_BATCHES entry
   bad_<what>.onnx                          hand-built graphs import_onnx must reject (BAD_MODELS)
@@ -266,13 +270,41 @@ def external_model(path, location, offset, length):
                [float_io("output", ["batch", 2])], [w])
 
 
+# sequence_first's reference sets: (sequence length, batch) each
+SEQ_FIRST_SETS = {"a": (6, 2), "b": (3, 5)}
+
+
 def sequence_first(out):
-    """nn.GRU sequence-first with dynamic_axes {0: seq, 1: batch}: its batch is dimension 1."""
+    """A 2-layer nn.LSTM sequence-first with initial states, dynamic_axes {0: seq, 1: batch} (states
+    {1: batch}): its batch is dimension 1, so hgraph serves it whole, one request per run."""
     torch.manual_seed(13)
-    model = torch.nn.GRU(4, 5).eval()
-    torch.onnx.export(model, (torch.randn(6, 2, 4),), os.path.join(out, "sequence_first_op14.onnx"), opset_version=14,
-                      input_names=["input"], output_names=["output", "h"],
-                      dynamic_axes={"input": {0: "seq", 1: "batch"}, "output": {0: "seq", 1: "batch"}})
+    model = torch.nn.LSTM(4, 5, num_layers=2).eval()
+    g = torch.Generator().manual_seed(14)
+    t = {}
+    for key, (n, b) in SEQ_FIRST_SETS.items():
+        x, h0, c0 = torch.randn(n, b, 4, generator=g), torch.randn(2, b, 5, generator=g), torch.randn(2, b, 5, generator=g)
+        with torch.no_grad():
+            y, (hn, cn) = model(x, (h0, c0))
+        t.update({"input_" + key: x, "h0_" + key: h0, "c0_" + key: c0, "output_" + key: y, "hn_" + key: hn,
+                  "cn_" + key: cn})
+    state = {1: "batch"}
+    torch.onnx.export(model, (t["input_a"], (t["h0_a"], t["c0_a"])), os.path.join(out, "sequence_first_op14.onnx"),
+                      opset_version=14, input_names=["input", "h0", "c0"], output_names=["output", "hn", "cn"],
+                      dynamic_axes={"input": {0: "seq", 1: "batch"}, "h0": state, "c0": state,
+                                    "output": {0: "seq", 1: "batch"}, "hn": state, "cn": state})
+    torch_zoo.write_safetensors(os.path.join(out, "sequence_first_op14.safetensors"), t)
+
+
+def static_mlp(out):
+    """The MLP exported without dynamic axes: every shape fixed, input [2, 64]."""
+    torch.manual_seed(15)
+    model = mlp().eval()
+    x = torch.rand(2, 64, generator=torch.Generator().manual_seed(16))
+    with torch.no_grad():
+        y = model(x)
+    torch.onnx.export(model, (x,), os.path.join(out, "static_mlp_op13.onnx"), opset_version=13,
+                      input_names=["input"], output_names=["output"])
+    torch_zoo.write_safetensors(os.path.join(out, "static_mlp_op13.safetensors"), {"input": x, "output": y})
 
 
 def edge_models(out):
@@ -318,6 +350,7 @@ def make(out):
     unsupported_model(os.path.join(out, "unsupported.onnx"))
     masked_tagger(out)
     sequence_first(out)
+    static_mlp(out)
     edge_models(out)
 
 

@@ -95,8 +95,7 @@ int main(int argc, char** argv) {
     opt.batch_buckets = hg::models::parse_buckets(buckets);
     auto t0 = std::chrono::steady_clock::now();
     const hg::server::ModelConfig config = hg::server::ModelConfig::load(std::filesystem::absolute(model).parent_path());
-    opt.max_signatures = config.max_signatures;
-    opt.max_signature_bytes = config.max_signature_bytes;
+    config.apply(opt);
     auto predictor = hg::models::Predictor::load(model, opt);
     double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     hg::models::CaptureAllOptions copt;

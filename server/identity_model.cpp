@@ -50,6 +50,7 @@ std::shared_ptr<ServedModel> make_identity_model(models::PackageSpec spec) {
   // Either every tensor has the batch dimension (-1 first) or none has (max_batch_size 0: one
   // request per run, the whole shape is the sample).
   const bool batched = !spec.inputs[0].shape.empty() && spec.inputs[0].shape[0] == -1;
+  spec.batched = batched;
   std::set<std::string> names;
   std::vector<int64_t> elements;
   std::vector<size_t> sample_bytes;

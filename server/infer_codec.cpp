@@ -470,11 +470,11 @@ InferResponse decode_infer_response(std::string_view body, std::optional<size_t>
 }
 
 namespace {
-// Whether an input has a dynamic dimension besides the leading batch.
+// Whether an input has a dynamic dimension besides the batch.
 bool dynamic(const models::PackageSpec& spec) {
   for (const auto& io : spec.inputs)
-    for (size_t d = 1; d < io.shape.size(); ++d)
-      if (io.shape[d] == -1 && io.shape[0] == -1) return true;
+    for (int64_t d : models::sample_shape(spec, io))
+      if (d == -1) return true;
   return false;
 }
 }  // namespace
@@ -517,8 +517,8 @@ ModelInputs bind_inputs(InferRequest& req, const models::PackageSpec& spec, int6
     if (io.datatype != wire_type_name(t.datatype))
       throw InvalidArgument("input '" + t.name + "' of model '" + model + "': expected datatype " + io.datatype +
                             ", got " + wire_type_name(t.datatype));
-    // A leading -1 is the batch; any other -1 is a dynamic dimension (1 or more).
-    const bool batched = !io.shape.empty() && io.shape[0] == -1;
+    // A batched model's dimension 0 is the batch; any other -1 is a dynamic dimension (1 or more).
+    const bool batched = spec.batched;
     if (t.shape.size() != io.shape.size())
       throw InvalidArgument("unexpected shape for input '" + t.name + "' of model '" + model + "': expected " +
                             shape_text(io.shape) + ", got " + shape_text(t.shape) + " (" +
@@ -593,7 +593,7 @@ InferResponse make_response(const InferRequest& req, const models::PackageSpec& 
     t.name = io.name;
     t.datatype = model_wire_type(io, resp.model_name);
     if (!output_shapes.empty()) {
-      t.shape = {in.batch};
+      t.shape = spec.batched ? Shape{in.batch} : Shape{};
       t.shape.insert(t.shape.end(), output_shapes.at(j).begin(), output_shapes.at(j).end());
     } else {
       t.shape = io.shape;
@@ -607,7 +607,7 @@ InferResponse make_response(const InferRequest& req, const models::PackageSpec& 
                           io.datatype + " needs " + std::to_string(element_count(t.shape) * size));
     if (t.datatype == WireType::BYTES) check_binary(t.data, t, "output");
     const uint32_t top = s < in.classification.size() ? in.classification[s] : 0;
-    if (top > 0) t = classify(t, top, !io.shape.empty() && io.shape[0] == -1);
+    if (top > 0) t = classify(t, top, spec.batched);
     t.binary = in.binary.at(s);
     resp.outputs.push_back(std::move(t));
   }

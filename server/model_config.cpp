@@ -346,8 +346,10 @@ ModelConfig ModelConfig::parse(const json& j, const std::string& file, const std
   if (c.batch_buckets.size() > kMaxConfigBuckets)
     f.fail("batch_buckets", "names " + std::to_string(c.batch_buckets.size()) + " buckets; a model captures at most " +
                                 std::to_string(kMaxConfigBuckets) + " (one graph and arena each)");
-  if (auto m = f.integer("max_batch_size", 0, kMaxBatchSize)) c.max_batch_size = *m;
-  else if (!c.batch_buckets.empty()) c.max_batch_size = c.batch_buckets.back();
+  if (auto m = f.integer("max_batch_size", 0, kMaxBatchSize)) {
+    c.max_batch_size = *m;
+    c.max_batch_size_given = true;
+  } else if (!c.batch_buckets.empty()) c.max_batch_size = c.batch_buckets.back();
   if (c.max_batch_size == 0 && !c.batch_buckets.empty() && c.batch_buckets != std::vector<int64_t>{1})
     f.fail("batch_buckets", "must be [1] or absent when max_batch_size is 0 (no batching)");
   if (c.max_batch_size > 0 && !c.batch_buckets.empty() && c.batch_buckets.back() > c.max_batch_size)
@@ -391,6 +393,12 @@ std::vector<int64_t> ModelConfig::buckets(const std::vector<int64_t>& fallback) 
     if (b <= max_batch_size) out.push_back(b);
   if (out.empty()) out.push_back(max_batch_size);
   return out;
+}
+
+void ModelConfig::apply(models::PredictorOptions& opt) const {
+  opt.max_signatures = max_signatures;
+  opt.max_signature_bytes = max_signature_bytes;
+  opt.batched = !(max_batch_size_given && max_batch_size == 0);  // Triton's max_batch_size 0: whole tensors
 }
 
 json ModelConfig::to_json() const {

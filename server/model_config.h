@@ -28,6 +28,7 @@
 
 #include "engine/json_reader.h"
 #include "models/package.h"
+#include "models/predictor.h"
 
 namespace hg::server {
 
@@ -59,7 +60,10 @@ struct VersionPolicy {
 struct ModelConfig {
   std::string name;
   std::string platform = "hgraph";  // "hgraph" (package or model.onnx) or "identity"
-  int64_t max_batch_size = 32;      // 0: no batching (one request per run); default: the largest bucket given
+  // 0: no batching (one request per run, its tensors whole: no batch dimension); default: the
+  // largest bucket given, or 0 for a model without a batch dimension.
+  int64_t max_batch_size = 32;
+  bool max_batch_size_given = false;  // config.json sets max_batch_size
   std::vector<int64_t> batch_buckets;  // captured batch sizes; empty: see buckets()
   bool dynamic_batching = false;       // the "dynamic_batching" object is present
   uint64_t max_queue_delay_us = 0;
@@ -89,6 +93,8 @@ struct ModelConfig {
   // The buckets to capture: batch_buckets when given, else those of `fallback` (the server's
   // --batch-sizes) up to max_batch_size (max_batch_size itself when none is); {1} for 0.
   std::vector<int64_t> buckets(const std::vector<int64_t>& fallback) const;
+  // The Predictor's options this config sets (signature limits; max_batch_size 0: whole tensors).
+  void apply(models::PredictorOptions& opt) const;
   // Triton's spelling (input/output with data_type "TYPE_FP32" and dims without the batch
   // dimension); parse(to_json()) gives the same config back.
   nlohmann::json to_json() const;

@@ -95,18 +95,25 @@ BatcherConfig batcher_config(const ModelConfig& c) {
   return b;
 }
 
+std::string tensor_text(const models::IOSpec& io) { return "'" + io.name + "' " + io.datatype + " " + shape_text(io.shape); }
+
+std::string io_text(const std::vector<models::IOSpec>& list) {
+  std::string r;
+  for (const auto& io : list) r += (r.empty() ? "" : ", ") + tensor_text(io);
+  return r;
+}
+
 // The tensors config.json declares for an hgraph model must be the package's.
 void check_declared(const std::vector<models::IOSpec>& declared, const std::vector<models::IOSpec>& actual,
                     const char* field) {
   if (declared.empty()) return;
-  auto text = [](const models::IOSpec& io) { return "'" + io.name + "' " + io.datatype + " " + shape_text(io.shape); };
   if (declared.size() != actual.size())
     throw InvalidArgument(std::string("config.json: ") + field + " lists " + std::to_string(declared.size()) +
                           " tensors, the model has " + std::to_string(actual.size()));
   for (size_t i = 0; i < declared.size(); ++i)
     if (declared[i].name != actual[i].name || declared[i].datatype != actual[i].datatype || declared[i].shape != actual[i].shape)
       throw InvalidArgument(std::string("config.json: ") + field + "[" + std::to_string(i) + "] declares " +
-                            text(declared[i]) + ", the model has " + text(actual[i]));
+                            tensor_text(declared[i]) + ", the model has " + tensor_text(actual[i]));
 }
 
 struct Record {
@@ -220,8 +227,7 @@ struct ModelRepository::Impl {
     mv->config = config;
     models::PredictorOptions popt = opt.predictor;
     popt.batch_buckets = config.buckets(opt.predictor.batch_buckets);
-    popt.max_signatures = config.max_signatures;
-    popt.max_signature_bytes = config.max_signature_bytes;
+    config.apply(popt);
     {
       // The load's device work (weights, captures, first runs) on the load stream: the models
       // already serving keep their device queue to themselves. Synchronized at the block's end.
@@ -237,6 +243,16 @@ struct ModelRepository::Impl {
         mv->model = make_identity_model(std::move(spec));
       } else {
         auto predictor = models::Predictor::load(dir, popt);
+        if (!predictor->package().spec.batched) {  // an export without a batch dimension: whole tensors
+          if (config.max_batch_size > 0 && (config.max_batch_size_given || !config.batch_buckets.empty()))
+            throw InvalidArgument("config.json: max_batch_size is " + std::to_string(config.max_batch_size) +
+                                  " but the model has no batch dimension (inputs " +
+                                  io_text(predictor->package().spec.inputs) +
+                                  "): set max_batch_size to 0 and leave out batch_buckets (one request per run, "
+                                  "its tensors whole)");
+          mv->config.max_batch_size = 0;
+          mv->config.batch_buckets.clear();
+        }
         check_declared(config.inputs, predictor->package().spec.inputs, "input");
         check_declared(config.outputs, predictor->package().spec.outputs, "output");
         if (config.padding) check_padding(*config.padding, predictor->package().spec);
@@ -254,7 +270,7 @@ struct ModelRepository::Impl {
       if (mv->config.outputs.empty()) mv->config.outputs = mv->model->spec().outputs;
       if (is_text_generation_model(mv->model->spec())) mv->generator = make_gpt_generator(dir, config, popt);
     }
-    BatcherConfig bc = batcher_config(config);
+    BatcherConfig bc = batcher_config(mv->config);
     bc.inline_max_us = opt.inline_max_us;
     if (opt.on_batch)
       bc.on_batch = [hook = opt.on_batch, name, version](int64_t batch, Clock::duration compute) {

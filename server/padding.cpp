@@ -59,6 +59,10 @@ std::string resize_rows(const std::string& data, int64_t outer, int64_t from, in
 }  // namespace
 
 void check_padding(const Padding& p, const models::PackageSpec& spec) {
+  if (!spec.batched)
+    throw InvalidArgument("config.json: padding: model '" + spec.name +
+                          "' has no batch dimension (max_batch_size 0: its tensors are whole); padding pads a batch's "
+                          "samples");
   for (const auto& [list, ios, what] : {std::tuple{&p.dims, &spec.inputs, "input"}, std::tuple{&p.strip, &spec.outputs, "output"}})
     for (const auto& [name, d] : *list) {
       const models::IOSpec& io = (*ios)[index_of(*ios, name, what)];

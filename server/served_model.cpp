@@ -37,10 +37,7 @@ std::vector<Shape> ServedModel::output_shapes(const std::vector<Shape>& input_sh
   if (!input_shapes.empty())
     throw InvalidArgument("model '" + spec().name + "' has no dynamic dimensions besides the batch");
   std::vector<Shape> r;
-  for (const auto& io : spec().outputs) {
-    const bool batched = !io.shape.empty() && io.shape[0] == -1;
-    r.emplace_back(io.shape.begin() + (batched ? 1 : 0), io.shape.end());
-  }
+  for (const auto& io : spec().outputs) r.push_back(models::sample_shape(spec(), io));
   return r;
 }
 

@@ -161,18 +161,12 @@ TEST(OnnxImportTest, ShapeValuesUsedAsDataAndOlderOpsets) {
 }
 
 // Fixed inputs, an output the file leaves open (upsampled to the input's size): the Predictor
-// learns its dimensions at load and the spec (metadata, responses) says them. A sequence-first
-// export, whose dynamic axis named "batch" is dimension 1, is refused naming it.
-TEST(OnnxImportTest, OpenOutputDimsAreLearntAndABatchElsewhereIsRefused) {
+// learns its dimensions at load and the spec (metadata, responses) says them. (Exports whose
+// batch is elsewhere: tests/unbatched_test.cpp.)
+TEST(OnnxImportTest, OpenOutputDimsAreLearnt) {
   auto p = Predictor::load(onnx_version_dir("segmenter_op13"), {.batch_buckets = {1, 2}});
   EXPECT_EQ(p->package().spec.outputs[0].shape, (hg::Shape{-1, 2, 13, 17}));
   EXPECT_EQ(p->output_size(0), 2 * 13 * 17);
-  try {
-    hg::models::import_onnx(data_dir() / "sequence_first_op14.onnx");
-    ADD_FAILURE() << "a sequence-first export imported";
-  } catch (const hg::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("input 'input': dimension 1 is the batch ('batch')"), std::string::npos) << e.what();
-  }
 }
 
 // Softmax before opset 13 works on the input flattened to 2-D at `axis`.
