@@ -109,4 +109,7 @@ Ts lstm(const Ctx& c);
 Ts gru(const Ctx& c);
 Ts rnn(const Ctx& c);
 
+// onnx_einsum.cpp: Einsum as permutes, reshapes and one batched matmul.
+Ts einsum(const Ctx& c);
+
 }  // namespace hg::models::onnx_detail

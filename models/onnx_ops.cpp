@@ -175,7 +175,17 @@ Shape broadcast(const Ctx& c, const Shape& a, const Shape& b) {
 // compute masks and window sizes with): the inputs broadcast and read as doubles, the result
 // in `out` (the first input's dtype when null). Their inputs must be known on the host.
 using HostFn = double (*)(const std::vector<double>& args);
+
+// Input k of a host-only op: known on the host (a constant, or computed from shapes), not data
+// computed from the model's inputs on the device.
+void require_host(const Ctx& c, size_t k) {
+  if (c.x(k).device() != Device::cpu())
+    c.fail("input " + std::to_string(k) + " is computed from the model's inputs; " + c.n.op +
+           " runs on the host, for constants and values computed from shapes only");
+}
+
 Tensor host_elementwise(const Ctx& c, HostFn f, std::optional<DType> out) {
+  for (size_t k = 0; k < c.in.size(); ++k) require_host(c, k);
   Shape s;
   for (size_t k = 0; k < c.in.size(); ++k) s = k == 0 ? c.x(0).shape() : broadcast(c, s, c.x(k).shape());
   c.numel_capped(s);
@@ -191,6 +201,50 @@ Tensor host_elementwise(const Ctx& c, HostFn f, std::optional<DType> out) {
     r.data<double>()[i] = f(args);
   }
   return r.to(out.value_or(c.x(0).dtype()));
+}
+
+// ScatterND on the host (what exporters build masks with: Swin's shifted-window mask is zeros
+// written slice by slice): data with updates written (or combined, `reduction`) at the index
+// tuples in the last dimension of `indices`. Its inputs must be known on the host.
+Ts scatter_nd(const Ctx& c) {
+  for (size_t k = 0; k < 3; ++k) require_host(c, k);
+  const Shape& ds = c.x(0).shape();
+  const Shape& is = c.x(1).shape();
+  const std::string how = c.s("reduction", "none");
+  if (how != "none" && how != "add" && how != "mul" && how != "max" && how != "min")
+    c.fail("reduction '" + how + "' is not one of none, add, mul, max, min");
+  if (is.empty() || is.back() < 1 || is.back() > static_cast<int64_t>(ds.size()))
+    c.fail("indices of shape " + shape_str(is) + " do not index data of shape " + shape_str(ds));
+  const auto k = static_cast<size_t>(is.back());
+  Shape us(is.begin(), is.end() - 1);
+  us.insert(us.end(), ds.begin() + static_cast<int64_t>(k), ds.end());
+  if (c.x(2).shape() != us) c.fail("updates have shape " + shape_str(c.x(2).shape()) + ", expected " + shape_str(us));
+  c.numel_capped(ds);
+  c.numel_capped(us);
+  Tensor out = c.x(0).to(DType::F64).contiguous().clone();
+  const Tensor idx = c.x(1).to(DType::I64).contiguous(), upd = c.x(2).to(DType::F64).contiguous();
+  int64_t slice = 1;
+  for (size_t d = k; d < ds.size(); ++d) slice *= ds[d];
+  double* o = out.data<double>();
+  const int64_t* ix = idx.data<int64_t>();
+  const double* u = upd.data<double>();
+  const int64_t tuples = idx.numel() / static_cast<int64_t>(k);
+  for (int64_t t = 0; t < tuples; ++t) {
+    int64_t at = 0;
+    for (size_t d = 0; d < k; ++d) {
+      int64_t i = ix[t * static_cast<int64_t>(k) + static_cast<int64_t>(d)];
+      if (i < -ds[d] || i >= ds[d])
+        c.fail("index tuple " + std::to_string(t) + ": index " + std::to_string(i) + " is outside dimension " +
+               std::to_string(d) + " of size " + std::to_string(ds[d]));
+      at = at * ds[d] + (i < 0 ? i + ds[d] : i);
+    }
+    double* dst = o + at * slice;
+    const double* src = u + t * slice;
+    for (int64_t e = 0; e < slice; ++e)
+      dst[e] = how == "none" ? src[e] : how == "add" ? dst[e] + src[e] : how == "mul" ? dst[e] * src[e]
+               : how == "max" ? std::max(dst[e], src[e]) : std::min(dst[e], src[e]);
+  }
+  return {out.to(c.x(0).dtype())};
 }
 
 using V = std::vector<double>;
@@ -338,6 +392,8 @@ const std::map<std::string, OpFn>& op_table() {
       {"Min", host_op([](const V& v) { return *std::min_element(v.begin(), v.end()); })},
       {"Max", host_op([](const V& v) { return *std::max_element(v.begin(), v.end()); })},
       {"Where", [](const Ctx& c) { return Ts{ops::where(c.x(0), c.x(1), c.x(2))}; }},
+      {"ScatterND", scatter_nd},
+      {"Einsum", einsum},
       {"Shape", shape_of},
       {"ConstantOfShape", constant_of_shape},
       {"Range", range},
@@ -441,6 +497,8 @@ const std::map<std::string, const char*>& op_limits() {
                  "`pytorch_half_pixel`, `align_corners`, `asymmetric`; no antialias"},
       {"Pad", "`constant`, `reflect` and `edge` modes, negative pads crop; `pads`/`axes` known at import"},
       {"Pow", "a constant scalar exponent"},
+      {"ScatterND", "on the host (constants and values computed from shapes: masks); every `reduction`"},
+      {"Einsum", "one or two operands, `...` broadcasting; no repeated label within an operand (diagonals)"},
       {"Softmax", "opsets before 13: over the input flattened to 2-D at `axis`, as specified then"},
       {"LogSoftmax", "opsets before 13: over the input flattened to 2-D at `axis`, as specified then"},
   };

@@ -126,6 +126,41 @@ class Segmenter(torch.nn.Module):
         return torch.nn.functional.interpolate(self.conv(x), size=x.shape[-2:], mode="bilinear", align_corners=False)
 
 
+class Einsums(torch.nn.Module):
+    """Attention-like einsums (MaxViT writes its attention this way): batch, contraction, a
+    transposed operand, '...', a transpose alone, sums of private labels, an implicit output."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(6, 5))
+        self.v = torch.nn.Parameter(torch.randn(4, 6))
+        self.k = torch.nn.Parameter(torch.randn(6, 2))
+
+    def forward(self, x):  # [batch, 3, 4, 6]
+        q = torch.einsum("bhid,de->bhie", x, self.w)
+        s = torch.einsum("B H I D, B H J D -> B H I J", x, x) / 6.0
+        o = torch.einsum("bhij,bhje->bhie", s.softmax(-1), q)
+        t = torch.einsum("...ie->...ei", o)
+        u = torch.einsum("bhei,id->bhed", t, self.v)
+        r = torch.einsum("bhed->bd", u)
+        g = torch.einsum("bd,dk", r, self.k)  # implicit output: "bk"
+        return torch.cat([r, torch.einsum("bhed,bhed->b", u, u).unsqueeze(1), g], 1)
+
+
+class WindowMask(torch.nn.Module):
+    """Swin's shifted-window mask: zeros the size of the image, written region by region (the
+    exporter's ScatterND), added to the input."""
+
+    def forward(self, x):  # [batch, c, h, w]
+        m = x.new_zeros((x.shape[2], x.shape[3]))
+        count = 0
+        for h in (slice(0, -3), slice(-3, -1), slice(-1, None)):
+            for w in (slice(0, -2), slice(-2, None)):
+                m[h, w] = count
+                count += 1
+        return x + m
+
+
 class MaskedTagger(torch.nn.Module):
     """Per-token logits of one attention block over token ids; attention_mask (1: a token, 0:
     padding) keeps padded positions out of every token's attention, so padding changes nothing."""
@@ -188,15 +223,20 @@ CASES = {
     "gru_l2_bi_op17": (lambda: Recurrent("gru", 2, True), 17, image((5, 6))),
     "rnn_l2_op13": (lambda: Recurrent("rnn", 2, False), 13, image((5, 6))),
     "segmenter_op13": (Segmenter, 13, image((3, 13, 17))),
+    "einsum_op12": (Einsums, 12, image((3, 4, 6))),
+    "einsum_op17": (Einsums, 17, image((3, 4, 6))),
+    "window_mask_op13": (WindowMask, 13, image((2, 7, 5))),
 }
+# cases exported without constant folding (their ops on shape-derived values stay in the graph)
+NO_FOLDING = {"window_mask_op13"}
 # cases exported with a dynamic dimension 1 as well (the sequence), and their second reference
 DYNAMIC_SEQ = {"bert_seq_op17": lambda g: torch.randint(0, 1000, (2, 9), generator=g, dtype=torch.int64)}
 
 
-def export(model, x, path, opset, seq=False):
+def export(model, x, path, opset, seq=False, folding=True):
     axes = {0: "batch", 1: "seq"} if seq else {0: "batch"}
     torch.onnx.export(model, (x,), path, opset_version=opset, input_names=["input"], output_names=["output"],
-                      dynamic_axes={"input": axes, "output": {0: "batch"}})
+                      dynamic_axes={"input": axes, "output": {0: "batch"}}, do_constant_folding=folding)
 
 
 def unsupported_model(path):
@@ -336,7 +376,7 @@ def make(out):
         x = make_input(torch.Generator().manual_seed(100 + i))
         with torch.no_grad():
             y = model(x)
-        export(model, x, os.path.join(out, case + ".onnx"), opset, case in DYNAMIC_SEQ)
+        export(model, x, os.path.join(out, case + ".onnx"), opset, case in DYNAMIC_SEQ, case not in NO_FOLDING)
         tensors = {"input": x, "output": y}
         if case in DYNAMIC_SEQ:
             tensors["input_short"] = DYNAMIC_SEQ[case](torch.Generator().manual_seed(200 + i))

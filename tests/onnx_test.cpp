@@ -111,7 +111,8 @@ INSTANTIATE_TEST_SUITE_P(Zoo, OnnxModelTest,
                                          Case{"upsample_op11", "FP32"}, Case{"upsample_op17", "FP32"},
                                          Case{"lstm_l2_bi_op14", "FP32"}, Case{"gru_l1_op11", "FP32"},
                                          Case{"gru_l2_bi_op17", "FP32"}, Case{"rnn_l2_op13", "FP32"},
-                                         Case{"segmenter_op13", "FP32"}),
+                                         Case{"segmenter_op13", "FP32"}, Case{"einsum_op12", "FP32"},
+                                         Case{"einsum_op17", "FP32"}, Case{"window_mask_op13", "FP32"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // Shape arithmetic is not folded at import (no probe runs): BERT's graph keeps its Shape nodes,
@@ -448,6 +449,42 @@ TEST(OnnxOpsTest, HostElementwiseOpsFollowOnnxSemantics) {
   EXPECT_EQ(m.dtype(), hg::DType::I64);
   EXPECT_EQ(m.to_indices(), (std::vector<int64_t>{0, -7, -3, -7}));
   EXPECT_EQ(run_op("Not", json::object(), {g})[0].to(hg::DType::I64).to_indices(), (std::vector<int64_t>{0, 1, 0, 1}));
+}
+
+// ScatterND writes (or combines) updates at index tuples, negative indices from the end; an index
+// outside the data names its tuple. Einsum refuses what it does not do, naming the label.
+TEST(OnnxOpsTest, ScatterNDAndEinsumFollowOnnxSemantics) {
+  using json = nlohmann::json;
+  const hg::Tensor data = hg::Tensor::from_vector({1, 2, 3, 4, 5, 6}, {3, 2});
+  const hg::Tensor rows = hg::Tensor::from_indices({2, -3}, {2, 1});
+  const hg::Tensor upd = hg::Tensor::from_vector({10, 20, 30, 40}, {2, 2});
+  EXPECT_EQ(run_op("ScatterND", json::object(), {data, rows, upd})[0].to_vector(),
+            (std::vector<float>{30, 40, 3, 4, 10, 20}));
+  EXPECT_EQ(run_op("ScatterND", {{"reduction", "add"}}, {data, rows, upd})[0].to_vector(),
+            (std::vector<float>{31, 42, 3, 4, 15, 26}));
+  const hg::Tensor cell = hg::Tensor::from_indices({1, 1}, {1, 2});
+  EXPECT_EQ(run_op("ScatterND", {{"reduction", "max"}}, {data, cell, hg::Tensor::from_vector({-1}, {1})})[0].to_vector(),
+            (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  try {
+    run_op("ScatterND", json::object(), {data, hg::Tensor::from_indices({0, 3}, {2, 1}), upd});
+    ADD_FAILURE() << "index 3 of a dimension of 3 accepted";
+  } catch (const hg::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("index tuple 1: index 3 is outside dimension 0 of size 3"), std::string::npos)
+        << e.what();
+  }
+  const hg::Tensor a = hg::Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3});
+  EXPECT_EQ(run_op("Einsum", {{"equation", "ij->ji"}}, {a})[0].to_vector(), (std::vector<float>{1, 4, 2, 5, 3, 6}));
+  EXPECT_EQ(run_op("Einsum", {{"equation", "ij,ij->i"}}, {a, a})[0].to_vector(), (std::vector<float>{14, 77}));
+  for (const auto& [eq, what] : {std::pair{"ii->i", "label 'i' repeats in term 'ii'"},
+                                 std::pair{"ij,jk,kl->il", "3 terms for 2 inputs"},
+                                 std::pair{"ij,kj->iz", "output label 'z' is in no input"},
+                                 std::pair{"ijk->i", "3 labels for an operand of rank 2"}})
+    try {
+      run_op("Einsum", {{"equation", eq}}, std::string(eq).find(',') == std::string::npos ? std::vector{a} : std::vector{a, a});
+      ADD_FAILURE() << eq << " ran";
+    } catch (const hg::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
 }
 
 // Bad attributes (as a hand-edited model.json may hold them): an hg::Error naming node and op.
