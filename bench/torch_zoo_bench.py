@@ -1,28 +1,40 @@
 #!/usr/bin/python3
-"""The zoo benchmark's data and its PyTorch peers (bench/run_zoo.sh runs both).
+"""The zoo benchmark's data and its PyTorch peers (bench/run_zoo.sh runs both), and the same for
+the models users bring (bench/run_brought.sh).
 
-    /usr/bin/python3 bench/torch_zoo_bench.py prepare DIR
+    /usr/bin/python3 bench/torch_zoo_bench.py prepare DIR [SET]
     /usr/bin/python3 bench/torch_zoo_bench.py run DIR THREADS SECONDS [MODEL,...] [BATCH,...]
 
-prepare writes, for MODEL in mlp, lenet5, resnet18, bert, identity (once; again when this script
-or the zoo scripts it uses change):
+prepare writes, for each MODEL of SET (zoo, the default, or brought; once, and again when this
+script or the scripts it uses change):
   DIR/MODEL/model.onnx          exported by scripts/testdata_onnx.py's export (opset 17, dynamic
-                                batch): the one file hgraph's Predictor and ONNX Runtime load
-  DIR/MODEL/input.npy           the inputs, batch 32 (ONNX Runtime); a batch-b run takes rows 0..b-1
+                                batch; bert_base a dynamic sequence too): the one file hgraph's
+                                Predictor and ONNX Runtime load
+  DIR/MODEL/input.npy           the inputs, batch 32 (zoo) or 8 (brought) (ONNX Runtime); a batch-b
+                                run takes rows 0..b-1
   DIR/MODEL/input.safetensors   the same array as "input" (hgraph)
+  DIR/MODEL/output.safetensors  PyTorch's output for them as "output" (hg_zoo_bench compares its
+                                replay's output with it)
   DIR/MODEL/zoo/                the same weights as a model package (model.json + weights.safetensors)
-                                for hgraph's native modules: zoo graph, mlp sequential (not identity)
+                                for hgraph's native modules: zoo graph, mlp sequential (zoo set, not identity)
   DIR/meta.json                 {MODEL: {"flops": forward FLOPs of one sample (2 x the multiply-adds
-                                of convolutions, linear layers and attention), "shape": ...}}
-The models: mlp = the bundled digits MLP 64-64-10 (its trained weights), lenet5 [N, 1, 32, 32],
+                                of convolutions, linear layers, attention and LSTM cells), "shape": ...}}
+The zoo set: mlp = the bundled digits MLP 64-64-10 (its trained weights), lenet5 [N, 1, 32, 32],
 resnet18 [N, 3, 224, 224], bert = BertClassifier (2 layers, d_model 128, 4 heads) on token ids
 [N, 128], identity [N, 64]; weights from scripts/torch_zoo.py, seeded and perturbed as the zoo
 test data are (scripts/testdata_zoo.py).
+The brought set, the models users bring: torchvision's resnet50, mobilenet_v3_large,
+efficientnet_b0 and vit_b_16 [N, 3, 224, 224] (random weights, seeded; BatchNorm statistics of
+random images and ViT's zero head made random, as scripts/onnx_exports.py does), bert_base =
+BertClassifier at BERT-base size (12 layers, d_model 768, 12 heads, ff 3072, vocab 30522) on
+token ids [N, 128] exported with a dynamic sequence axis, lstm = a 2-layer LSTM (batch first, 64
+features, hidden 256) over [N, 64, 64] with a linear head on its last step.
 
 run prints one JSON line per (runtime, model, batch): runtime "pytorch" (eager, inference_mode)
-or "torchscript" (torch.jit.freeze of torch.jit.script, trace where script fails), median_ms,
-p99_ms and n, the per-call wall times over SECONDS (at least 5 calls) after a warm-up; each call
-returns its output as a NumPy array, as the other runtimes return host buffers.
+or, for the zoo set, "torchscript" (torch.jit.freeze of torch.jit.script, trace where script
+fails), median_ms, p99_ms and n, the per-call wall times over SECONDS (at least 5 calls) after a
+warm-up; each call returns its output as a NumPy array, as the other runtimes return host buffers.
+MODELs default to those DIR/meta.json lists, BATCHes to 1,8,32.
 """
 import json
 import os
@@ -34,6 +46,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import onnx_exports  # noqa: E402
 import testdata_onnx  # noqa: E402
 import testdata_util  # noqa: E402
 import torch_zoo  # noqa: E402
@@ -57,7 +70,7 @@ def mlp():
     return net.eval()
 
 
-# model -> (builder, seed, input maker, zoo package graph or None, output count)
+# The zoo set: model -> (builder, seed, input maker, zoo package graph or None, output count)
 MODELS = {
     "mlp": (mlp, None, lambda g: torch.rand(MAX_BATCH, 64, generator=g),
             {"type": "sequential", "layers": [{"op": "linear", "name": "0", "in_features": 64, "out_features": 64},
@@ -76,7 +89,66 @@ MODELS = {
 }
 
 
+def torchvision_model(name):
+    """torchvision's classifier at 224x224 with the ONNX coverage exports' weights treatment."""
+    entry = onnx_exports.classifier(name, 224)
+    net = entry.build()
+    onnx_exports.reset_zero_layers(net)
+    onnx_exports.calibrate_batchnorm(net, entry, torch.Generator().manual_seed(7))
+    return net.eval()
+
+
+def bert_base():
+    """BertClassifier at BERT-base size. nn.TransformerEncoder deep-copies one layer: each layer is
+    given weights of its own (the exporter would store identical ones once, and they would stay in
+    cache)."""
+    net = torch_zoo.BertClassifier(vocab=30522, d_model=768, nhead=12, layers=12, ff=3072, max_len=512)
+    for layer in net.encoder.layers:
+        for m in layer.modules():
+            if isinstance(m, torch.nn.Linear):
+                m.reset_parameters()
+        layer.self_attn._reset_parameters()
+    return perturb(net)
+
+
+class LSTMHead(torch.nn.Module):
+    """A 2-layer LSTM (batch first) over the sequence, a linear head on its last step."""
+
+    def __init__(self, features=64, hidden=256, layers=2, classes=10):
+        super().__init__()
+        self.rnn = torch.nn.LSTM(features, hidden, num_layers=layers, batch_first=True)
+        self.head = torch.nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        return self.head(self.rnn(x)[0][:, -1])
+
+
+BROUGHT_BATCH = 8
+
+
+def image(g):
+    return torch.randn(BROUGHT_BATCH, 3, 224, 224, generator=g)
+
+
+# The brought set: model -> (builder, seed, input maker, dynamic sequence axis)
+BROUGHT = {
+    "resnet50": (lambda: torchvision_model("resnet50"), 20, image, False),
+    "mobilenet_v3_large": (lambda: torchvision_model("mobilenet_v3_large"), 21, image, False),
+    "efficientnet_b0": (lambda: torchvision_model("efficientnet_b0"), 22, image, False),
+    "vit_b_16": (lambda: torchvision_model("vit_b_16"), 23, image, False),
+    "bert_base": (bert_base, 24, lambda g: torch.randint(0, 30522, (BROUGHT_BATCH, 128), generator=g), True),
+    "lstm": (LSTMHead, 25, lambda g: torch.randn(BROUGHT_BATCH, 64, 64, generator=g), False),
+}
+# set -> (models, the scripts (in scripts/) its data comes from)
+SETS = {"zoo": (MODELS, ["../bench/torch_zoo_bench.py", "testdata_onnx.py", "testdata_zoo.py", "torch_zoo.py"]),
+        "brought": (BROUGHT, ["../bench/torch_zoo_bench.py", "testdata_onnx.py", "testdata_zoo.py", "torch_zoo.py",
+                              "onnx_exports.py"])}
+
+
 def build(name):
+    if name in BROUGHT:
+        torch.manual_seed(BROUGHT[name][1])
+        return BROUGHT[name][0]().eval()
     make, seed, _, _, _ = MODELS[name]
     if seed is None:
         return make().eval()
@@ -85,9 +157,9 @@ def build(name):
 
 
 def flops_per_sample(net, x):
-    """2 x multiply-adds of every Conv2d and Linear for one sample; for the BERT encoder also its
-    projections, feed-forward and attention products (PyTorch's fused encoder path has no Linear
-    calls to hook)."""
+    """2 x multiply-adds of every Conv2d, Linear, nn.MultiheadAttention (projections and products)
+    and LSTM for one sample; for the BERT encoder also its projections, feed-forward and attention
+    products (PyTorch's fused encoder path has no Linear calls to hook)."""
     if isinstance(net, torch_zoo.BertClassifier):
         layer, s = net.encoder.layers[0], x.shape[1]
         d, ff = layer.linear1.in_features, layer.linear1.out_features
@@ -95,11 +167,19 @@ def flops_per_sample(net, x):
         return 2 * (s * per_token * len(net.encoder.layers) + d * net.head.out_features)
     total = [0]
 
-    def hook(m, _, out):
+    def hook(m, inputs, out):
         if isinstance(m, torch.nn.Conv2d):
             total[0] += out.numel() * m.in_channels // m.groups * m.kernel_size[0] * m.kernel_size[1]
         elif isinstance(m, torch.nn.Linear):
             total[0] += out.numel() * m.in_features
+        elif isinstance(m, torch.nn.MultiheadAttention):  # its projections are not Linear calls
+            e = m.embed_dim
+            s = out[0].numel() // e
+            total[0] += 4 * s * e * e + 2 * s * s * e  # q, k, v, out; q k^T and attn v
+        elif isinstance(m, torch.nn.LSTM):
+            steps = inputs[0].shape[1 if m.batch_first else 0]
+            sizes = [m.input_size] + [m.hidden_size] * (m.num_layers - 1)
+            total[0] += steps * sum(4 * m.hidden_size * (i + m.hidden_size) for i in sizes)
 
     handles = [m.register_forward_hook(hook) for m in net.modules()]
     with torch.no_grad():
@@ -122,18 +202,21 @@ def zoo_package(path, name, net, graph, x, classes):
     os.replace(os.path.join(path, "model.json.tmp"), os.path.join(path, "model.json"))
 
 
-def prepare(out):
+def prepare(out, models):
     meta = {}
-    for i, (name, (_, _, make_input, graph, classes)) in enumerate(MODELS.items()):
+    for i, name in enumerate(models):
         d = os.path.join(out, name)
         os.makedirs(d, exist_ok=True)
         net = build(name)
-        x = make_input(torch.Generator().manual_seed(200 + i))
-        testdata_onnx.export(net, x, os.path.join(d, "model.onnx"), OPSET)
+        x = models[name][2](torch.Generator().manual_seed(200 + i))
+        seq = name in BROUGHT and BROUGHT[name][3]
+        testdata_onnx.export(net, x, os.path.join(d, "model.onnx"), OPSET, seq)
         np.save(os.path.join(d, "input.npy"), x.numpy())
         torch_zoo.write_safetensors(os.path.join(d, "input.safetensors"), {"input": x})
-        if graph is not None:
-            zoo_package(os.path.join(d, "zoo"), name, net, graph, x, classes)
+        with torch.no_grad():
+            torch_zoo.write_safetensors(os.path.join(d, "output.safetensors"), {"output": net(x)})
+        if name in MODELS and MODELS[name][3] is not None:
+            zoo_package(os.path.join(d, "zoo"), name, net, MODELS[name][3], x, MODELS[name][4])
         meta[name] = {"flops": flops_per_sample(net, x), "shape": list(x.shape[1:])}
     with open(os.path.join(out, "meta.json.tmp"), "w") as f:
         json.dump(meta, f, indent=1)
@@ -172,14 +255,16 @@ def run(data, threads, seconds, models, batches):
     torch.set_num_interop_threads(1)
     for name in models:
         net = build(name)
-        if MODELS[name][3] is not None:
+        if name in MODELS and MODELS[name][3] is not None:
             net.load_state_dict(load_safetensors(os.path.join(data, name, "zoo", "weights.safetensors")))
         x_all = torch.from_numpy(np.load(os.path.join(data, name, "input.npy")))
-        with torch.inference_mode():
-            script = torchscript(net, x_all[:1])
+        runtimes = [("pytorch", net)]
+        if name in MODELS:
+            with torch.inference_mode():
+                runtimes.append(("torchscript", torchscript(net, x_all[:1])))
         for batch in batches:
             x = x_all[:batch].contiguous()
-            for runtime, fn in (("pytorch", net), ("torchscript", script)):
+            for runtime, fn in runtimes:
                 with torch.inference_mode():
                     median, p99, n = time_calls(lambda: fn(x).numpy(), seconds)
                 print(json.dumps({"runtime": runtime, "model": name, "batch": batch, "threads": threads,
@@ -187,12 +272,12 @@ def run(data, threads, seconds, models, batches):
 
 
 def main():
-    if len(sys.argv) >= 3 and sys.argv[1] == "prepare":
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "prepare" and sys.argv[3:] in ([], ["zoo"], ["brought"]):
+        models, sources = SETS[sys.argv[3] if len(sys.argv) == 4 else "zoo"]
         sys.argv = [sys.argv[0], sys.argv[2]]
-        testdata_util.run(prepare, ["../bench/torch_zoo_bench.py", "testdata_onnx.py", "testdata_zoo.py",
-                                    "torch_zoo.py"], threads=2)
+        testdata_util.run(lambda out: prepare(out, models), sources, threads=2)
     elif len(sys.argv) >= 5 and sys.argv[1] == "run":
-        models = sys.argv[5].split(",") if len(sys.argv) > 5 else list(MODELS)
+        models = sys.argv[5].split(",") if len(sys.argv) > 5 else list(json.load(open(os.path.join(sys.argv[2], "meta.json"))))
         batches = [int(b) for b in sys.argv[6].split(",")] if len(sys.argv) > 6 else [1, 8, 32]
         run(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), models, batches)
     else:

@@ -4,7 +4,10 @@
 //   hg_zoo_bench latency DIR [--models mlp,lenet5,resnet18,bert,identity] [--batches 1,8,32]
 //                [--seconds 2] [--runtimes replay,replay_zoo,eager,lazy]
 //       one JSON line per (runtime, model, batch): median_ms, p99_ms, n (per-call wall times).
-//       replay      Predictor over DIR/MODEL/model.onnx (one captured HPU graph, frozen weights)
+//       replay      Predictor over DIR/MODEL/model.onnx (one captured HPU graph, frozen weights);
+//                   a model with a dynamic dimension besides the batch (a sequence axis) runs
+//                   at the input file's sample shape (one signature). With DIR/MODEL/output.safetensors
+//                   (PyTorch's output), max_rel_err: max|replay - PyTorch| / max|PyTorch|.
 //       replay_zoo  Predictor over DIR/MODEL/zoo (the same weights in hgraph's native modules)
 //       eager       the imported ONNX module on hpu:0, op by op; the output read on the host
 //       lazy        the same module traced in lazy mode, mark_step(), the output read on the host
@@ -20,12 +23,14 @@
 //       the first replay; LABEL (e.g. cold, warm) is copied into the JSON line.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -51,6 +56,7 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 struct Timing {
   double median_ms, p99_ms;
   size_t n;
+  std::optional<double> max_rel_err = {};  // replay against PyTorch's output
 };
 
 // The same protocol as bench/torch_zoo_bench.py: a warm-up of at least 3 calls and 0.5 s (at
@@ -138,12 +144,35 @@ Input read_input(const fs::path& file) {
   return {e->dtype == "I64" ? hg::DType::I64 : hg::DType::F32, hg::Shape(e->shape.begin(), e->shape.end()), e->data};
 }
 
-Timing replay(const fs::path& dir, const Input& in, int64_t batch, double seconds) {
+// max|got - want| / max(max|want|, 1e-6) over the first got.size() values of the F32 tensor
+// "output" of `file` (bench/onnx_coverage.py's error); infinite for a non-finite value.
+double max_rel_err(const std::vector<float>& got, const fs::path& file) {
+  auto f = hg::safetensors::read(file);
+  const auto* e = f.find("output");
+  if (!e || e->dtype != "F32" || e->data.size() < got.size() * sizeof(float))
+    throw hg::FormatError(file.string() + ": no F32 tensor 'output' of the batch's size");
+  const auto* want = reinterpret_cast<const float*>(e->data.data());
+  double diff = 0, scale = 1e-6;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return HUGE_VAL;
+    diff = std::max(diff, std::abs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+  }
+  return diff / scale;
+}
+
+Timing replay(const fs::path& dir, const Input& in, int64_t batch, double seconds, const fs::path& reference) {
   auto p = hg::models::Predictor::load(dir, {.batch_buckets = {batch}});
   p->capture_all();
-  std::vector<float> out(static_cast<size_t>(batch * p->output_size(0)));
+  // Dynamic dimensions besides the batch: the input file's sample shape is the signature
+  // (output_shapes captures its graph before the timing).
+  std::vector<hg::Shape> sample;
+  if (p->input_size(0) < 0) sample.emplace_back(in.shape.begin() + 1, in.shape.end());
+  std::vector<float> out(static_cast<size_t>(batch * hg::numel(p->output_shapes(sample).at(0))));
   const void* x = in.data.data();
-  return time_calls([&] { p->run({x}, batch, {out.data()}); }, seconds);
+  Timing t = time_calls([&] { p->run({x}, batch, {out.data()}, sample); }, seconds);
+  if (fs::exists(reference)) t.max_rel_err = max_rel_err(out, reference);
+  return t;
 }
 
 Timing eager(hg::models::Module& net, const Input& in, int64_t batch, bool lazy, double seconds) {
@@ -185,6 +214,7 @@ int latency(const fs::path& data, const std::map<std::string, std::string>& o) {
         try {
           const Timing t = run();
           j.update({{"median_ms", t.median_ms}, {"p99_ms", t.p99_ms}, {"n", t.n}});
+          if (t.max_rel_err) j["max_rel_err"] = *t.max_rel_err;
         } catch (const std::exception& e) {
           hg::synchronize(hg::Device::hpu(0));
           hg::graphs::enable_lazy_mode(false);
@@ -192,9 +222,10 @@ int latency(const fs::path& data, const std::map<std::string, std::string>& o) {
         }
         emit(j);
       };
-      if (has("replay")) measure("hgraph_replay", [&] { return replay(dir, in, b, seconds); });
+      const fs::path reference = dir / "output.safetensors";
+      if (has("replay")) measure("hgraph_replay", [&] { return replay(dir, in, b, seconds, reference); });
       if (has("replay_zoo") && fs::exists(dir / "zoo"))
-        measure("hgraph_replay_zoo", [&] { return replay(dir / "zoo", in, b, seconds); });
+        measure("hgraph_replay_zoo", [&] { return replay(dir / "zoo", in, b, seconds, reference); });
       if (has("eager")) measure("hgraph_eager", [&] { return eager(*net, in, b, false, seconds); });
       if (has("lazy")) measure("hgraph_lazy", [&] { return eager(*net, in, b, true, seconds); });
     }

@@ -3,6 +3,7 @@
 
 Usage: /usr/bin/python3 bench/zoo_chart.py RESULTS.jsonl META.json [CHART.png]
        /usr/bin/python3 bench/zoo_chart.py --start START.jsonl   (only the start table, from zoo_start.sh)
+       /usr/bin/python3 bench/zoo_chart.py --brought RESULTS.jsonl META.json   (bench/run_brought.sh)
 
 Prints markdown: per thread count the latency table (microseconds per forward, median), the
 ratios of each peer to hgraph's graph replay (> 1: hgraph faster), ResNet-18's achieved GFLOP/s
@@ -10,6 +11,9 @@ against oneDNN's measured f32 matmul peak, the per-node replay overhead, cold ca
 warm disk cache, and the issue's targets as met / missed. ORT net = ONNX Runtime's time less its
 time for the identity model at the same batch (the Node binding's fixed cost per call, measured
 before and after the models). A cell measured in several rounds keeps its smallest median.
+hgraph replay's max-norm relative error against PyTorch's output is listed per model and batch.
+--brought: the models users bring, hgraph replay against ONNX Runtime and PyTorch eager: the
+models (input, GFLOP per sample, replay's error), then the latency and ratio tables.
 """
 import json
 import statistics
@@ -21,6 +25,14 @@ RUNTIMES = [("hgraph_replay", "hgraph replay"), ("hgraph_replay_zoo", "replay (z
 MODELS = ["mlp", "lenet5", "resnet18", "bert", "identity"]
 NAMES = {"mlp": "MLP 64-64-10", "lenet5": "LeNet-5", "resnet18": "ResNet-18 224", "bert": "BERT enc s128",
          "identity": "identity"}
+PEERS = [("hgraph_replay_zoo", "replay zoo"), ("hgraph_eager", "eager"), ("hgraph_lazy", "lazy"),
+         ("pytorch", "PyTorch"), ("torchscript", "TorchScript"), ("ort", "ORT"), ("ort_net", "ORT net")]
+# The models users bring (bench/run_brought.sh): model -> name, and its runtimes and peers.
+BROUGHT_NAMES = {"resnet50": "ResNet-50 224", "mobilenet_v3_large": "MobileNetV3-L 224",
+                 "efficientnet_b0": "EfficientNet-B0 224", "vit_b_16": "ViT-B/16 224", "bert_base": "BERT-base s128",
+                 "lstm": "LSTM 2x256, 64 steps"}
+BROUGHT_RUNTIMES = [("hgraph_replay", "hgraph replay"), ("ort", "ORT"), ("pytorch", "PyTorch")]
+BROUGHT_PEERS = [("ort", "ORT"), ("pytorch", "PyTorch")]
 
 
 def fmt_us(us):
@@ -30,10 +42,15 @@ def fmt_us(us):
 
 
 def load(path):
-    lat, peak, chain, start = {}, {}, None, []
+    """(latency {(threads, runtime, model, batch): µs}, matmul peak {threads: {size: GFLOP/s}}, the
+    chain's line, the start lines, replay's error {(runtime, model, batch): largest max_rel_err})."""
+    lat, peak, chain, start, err = {}, {}, None, [], {}
     for line in open(path):
         j = json.loads(line)
         r = j["runtime"]
+        if "max_rel_err" in j:  # null: a non-finite output
+            e = j["max_rel_err"] if j["max_rel_err"] is not None else float("inf")
+            err[(r, j["model"], j["batch"])] = max(e, err.get((r, j["model"], j["batch"]), 0))
         if r == "onednn_matmul":
             sizes = peak.setdefault(j["threads"], {})
             sizes[j["size"]] = max(sizes.get(j["size"], 0), j["gflops"])
@@ -49,37 +66,56 @@ def load(path):
     for (t, r, m, b), us in list(lat.items()):
         if r == "ort" and (t, "ort", "identity", b) in lat:
             lat[(t, "ort_net", m, b)] = us - lat[(t, "ort", "identity", b)]
-    return lat, peak, chain, start
+    return lat, peak, chain, start, err
 
 
 def ratio(a, b):
     return a / b if a is not None and b else None
 
 
-def latency_tables(lat, threads):
+def latency_tables(lat, threads, names=NAMES, runtimes=RUNTIMES, peers=PEERS):
+    """Per thread count: the median of each (model, batch, runtime) and each peer's ratio to replay."""
     batches = sorted({k[3] for k in lat})
     for t in threads:
         print(f"\n#### {t} thread{'s' if t > 1 else ''}: microseconds per forward (median)\n")
-        print("| model | batch | " + " | ".join(n for _, n in RUNTIMES) + " |")
-        print("|---|---:|" + "---:|" * len(RUNTIMES))
-        for m in MODELS:
+        print("| model | batch | " + " | ".join(n for _, n in runtimes) + " |")
+        print("|---|---:|" + "---:|" * len(runtimes))
+        for m in names:
             for b in batches:
-                cells = [fmt_us(lat.get((t, r, m, b))) for r, _ in RUNTIMES]
+                cells = [fmt_us(lat.get((t, r, m, b))) for r, _ in runtimes]
                 if set(cells) == {"-"}:
                     continue
-                print(f"| {NAMES[m]} | {b} | " + " | ".join(cells) + " |")
-        peers = [("hgraph_replay_zoo", "replay zoo"), ("hgraph_eager", "eager"), ("hgraph_lazy", "lazy"),
-                 ("pytorch", "PyTorch"), ("torchscript", "TorchScript"), ("ort", "ORT"), ("ort_net", "ORT net")]
+                print(f"| {names[m]} | {b} | " + " | ".join(cells) + " |")
         print(f"\nRatios at {t} thread{'s' if t > 1 else ''}: peer time / hgraph replay time (> 1: replay faster)\n")
         print("| model | batch | " + " | ".join(n for _, n in peers) + " |")
         print("|---|---:|" + "---:|" * len(peers))
-        for m in MODELS:
+        for m in names:
             for b in batches:
                 base = lat.get((t, "hgraph_replay", m, b))
                 if base is None:
                     continue
                 cells = [ratio(lat.get((t, r, m, b)), base) for r, _ in peers]
-                print(f"| {NAMES[m]} | {b} | " + " | ".join("-" if c is None else f"{c:.2f}" for c in cells) + " |")
+                print(f"| {names[m]} | {b} | " + " | ".join("-" if c is None else f"{c:.2f}" for c in cells) + " |")
+
+
+def error_table(err, names, meta):
+    """hgraph replay's max-norm relative error against PyTorch's output, per model and batch (the
+    largest over thread counts and rounds), with the model's input and GFLOP per sample."""
+    if not err:
+        return
+    batches = sorted({b for _, _, b in err})
+    runtimes = [r for r in ("hgraph_replay", "hgraph_replay_zoo") if any(k[0] == r for k in err)]
+    print("\nModels: input sample shape, GFLOP per sample (2 x multiply-adds), and hgraph replay's max-norm "
+          "relative error against PyTorch's output (max|replay - PyTorch| / max|PyTorch|)\n")
+    cols = [f"{'zoo pkg ' if r.endswith('zoo') else ''}error b{b}" for r in runtimes for b in batches]
+    print("| model | input | GFLOP | " + " | ".join(cols) + " |")
+    print("|---|---|---:|" + "---:|" * len(cols))
+    for m in names:
+        cells = [err.get((r, m, b)) for r in runtimes for b in batches]
+        if m not in meta or all(c is None for c in cells):
+            continue
+        print(f"| {names[m]} | {meta[m]['shape']} | {meta[m]['flops'] / 1e9:.3g} | " +
+              " | ".join("-" if c is None else f"{c:.1e}" for c in cells) + " |")
 
 
 def best_peak(peak, t):
@@ -228,11 +264,17 @@ def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--start":  # bench/zoo_start.sh's lines only
         start_table(load(sys.argv[2])[3])
         return
+    if len(sys.argv) == 4 and sys.argv[1] == "--brought":
+        lat, _, _, _, err = load(sys.argv[2])
+        error_table(err, BROUGHT_NAMES, json.load(open(sys.argv[3])))
+        latency_tables(lat, sorted({k[0] for k in lat}), BROUGHT_NAMES, BROUGHT_RUNTIMES, BROUGHT_PEERS)
+        return
     if len(sys.argv) not in (3, 4):
         sys.exit(__doc__)
-    lat, peak, chain, start = load(sys.argv[1])
+    lat, peak, chain, start, err = load(sys.argv[1])
     meta = json.load(open(sys.argv[2]))
     threads = sorted({k[0] for k in lat})
+    error_table(err, NAMES, meta)
     latency_tables(lat, threads)
     if any(k[2] == "resnet18" for k in lat) and peak:
         resnet_table(lat, peak, meta, threads)
