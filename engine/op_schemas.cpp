@@ -170,6 +170,7 @@ void register_builtin_ops() {
   register_shape_ops();
   register_math_ops();
   register_fused_ops();
+  register_recurrent_ops();
 }
 
 void register_core_ops() {

@@ -333,8 +333,8 @@ const std::map<std::string, OpFn>& op_table() {
   static const std::map<std::string, OpFn> table = {
       {"Identity", [](const Ctx& c) { return Ts{c.x(0)}; }},
       {"Dropout", [](const Ctx& c) {
-         if (c.n.outputs.size() > 1) c.fail("the mask output is not supported");
-         return Ts{c.x(0)};
+         if (c.n.outputs.size() < 2) return Ts{c.x(0)};
+         return Ts{c.x(0), ops::expand(constant_like(c.x(0), 1.0).to(DType::BOOL), c.x(0).shape())};  // nothing dropped
        }},
       {"Add", [](const Ctx& c) { return Ts{ops::add(c.x(0), c.x(1))}; }},
       {"Sub", [](const Ctx& c) { return Ts{ops::sub(c.x(0), c.x(1))}; }},
@@ -470,7 +470,7 @@ const std::map<std::string, const char*>& op_limits() {
       {"AveragePool", "2-D, floor mode, no dilation, explicit symmetric pads"},
       {"BatchNormalization", "inference (`training_mode` 0, one output)"},
       {"Conv", "2-D, explicit symmetric pads (no `auto_pad`)"},
-      {"Dropout", "inference: an alias of its input; no mask output"},
+      {"Dropout", "inference: an alias of its input; the mask output all true"},
       {"Equal", "on the host (shape arithmetic)"},
       {"Greater", "on the host (shape arithmetic)"},
       {"Less", "on the host (shape arithmetic)"},
@@ -490,9 +490,10 @@ const std::map<std::string, const char*>& op_limits() {
       {"LayerNormalization", "one output (no Mean/InvStdDev)"},
       {"MaxPool", "2-D, no dilation, explicit symmetric pads, no Indices output"},
       {"Clip", "a constant or shape-derived `min`/`max` (inputs, or attributes before opset 11)"},
-      {"LSTM", "unrolled over the sequence; default activations, no clip, peepholes, input_forget or sequence_lens"},
-      {"GRU", "unrolled over the sequence; default activations, no clip or sequence_lens"},
-      {"RNN", "unrolled over the sequence; tanh or relu, no clip or sequence_lens"},
+      {"LSTM", "one fused kernel per direction (the sequence loop inside); default activations, no clip, peepholes, "
+               "input_forget or sequence_lens"},
+      {"GRU", "one fused kernel per direction (the sequence loop inside); default activations, no clip or sequence_lens"},
+      {"RNN", "one fused kernel per direction (the sequence loop inside); tanh or relu, no clip or sequence_lens"},
       {"Resize", "the two spatial axes of NCHW, `nearest` (every `nearest_mode`) or `linear`; `half_pixel`, "
                  "`pytorch_half_pixel`, `align_corners`, `asymmetric`; no antialias"},
       {"Pad", "`constant`, `reflect` and `edge` modes, negative pads crop; `pads`/`axes` known at import"},

@@ -1,11 +1,13 @@
 // ONNX LSTM, GRU and RNN (as torch.onnx.export writes nn.LSTM / nn.GRU / nn.RNN: one node per
-// layer, forward, reverse or bidirectional, with or without initial states, either layout),
-// unrolled over the concrete sequence length of the call: the input projection of every step
-// is one matmul, then each step is a matmul with R and the gate arithmetic. Default activations
-// (and an RNN's relu) only; no clip, peepholes, input_forget or sequence_lens.
+// layer, forward, reverse or bidirectional, with or without initial states, either layout):
+// per direction, the input projection of every step is one matmul and the sequence loop one
+// `recurrent` op (engine/ops_recurrent.h), so a captured graph replays the loop inside one
+// kernel. Default activations (and an RNN's relu) only; no clip, peepholes, input_forget or
+// sequence_lens.
 #include <string>
 #include <vector>
 
+#include "engine/ops_recurrent.h"
 #include "models/onnx_ctx.h"
 
 namespace hg::models::onnx_detail {
@@ -39,9 +41,6 @@ bool check(const Ctx& c, Cell k, int64_t dirs) {
   return relu;
 }
 
-// The slice [k * h, (k + 1) * h) of the last axis.
-Tensor part(const Tensor& x, int k, int64_t h) { return ops::slice(x, x.ndim() - 1, k * h, (k + 1) * h); }
-
 }  // namespace
 
 // One direction d of the node over x [seq, batch, input]: the hidden state of every step
@@ -60,37 +59,15 @@ static Ts run_direction(const Ctx& c, Cell k, bool relu, const Tensor& x, int64_
   Tensor xw = ops::matmul(x, w, false, true);
   if (wb.defined()) xw = ops::add(xw, wb);
   if (rb.defined() && k != Cell::Gru) xw = ops::add(xw, rb);  // GRU adds Rb inside the reset gate
-  Tensor h = h0, cell = c0;
-  Ts steps(static_cast<size_t>(seq));
-  for (int64_t s = 0; s < seq; ++s) {
-    const int64_t t = reverse ? seq - 1 - s : s;
-    const Tensor xt = ops::reshape(ops::slice(xw, 0, t, t + 1), {x.shape()[1], g * hs});
-    Tensor hr = ops::matmul(h, r, false, true);
-    if (k == Cell::Lstm) {  // gates i, o, f, c
-      const Tensor a = ops::add(xt, hr);
-      const Tensor i = ops::sigmoid(part(a, 0, hs)), o = ops::sigmoid(part(a, 1, hs));
-      const Tensor f = ops::sigmoid(part(a, 2, hs)), cc = ops::tanh(part(a, 3, hs));
-      cell = ops::add(ops::mul(f, cell), ops::mul(i, cc));
-      h = ops::mul(o, ops::tanh(cell));
-    } else if (k == Cell::Gru) {  // gates z, r, h
-      if (rb.defined()) hr = ops::add(hr, rb);
-      const Tensor z = ops::sigmoid(ops::add(part(xt, 0, hs), part(hr, 0, hs)));
-      const Tensor rg = ops::sigmoid(ops::add(part(xt, 1, hs), part(hr, 1, hs)));
-      Tensor n;
-      if (c.i("linear_before_reset", 0)) {
-        n = ops::tanh(ops::add(part(xt, 2, hs), ops::mul(rg, part(hr, 2, hs))));
-      } else {  // (r * H) R_h^T + Rb_h
-        Tensor rh = ops::matmul(ops::mul(rg, h), ops::slice(r, 0, 2 * hs, 3 * hs), false, true);
-        if (rb.defined()) rh = ops::add(rh, ops::slice(rb, 0, 2 * hs, 3 * hs));
-        n = ops::tanh(ops::add(part(xt, 2, hs), rh));
-      }
-      h = ops::add(n, ops::mul(z, ops::sub(h, n)));  // (1 - z) * n + z * h
-    } else {
-      h = relu ? ops::relu(ops::add(xt, hr)) : ops::tanh(ops::add(xt, hr));
-    }
-    steps[static_cast<size_t>(t)] = ops::unsqueeze(h, 0);
-  }
-  return {seq == 1 ? steps[0] : ops::concat(steps, 0), h, cell};
+  const auto cell = k == Cell::Lstm ? ops::RecurrentCell::Lstm : k == Cell::Gru ? ops::RecurrentCell::Gru
+                                                                              : ops::RecurrentCell::Rnn;
+  const Tensor extra = k == Cell::Lstm ? c0 : k == Cell::Gru ? rb : Tensor();
+  const Tensor all = ops::recurrent(cell, xw, r, h0, extra,
+                                    {.reverse = reverse, .relu = relu, .linear_before_reset = c.i("linear_before_reset", 0) != 0});
+  // [seq + 1 (+ 1), batch, hidden]: every step's h, the last h (and c)
+  const int64_t batch = x.shape()[1];
+  return {ops::slice(all, 0, 0, seq), ops::reshape(ops::slice(all, 0, seq, seq + 1), {batch, hs}),
+          k == Cell::Lstm ? ops::reshape(ops::slice(all, 0, seq + 1, seq + 2), {batch, hs}) : Tensor()};
 }
 
 static Ts recurrent(const Ctx& c, Cell k) {

@@ -14,8 +14,10 @@
 #include <string>
 
 #include "engine/atomic_file.h"
+#include "engine/autograd.h"
 #include "engine/error.h"
 #include "golden.h"
+#include "graphs/hpu_graph.h"
 #include "models/module.h"
 #include "models/onnx_import.h"
 #include "models/onnx_ops.h"
@@ -451,9 +453,35 @@ TEST(OnnxOpsTest, HostElementwiseOpsFollowOnnxSemantics) {
   EXPECT_EQ(run_op("Not", json::object(), {g})[0].to(hg::DType::I64).to_indices(), (std::vector<int64_t>{0, 1, 0, 1}));
 }
 
+// LSTM/GRU/RNN layers run as one `recurrent` node per layer and direction, the sequence loop
+// inside its kernel: the captured graph of a 2-layer LSTM is the same at 5 and at 40 steps.
+TEST(OnnxImportTest, RecurrentLayersReplayTheirLoopInsideOneNode) {
+  const hg::Device hpu = hg::Device::hpu(0);
+  auto net = hg::models::build_module(hg::models::import_onnx(data_dir() / "sequence_first_op14.onnx"), hpu);
+  net->eval();
+  std::vector<size_t> nodes;
+  for (int64_t steps : {5, 40}) {
+    const std::vector<hg::Tensor> in{hg::Tensor::zeros({steps, 2, 4}, hg::DType::F32, hpu),
+                                     hg::Tensor::zeros({2, 2, 5}, hg::DType::F32, hpu),
+                                     hg::Tensor::zeros({2, 2, 5}, hg::DType::F32, hpu)};
+    hg::graphs::HPUGraph g(hpu);
+    std::vector<hg::Tensor> out;
+    hg::NoGradGuard no_grad;
+    g.capture([&] { out = net->forward_all(in); });
+    size_t loops = 0;
+    for (const auto& n : g.executable().graph().nodes) loops += n.op && n.op->name == "recurrent";
+    EXPECT_EQ(loops, 2u) << steps << " steps";  // one per layer
+    nodes.push_back(g.executable().graph().nodes.size());
+    g.replay();
+    EXPECT_EQ(out[0].shape(), (hg::Shape{steps, 2, 5}));
+  }
+  EXPECT_EQ(nodes[0], nodes[1]) << "the graph grows with the sequence";
+}
+
 // ScatterND writes (or combines) updates at index tuples, negative indices from the end; an index
-// outside the data names its tuple. Einsum refuses what it does not do, naming the label.
-TEST(OnnxOpsTest, ScatterNDAndEinsumFollowOnnxSemantics) {
+// outside the data names its tuple. Dropout's mask output keeps everything. Einsum refuses what
+// it does not do, naming the label.
+TEST(OnnxOpsTest, ScatterNDDropoutAndEinsumFollowOnnxSemantics) {
   using json = nlohmann::json;
   const hg::Tensor data = hg::Tensor::from_vector({1, 2, 3, 4, 5, 6}, {3, 2});
   const hg::Tensor rows = hg::Tensor::from_indices({2, -3}, {2, 1});
@@ -473,6 +501,11 @@ TEST(OnnxOpsTest, ScatterNDAndEinsumFollowOnnxSemantics) {
         << e.what();
   }
   const hg::Tensor a = hg::Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3});
+  hg::models::OpNode dropout{"Dropout", "n1", {"x0"}, {"y", "mask"}, nlohmann::json::object()};  // Swin's, mask kept
+  const auto kept = hg::models::run_onnx_node(dropout, {a}, 2);
+  EXPECT_EQ(kept[0].to_vector(), a.to_vector());
+  EXPECT_EQ(kept[1].dtype(), hg::DType::BOOL);
+  EXPECT_EQ(kept[1].to(hg::DType::I64).to_indices(), (std::vector<int64_t>(6, 1)));
   EXPECT_EQ(run_op("Einsum", {{"equation", "ij->ji"}}, {a})[0].to_vector(), (std::vector<float>{1, 4, 2, 5, 3, 6}));
   EXPECT_EQ(run_op("Einsum", {{"equation", "ij,ij->i"}}, {a, a})[0].to_vector(), (std::vector<float>{14, 77}));
   for (const auto& [eq, what] : {std::pair{"ii->i", "label 'i' repeats in term 'ii'"},
