@@ -1,7 +1,7 @@
 // fuse_attention: the chain ops::scaled_dot_product_attention, models/attention.cpp and ONNX
 // imports leave in a graph,
-//   bmm(q, k, 0, 1 | 0) -> [scale] -> [causal_fill] -> [where(mask, ., fill) | masked_fill |
-//   add mask] -> [causal_fill] -> softmax(last dim) -> bmm(., v, 0, 0),
+//   bmm([scale](q), [scale](k), 0, 1 | 0) -> [scale] -> [causal_fill] -> [where(mask, ., fill) |
+//   masked_fill | add mask] -> [causal_fill] -> softmax(last dim) -> bmm(., v, 0, 0),
 // becomes one sdpa node (engine/fused_ops.h) when every value inside the chain has no other
 // reader and is not a graph output. bmm(q, k, 0, 0) is k given transposed (ONNX: MatMul after
 // a Transpose).
@@ -81,6 +81,12 @@ bool match(const Graph& g, const std::vector<int>& uses, int out, Match& m) {
   if (qk.meta.shape != scores) return false;
   chain.push_back("bmm");
   m.q = qk.inputs[0], m.k = qk.inputs[1], m.v = pv.inputs[1];
+  for (int* side : {&m.q, &m.k})  // q / sqrt(d) before the product (PyTorch's exports): the same scale
+    if (op_is(*side, op.scale) && single(*side)) {
+      m.scale *= attrs::Scale::of(g.nodes[*side].attrs).factor;
+      chain.push_back("scale");
+      *side = g.nodes[*side].inputs[0];
+    }
   m.k_transposed = !attrs::Bmm::of(qk.attrs).trans_b;
   // The kernel takes q, k and v with equal batch dims (no broadcasting), all F32.
   const Shape &sq = g.nodes[m.q].meta.shape, &sk = g.nodes[m.k].meta.shape, &sv = g.nodes[m.v].meta.shape;

@@ -384,6 +384,25 @@ struct Importer {
     std::erase_if(graph.nodes, [](const OpNode& n) { return n.op.empty(); });
   }
 
+  // Mul and Div by a scalar constant (attention's q / sqrt(d), a LayerNorm's epsilon-free
+  // scalings) keep the scalar as attribute "scalar" and run as one scale op, which the graph
+  // passes fold into matmuls and attention (ONNX Runtime folds them the same way).
+  void fold_scalar_operands() {
+    for (auto& n : graph.nodes) {
+      if ((n.op != "Mul" && n.op != "Div") || n.inputs.size() != 2 || n.outputs.size() != 1) continue;
+      for (size_t side : {size_t{1}, size_t{0}}) {
+        if (side == 0 && n.op == "Div") continue;  // c / x is not a scaling
+        auto it = vals.find(n.inputs[side]);
+        if (it == vals.end() || it->second.kind != Kind::Const || it->second.value.ndim() != 0) continue;
+        const auto c = scalar_constant(n.inputs[side]);
+        if (!c || !std::isfinite(*c) || (n.op == "Div" && *c == 0)) continue;
+        n.attrs["scalar"] = *c;
+        n.inputs = {n.inputs[1 - side]};
+        break;
+      }
+    }
+  }
+
   // Drops nodes and constants no output needs.
   void prune() {
     std::set<std::string> needed(graph.outputs.begin(), graph.outputs.end());
@@ -432,6 +451,7 @@ ModelPackage import_model(const fs::path& file, const std::vector<uint8_t>& byte
   for (const auto& vi : g.output()) p.spec.outputs.push_back(im.output_spec(vi, p.spec.batched));
   if (p.spec.outputs.empty()) im.fail("the graph has no outputs");
   im.fuse_erf_gelu();
+  im.fold_scalar_operands();
   im.prune();
   p.spec.graph = op_graph_to_json(im.graph);
   p.spec.metadata = {{"source", "onnx"},

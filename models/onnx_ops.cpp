@@ -314,6 +314,7 @@ Ts softmax_like(const Ctx& c, Tensor (*fn)(const Tensor&, int64_t)) {
   const Tensor& x = c.x(0);
   if (!c.i("coerce_2d", 0)) return {fn(x, c.i("axis", -1))};
   const int64_t a = c.axis(c.i("axis", 1), x.ndim());
+  if (a == x.ndim() - 1) return {fn(x, a)};  // the flattened tail is the last axis itself
   const Shape& s = x.shape();
   const Tensor flat = reshape_to(x, {numel(Shape(s.begin(), s.begin() + a)), numel(Shape(s.begin() + a, s.end()))});
   return {ops::reshape(fn(flat, 1), s)};
@@ -338,8 +339,12 @@ const std::map<std::string, OpFn>& op_table() {
        }},
       {"Add", [](const Ctx& c) { return Ts{ops::add(c.x(0), c.x(1))}; }},
       {"Sub", [](const Ctx& c) { return Ts{ops::sub(c.x(0), c.x(1))}; }},
-      {"Mul", [](const Ctx& c) { return Ts{ops::mul(c.x(0), c.x(1))}; }},
-      {"Div", [](const Ctx& c) { return Ts{ops::div(c.x(0), c.x(1))}; }},
+      {"Mul", [](const Ctx& c) {
+         return Ts{c.has_attr("scalar") ? ops::scale(c.x(0), c.f("scalar", 1.0)) : ops::mul(c.x(0), c.x(1))};
+       }},
+      {"Div", [](const Ctx& c) {
+         return Ts{c.has_attr("scalar") ? ops::scale(c.x(0), 1.0 / c.f("scalar", 1.0)) : ops::div(c.x(0), c.x(1))};
+       }},
       {"Pow", pow_op},
       {"Neg", [](const Ctx& c) { return Ts{ops::scale(c.x(0), -1.0)}; }},
       {"Sqrt", [](const Ctx& c) { return Ts{ops::sqrt(c.x(0))}; }},

@@ -39,6 +39,7 @@ struct Case {
   int causal = 0;  // 1: causal_fill before the mask, 2: after it
   bool k_transposed = false;
   bool scaled = true;
+  bool scaled_q = false;  // q scaled before the product (PyTorch's nn.MultiheadAttention export)
 };
 
 // The chain ops::scaled_dot_product_attention records (or its ONNX form): bmm, scale, mask,
@@ -48,7 +49,8 @@ Graph attention_graph(const Case& c) {
   const int q = g.add_input({c.q, DType::F32});
   const int k = g.add_input({c.k, DType::F32});
   const int v = g.add_input({c.v, DType::F32});
-  int s = g.add_op(op("bmm"), {q, k}, Attrs{{0, c.k_transposed ? 0 : 1}, {}});
+  const int qs = c.scaled_q ? g.add_op(op("scale"), {q}, Attrs{{}, {0.25}}) : q;
+  int s = g.add_op(op("bmm"), {qs, k}, Attrs{{0, c.k_transposed ? 0 : 1}, {}});
   if (c.scaled) s = g.add_op(op("scale"), {s}, Attrs{{}, {1.0 / std::sqrt(double(c.q.back()))}});
   auto causal = [&] { s = g.add_op(op("causal_fill"), {s}, Attrs{{}, {-INFINITY}}); };
   if (c.causal == 1) causal();
@@ -117,6 +119,16 @@ TEST(AttentionFusion, OnnxTransposedKeysWithoutScale) {
   const Graph f = fused(attention_graph(c), 1);
   EXPECT_EQ(f.nodes[f.outputs[0]].attrs.i(2), 1) << "k_transposed";
   expect_golden("attention", "onnx_k_transposed", attention_graph(c), f);
+}
+
+// nn.MultiheadAttention's export: q / sqrt(d) before the product (a scale op once the importer
+// folds the scalar), k transposed; the two scales multiply into the sdpa's.
+TEST(AttentionFusion, QueriesScaledBeforeTheProduct) {
+  Case c{{4, 8, 16}, {4, 16, 8}, {4, 8, 16}, Mask::Add, {4, 8, 8}};
+  c.k_transposed = true, c.scaled_q = true;
+  const Graph f = fused(attention_graph(c), 1);
+  EXPECT_EQ(f.nodes[f.outputs[0]].fused, (std::vector<std::string>{"scale", "bmm", "scale", "add", "softmax", "bmm"}));
+  EXPECT_DOUBLE_EQ(f.nodes[f.outputs[0]].attrs.f(0), 0.25 / 4.0);
 }
 
 TEST(AttentionFusion, RandomShapesAndMasksEqualUnfused) {
