@@ -204,10 +204,16 @@ memory::desc weight_md(const ConvGeom& g) {  // [G, O/G, C/G, kh, kw] is the sam
 }
 memory::desc any_md(const memory::desc& m) { return memory::desc(m.dims(), m.data_type(), tag::any); }
 
-// Small output maps (<= 7x7, e.g. ResNet's last stage) run on NCHW activations: reordering
-// the activations to a blocked layout and back costs more there than it saves (measured on
-// ResNet-18 layer4: 127 GFLOP/s with blocked activations against 180 with NCHW).
-bool plain_activations(const ConvGeom& g) { return g.oh * g.ow <= 49; }
+// Dense convolutions with a spatial kernel on small output maps (<= 7x7, e.g. ResNet-18's last
+// stage) run on NCHW activations: reordering the activations to a blocked layout and back costs
+// more there than it saves (ResNet-18 layer4: 127 GFLOP/s blocked against 180 NCHW). Not 1x1 or
+// depthwise convolutions: oneDNN runs those on NCHW through its gemm path at 1.6-6 GFLOP/s
+// (EfficientNet-B0's 7x7 stage, one thread: a 672->192 1x1 took 2.1 ms, a 1152-group 5x5 1.75
+// ms), against its blocked 1x1 and depthwise kernels. A 1x1 map (squeeze-and-excitation's FC
+// layers) stays NCHW: nothing to gain from a layout there.
+bool plain_activations(const ConvGeom& g) {
+  return g.oh * g.ow == 1 || (g.oh * g.ow <= 49 && g.groups == 1 && g.kh * g.kw > 1);
+}
 
 // `attr`: post-ops (the scratchpad mode is set here).
 dnnl::convolution_forward::primitive_desc conv_fwd_pd(const ConvGeom& g, bool bias, dnnl::prop_kind pk,
