@@ -384,9 +384,9 @@ struct Importer {
     std::erase_if(graph.nodes, [](const OpNode& n) { return n.op.empty(); });
   }
 
-  // Mul and Div by a scalar constant (attention's q / sqrt(d), a LayerNorm's epsilon-free
-  // scalings) keep the scalar as attribute "scalar" and run as one scale op, which the graph
-  // passes fold into matmuls and attention (ONNX Runtime folds them the same way).
+  // Mul and Div by a rank-0 constant (attention's q / sqrt(d), GELU's * 0.5) keep the scalar as
+  // attribute "scalar" and run as one scale op, which the attention pass folds into the sdpa's
+  // scale (ONNX Runtime's optimizer folds such scalars too).
   void fold_scalar_operands() {
     for (auto& n : graph.nodes) {
       if ((n.op != "Mul" && n.op != "Div") || n.inputs.size() != 2 || n.outputs.size() != 1) continue;

@@ -96,7 +96,7 @@ struct Predictor::Impl {
     if (shapes.size() != specs.size())
       throw InvalidArgument("Predictor: model '" + package.spec.name + "' has dynamic dimensions: give the sample shape of each of its " +
                             std::to_string(specs.size()) + " inputs, got " + std::to_string(shapes.size()));
-    const size_t lead = package.spec.batched ? 1 : 0;  // the batch dimension before a sample's
+    const size_t lead = batch_dims();
     for (size_t i = 0; i < specs.size(); ++i) {
       const Shape& want = specs[i].shape;
       if (shapes[i].size() + lead != want.size())
@@ -142,7 +142,7 @@ struct Predictor::Impl {
     if (outputs.size() != specs.size())
       throw InvalidArgument("Predictor: the model returns " + std::to_string(outputs.size()) + " outputs, the package declares " +
                             std::to_string(specs.size()));
-    const size_t lead = package.spec.batched ? 1 : 0;
+    const size_t lead = batch_dims();
     std::lock_guard lk(v.mu);
     for (size_t j = 0; j < specs.size(); ++j) {
       const DType dt = dtype_from_kserve(specs[j].datatype);
@@ -263,6 +263,9 @@ struct Predictor::Impl {
     b.outputs.clear();
     b.info.captured = false;
   }
+
+  // The dimensions before a sample's: the batch (1), or none for an unbatched model.
+  size_t batch_dims() const { return package.spec.batched ? 1 : 0; }
 
   // An unbatched model's tensors are whole: one per run.
   void check_unbatched(int64_t batch) const {
