@@ -135,9 +135,11 @@ TEST(DataLoaderTest, WorkersPrefetchAtMostTheirQuota) {
   DataLoader loader(data, {.batch_size = 1, .num_workers = 2, .prefetch_factor = 2});
   auto it = loader.epoch(0);
   ASSERT_TRUE(it.next().has_value());
+  // One batch taken and 2 * 2 made ahead of the consumer, and no more.
+  ASSERT_TRUE(test::wait_until([&] { return data->calls.load() == 5; }, test::kWaitLimit,
+                               "the workers to make 4 batches ahead"));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  // One batch taken and at most 2 * 2 made ahead of the consumer.
-  EXPECT_LE(data->calls.load(), 5);
+  EXPECT_EQ(data->calls.load(), 5);
 }
 
 TEST(DataLoaderTest, DestroyingAnEpochMidwayJoinsItsWorkers) {
@@ -153,30 +155,30 @@ TEST(DataLoaderTest, DestroyingAnEpochMidwayJoinsItsWorkers) {
   EXPECT_EQ(data->calls.load(), calls);  // nothing runs after the epochs are gone
 }
 
-// The consumer takes one batch and stops: the workers fill the queue, the last one waits for
-// room, and destroying the epoch wakes it instead of waiting for a consumer that never comes.
-TEST(DataLoaderTest, StoppingWithTheQueueFullReturnsPromptly) {
+// The consumer takes one batch and stops: the workers make their quota ahead and stop, and
+// destroying the epoch returns instead of waiting for a consumer that never comes.
+TEST(DataLoaderTest, StoppingWithTheQuotaMadeReturnsPromptly) {
   for (int workers : {1, 2, 3, 4}) {
     auto data = std::make_shared<SlowDataset>(1000, -1, std::chrono::microseconds(0));
     DataLoader loader(data, {.batch_size = 1, .num_workers = workers, .prefetch_factor = 1});
     auto it = std::make_unique<DataLoader::Epoch>(loader.epoch(0));
     ASSERT_TRUE(it->next().has_value());
-    // The one taken, one in the queue and `workers` in the pipeline (one of them waiting for room).
-    ASSERT_TRUE(test::wait_until([&] { return data->calls.load() == workers + 2; }, test::kWaitLimit,
-                                 "the workers to fill the queue"));
+    // The one taken and `workers` (workers * prefetch_factor) made ahead.
+    ASSERT_TRUE(test::wait_until([&] { return data->calls.load() == workers + 1; }, test::kWaitLimit,
+                                 "the workers to make their quota"));
     test::call_within(test::kWaitLimit, "destroying an epoch whose workers wait for room", [&] { it.reset(); });
-    EXPECT_EQ(data->calls.load(), workers + 2) << workers << " workers";
+    EXPECT_EQ(data->calls.load(), workers + 1) << workers << " workers";
   }
 }
 
-// A training epoch whose workers wait for room (the Trainer validating mid-epoch) does not hold
-// up another loader's workers.
+// A training epoch whose consumer has paused with its quota made (the Trainer validating
+// mid-epoch) does not hold up another loader's workers.
 TEST(DataLoaderTest, AnEpochWaitingForRoomDoesNotStallAnother) {
   auto data = std::make_shared<SlowDataset>(1000, -1, std::chrono::microseconds(0));
   DataLoader train(data, {.batch_size = 1, .num_workers = 2, .prefetch_factor = 1});
   auto waiting = train.epoch(0);
   ASSERT_TRUE(waiting.next().has_value());
-  ASSERT_TRUE(test::wait_until([&] { return data->calls.load() == 4; }, test::kWaitLimit, "the queue to fill"));
+  ASSERT_TRUE(test::wait_until([&] { return data->calls.load() == 3; }, test::kWaitLimit, "the quota to be made"));
   DataLoader val(rows(50), {.batch_size = 4, .num_workers = 2});
   const auto labels = test::call_within(test::kWaitLimit, "a second loader's epoch", [&] { return flat(labels_of(val, 0)); });
   EXPECT_EQ(labels.size(), 50u);

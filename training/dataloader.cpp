@@ -1,14 +1,15 @@
-// The DataLoader: batches of sampler-ordered indices, made on the calling thread or by a oneTBB
-// pipeline of num_workers threads and handed out strictly in order.
+// The DataLoader: batches of sampler-ordered indices, made on the calling thread or as oneTBB
+// tasks on num_workers threads, and handed out strictly in order.
 #include "training/dataloader.h"
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <exception>
 #include <memory>
-#include <oneapi/tbb/concurrent_queue.h>
-#include <oneapi/tbb/parallel_pipeline.h>
+#include <mutex>
 #include <oneapi/tbb/task_group.h>
+#include <optional>
 #include <string>
 
 #include "engine/error.h"
@@ -16,12 +17,12 @@
 
 namespace hg::training {
 
-// With workers, one parallel_pipeline per epoch runs in a HostArena of num_workers threads:
-// claim the next batch (serial, in order) -> make it (parallel) -> deliver it (serial, in order)
-// into `ready`, a bounded queue that next() pops. At most `tokens` batches are in the pipeline
-// and `ready` holds at most its capacity, so no more than num_workers * prefetch_factor batches
-// are made ahead of the consumer (num_workers + 1 when prefetch_factor is 1: one finished batch
-// waits for room). Delivering blocks while `ready` is full: that waits in the epoch's own arena.
+// With workers, each batch is one task in a HostArena of num_workers threads. The consumer keeps
+// at most `ahead` (num_workers * prefetch_factor) batches launched and not yet handed out: batch
+// k is launched only once batch k - ahead has been handed out, so its result slot (k % ahead) is
+// free. A task makes its batch and never waits for anything, so an epoch whose consumer has
+// stopped taking batches (the Trainer validating mid-epoch) holds no thread: another loader's
+// tasks, in their own arena, always find one.
 struct DataLoader::Epoch::State {
   std::shared_ptr<const Dataset> data;
   std::vector<std::vector<int64_t>> batches;  // the indices of each batch, in order
@@ -30,68 +31,62 @@ struct DataLoader::Epoch::State {
   struct Result {
     Batch batch;
     std::exception_ptr error;
-    bool ends_epoch = false;  // the pipeline itself failed: no batch follows
   };
   std::unique_ptr<HostArena> arena;  // null: batches are made by next()
   tbb::task_group group;
-  tbb::concurrent_bounded_queue<Result> ready;
+  size_t launched = 0;                     // batches [0, launched) have a task
+  std::vector<std::optional<Result>> made;  // batch k's result waits in made[k % made.size()]
+  std::mutex mu;
+  std::condition_variable done;
   std::atomic<bool> stop{false};
 
-  void start(int workers, size_t capacity) {
-    const auto tokens = static_cast<size_t>(workers);
-    ready.set_capacity(static_cast<std::ptrdiff_t>(std::max<size_t>(1, capacity - tokens)));
+  void start(int workers, size_t ahead) {
+    made.resize(ahead);
     arena = std::make_unique<HostArena>(workers);
-    (*arena)->enqueue(group.defer([this, tokens] {
-      try {
-        run(tokens);
-      } catch (...) {  // not a batch's error (those travel in their Result): end the epoch with it
-        deliver(Result{{}, std::current_exception(), true});
-      }
-    }));
+    launch();
   }
 
-  void run(size_t tokens) {
-    size_t claimed = 0;
-    tbb::parallel_pipeline(
-        tokens,
-        tbb::make_filter<void, size_t>(tbb::filter_mode::serial_in_order,
-                                       [&](tbb::flow_control& fc) -> size_t {
-                                         if (stop || claimed >= batches.size()) fc.stop();
-                                         return claimed++;
-                                       }) &
-            tbb::make_filter<size_t, Result>(tbb::filter_mode::parallel,
-                                             [this](size_t k) {
-                                               Result r;
-                                               if (stop) return r;
-                                               try {
-                                                 r.batch = data->get_batch(batches[k]);
-                                               } catch (...) {
-                                                 r.error = std::current_exception();
-                                               }
-                                               return r;
-                                             }) &
-            tbb::make_filter<Result, void>(tbb::filter_mode::serial_in_order,
-                                           [this](Result r) { deliver(std::move(r)); }));
-  }
-
-  // Blocks while `ready` is full; after stop, returns at once (see ~State).
-  void deliver(Result&& r) {
-    if (stop) return;
-    try {
-      ready.push(std::move(r));
-    } catch (const tbb::user_abort&) {  // ~State aborted the wait
+  // Consumer side: tasks for the batches up to `ahead` past the next one handed out.
+  void launch() {
+    while (launched < batches.size() && launched < delivered + made.size()) {
+      const size_t k = launched++;
+      (*arena)->enqueue(group.defer([this, k] { make(k); }));
     }
+  }
+
+  void make(size_t k) {
+    Result r;
+    if (!stop) {
+      try {
+        r.batch = data->get_batch(batches[k]);
+      } catch (...) {
+        r.error = std::current_exception();
+      }
+    }
+    {
+      std::lock_guard lock(mu);
+      made[k % made.size()] = std::move(r);
+    }
+    done.notify_all();
+  }
+
+  Result take() {
+    std::optional<Result>& slot = made[delivered % made.size()];
+    Result r;
+    {
+      std::unique_lock lock(mu);
+      done.wait(lock, [&] { return slot.has_value(); });  // its task is launched and runs to the end
+      r = std::move(*slot);
+      slot.reset();
+    }
+    ++delivered;
+    launch();
+    return r;
   }
 
   ~State() {
     if (!arena) return;
-    stop = true;
-    ready.abort();  // wakes a deliver() waiting for room
-    // A deliver() that passed its stop check just before may still push: make room for it. Only
-    // one can (they run one at a time, and every later one sees `stop`).
-    Result dropped;
-    while (ready.try_pop(dropped)) {
-    }
+    stop = true;  // tasks not yet started return at once
     (*arena)->execute([this] { group.wait(); });
   }
 };
@@ -104,9 +99,7 @@ std::optional<Batch> DataLoader::Epoch::next() {
   State& s = *s_;
   if (s.delivered >= s.batches.size()) return std::nullopt;
   if (!s.arena) return s.data->get_batch(s.batches[s.delivered++]);
-  State::Result r;
-  s.ready.pop(r);  // the pipeline delivers every batch of the epoch (or ends it with an error)
-  s.delivered = r.ends_epoch ? s.batches.size() : s.delivered + 1;
+  State::Result r = s.take();
   if (r.error) std::rethrow_exception(r.error);
   return std::move(r.batch);
 }

@@ -1,8 +1,8 @@
 // Datasets, samplers and the DataLoader (torch.utils.data's model): a Dataset returns one
 // example as a list of tensors, a Sampler orders the indices of an epoch, and the DataLoader
 // collates them into batches (stacking along a new dim 0), on `num_workers` background threads
-// (a oneTBB pipeline) that keep up to num_workers * prefetch_factor batches ready, always in
-// sampler order.
+// (one oneTBB task per batch) that keep up to num_workers * prefetch_factor batches ready,
+// always in sampler order.
 //
 //   auto digits = hg::training::load_digits(HG_SOURCE_DIR "/models/data/digits.safetensors");
 //   auto [train, val] = hg::training::random_split(digits, 0.2, /*seed=*/0);
