@@ -10,6 +10,7 @@
 #include "engine/dtype_dispatch.h"
 #include "engine/error.h"
 #include "engine/kernels_nn.h"
+#include "engine/op_attrs.h"
 
 #include <omp.h>
 
@@ -19,6 +20,22 @@ namespace hg::kernels::nn {
 
 dnnl::memory::desc plain_md(const Shape& dims, DType t) {
   return dnnl::memory::desc(dims, dnnl_dtype(t), contiguous_strides(dims));
+}
+
+dnnl::memory::desc blocked_md(const Shape& nchw, DType t, int64_t block) {
+  using tag = dnnl::memory::format_tag;
+  if (block == nchw[1]) return dnnl::memory::desc(nchw, dnnl_dtype(t), tag::nhwc);
+  if (block != 8 && block != 16) throw InternalError("blocked_md: channel block " + std::to_string(block));
+  return dnnl::memory::desc(nchw, dnnl_dtype(t), block == 16 ? tag::nChw16c : tag::nChw8c);
+}
+
+int64_t block_of(const dnnl::memory::desc& md) {
+  const auto dims = md.dims();
+  if (dims.size() != 4) return 0;
+  const DType t = md.data_type() == dnnl::memory::data_type::bf16 ? DType::BF16 : DType::F32;
+  for (int64_t b : {dims[1], int64_t{16}, int64_t{8}})
+    if (md == blocked_md(dims, t, b)) return b;
+  return 0;
 }
 
 void* scratch(int slot, size_t bytes) {
@@ -185,19 +202,30 @@ struct ConvGeom {
   int64_t n, c, h, w, o, kh, kw, oh, ow, groups;
   memory::dims strides, dilates, pads;
   DType dtype;
+  int64_t src_block = 0, dst_block = 0;  // engine/ops_layout.h: 0 = NCHW
 };
 
-// x [N, C, H, W], weight [O, C/groups, kh, kw] (PyTorch layout), output [N, O, OH, OW].
-ConvGeom conv_geom(const Shape& x, const Shape& w, const Shape& y, DType t, const Attrs& a) {
-  ConvGeom g{x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], a.i(6, 1), {}, {}, {}, t};
-  g.strides = {a.i(0), a.i(1)};
-  g.pads = {a.i(2), a.i(3)};
-  g.dilates = {a.i(4) - 1, a.i(5) - 1};  // oneDNN counts the gaps
+// x [N, C, H, W] (or blocked), weight [O, C/groups, kh, kw] (PyTorch layout), output
+// [N, O, OH, OW] (or blocked): dims 0, 2 and 3 sit at the same places in both layouts. The
+// backward ops' attrs hold H and W where the forward's hold the layout: they pass layout false.
+ConvGeom conv_geom(const Shape& x, const Shape& w, const Shape& y, DType t, const Attrs& a, bool layout = true) {
+  const attrs::Conv c = attrs::Conv::of(a);
+  ConvGeom g{x[0], w[1] * c.groups, x[2], x[3], w[0], w[2], w[3], y[2], y[3], c.groups, {}, {}, {}, t};
+  g.strides = {c.stride_h, c.stride_w};
+  g.pads = {c.pad_h, c.pad_w};
+  g.dilates = {c.dilation_h - 1, c.dilation_w - 1};  // oneDNN counts the gaps
+  if (layout) g.src_block = c.src_block, g.dst_block = c.dst_block;
   return g;
 }
 
-memory::desc src_md(const ConvGeom& g) { return plain_md({g.n, g.c, g.h, g.w}, g.dtype); }
-memory::desc dst_md(const ConvGeom& g) { return plain_md({g.n, g.o, g.oh, g.ow}, g.dtype); }
+memory::desc src_md(const ConvGeom& g) {
+  const Shape s{g.n, g.c, g.h, g.w};
+  return g.src_block ? blocked_md(s, g.dtype, g.src_block) : plain_md(s, g.dtype);
+}
+memory::desc dst_md(const ConvGeom& g) {
+  const Shape s{g.n, g.o, g.oh, g.ow};
+  return g.dst_block ? blocked_md(s, g.dtype, g.dst_block) : plain_md(s, g.dtype);
+}
 memory::desc weight_md(const ConvGeom& g) {  // [G, O/G, C/G, kh, kw] is the same memory as PyTorch's
   if (g.groups == 1) return plain_md({g.o, g.c, g.kh, g.kw}, g.dtype);
   return plain_md({g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw}, g.dtype);
@@ -219,9 +247,10 @@ bool plain_activations(const ConvGeom& g) {
 dnnl::convolution_forward::primitive_desc conv_fwd_pd(const ConvGeom& g, bool bias, dnnl::prop_kind pk,
                                                       dnnl::primitive_attr attr = {}) {
   const memory::desc bias_md = bias ? plain_md({g.o}, g.dtype) : memory::desc();
-  const bool plain = plain_activations(g) && pk == dnnl::prop_kind::forward_inference;
-  dnnl::convolution_forward::desc d(pk, dnnl::algorithm::convolution_direct, plain ? src_md(g) : any_md(src_md(g)),
-                                    any_md(weight_md(g)), bias_md, plain ? dst_md(g) : any_md(dst_md(g)), g.strides,
+  // Fixed layouts: the layout pass chose them (blocked), or NCHW is faster here (plain_activations).
+  const bool fixed = g.src_block || g.dst_block || (plain_activations(g) && pk == dnnl::prop_kind::forward_inference);
+  dnnl::convolution_forward::desc d(pk, dnnl::algorithm::convolution_direct, fixed ? src_md(g) : any_md(src_md(g)),
+                                    any_md(weight_md(g)), bias_md, fixed ? dst_md(g) : any_md(dst_md(g)), g.strides,
                                     g.dilates, g.pads, g.pads);
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   return {d, attr, dnnl_engine()};
@@ -253,7 +282,7 @@ Kernel conv2d_forward(const std::vector<TensorMeta>& in, const TensorMeta& out, 
   const auto act = static_cast<FusedAct>(a.i(7));
   if (out.numel() == 0) return zero_fill(out);
   const ConvGeom g = conv_geom(in[0].shape, in[1].shape, out.shape, out.dtype, a);
-  const bool sum_post_op = residual && !plain_activations(g);
+  const bool sum_post_op = residual && (g.dst_block || !plain_activations(g));
   try {
     dnnl::primitive_attr attr;
     if (!residual || sum_post_op) append_post_ops(attr, act, sum_post_op);
@@ -281,6 +310,20 @@ Kernel conv2d_forward(const std::vector<TensorMeta>& in, const TensorMeta& out, 
 
 }  // namespace
 
+ConvLayout conv_layout(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
+  const ConvGeom g = conv_geom(in[0].shape, in[1].shape, out.shape, out.dtype, a);
+  if (g.src_block || g.dst_block) return {g.src_block, g.dst_block, "chosen"};
+  if (plain_activations(g)) return {0, 0, g.oh * g.ow == 1 ? "NCHW: a 1x1 map" : "NCHW: a spatial kernel on a small map"};
+  try {
+    const auto pd = conv_fwd_pd(g, in.size() > 2, dnnl::prop_kind::forward_inference);
+    ConvLayout l{block_of(pd.src_desc()), block_of(pd.dst_desc()), "oneDNN's choice"};
+    if (!l.dst_block) l.reason = "NCHW: oneDNN chose no channel-blocked output";
+    return l;
+  } catch (const dnnl::error&) {
+    return {0, 0, "NCHW: oneDNN has no blocked convolution here"};
+  }
+}
+
 Kernel prepare_conv2d(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
   return conv2d_forward(in, out, a, true, {});
 }
@@ -299,7 +342,7 @@ Kernel prepack_conv2d_nobias(const std::vector<TensorMeta>& in, const TensorMeta
 // inputs: grad [N, O, OH, OW], weight; output: grad of x [N, C, H, W].
 Kernel prepare_conv2d_backward_input(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
   if (out.numel() == 0 || in[0].numel() == 0) return zero_fill(out);
-  const ConvGeom g = conv_geom(out.shape, in[1].shape, in[0].shape, out.dtype, a);
+  const ConvGeom g = conv_geom(out.shape, in[1].shape, in[0].shape, out.dtype, a, false);
   try {
     auto hint = conv_fwd_pd(g, false, dnnl::prop_kind::forward_training);
     dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, any_md(src_md(g)),
@@ -319,7 +362,7 @@ Kernel prepare_conv2d_backward_input(const std::vector<TensorMeta>& in, const Te
 // inputs: grad [N, O, OH, OW], x [N, C, H, W]; output: grad of the weight [O, C/groups, kh, kw].
 Kernel prepare_conv2d_backward_weight(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
   if (out.numel() == 0 || in[0].numel() == 0) return zero_fill(out);
-  const ConvGeom g = conv_geom(in[1].shape, out.shape, in[0].shape, out.dtype, a);
+  const ConvGeom g = conv_geom(in[1].shape, out.shape, in[0].shape, out.dtype, a, false);
   try {
     auto hint = conv_fwd_pd(g, false, dnnl::prop_kind::forward_training);
     dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, any_md(src_md(g)),

@@ -36,6 +36,11 @@ inline int64_t adaptive_end(int64_t i, int64_t in, int64_t out) { return ((i + 1
 
 // dnnl_engine(), dnnl_stream() and dnnl_dtype() come from engine/dnnl_context.h.
 dnnl::memory::desc plain_md(const Shape& dims, DType t);  // row-major (nchw, oihw, ...)
+// [N, C, H, W] in nChw{block}c (engine/ops_layout.h); block 8 or 16, or C (nhwc).
+dnnl::memory::desc blocked_md(const Shape& nchw, DType t, int64_t block);
+// The channel block of a oneDNN description that is nChw8c, nChw16c (8, 16) or nhwc (C), 0 for
+// any other layout.
+int64_t block_of(const dnnl::memory::desc& md);
 
 // Thread-local scratch buffer number `slot` (< kScratchSlots) of at least `bytes`, 64-byte
 // aligned; valid until the next request for the same slot on the same thread.
@@ -97,6 +102,13 @@ inline constexpr int kTempSlots = 8;
 // kernels_conv.cpp. Attrs ints: {stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups, ...}
 // Post-ops (ints[7] activation, a residual input last): engine/post_ops.h. prepack_*: constant
 // weights reordered once into the primitive's layout.
+// The activation layouts a plain conv2d / conv2d_nobias node runs best with: channel blocks of
+// its x and output (0 = NCHW; engine/ops_layout.h) as oneDNN chooses them, and why.
+struct ConvLayout {
+  int64_t src_block = 0, dst_block = 0;
+  const char* reason = "";
+};
+ConvLayout conv_layout(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
 Kernel prepare_conv2d(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // x, w, b[, res]
 Kernel prepare_conv2d_nobias(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // x, w[, res]
 Kernel prepack_conv2d(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a,

@@ -23,6 +23,7 @@
 #include "engine/kernels_nn.h"
 #include "engine/op_attrs.h"
 #include "engine/op_families.h"
+#include "engine/ops_layout.h"
 #include "engine/ops_nn.h"
 #include "engine/post_ops.h"
 #include "engine/schema_util.h"
@@ -95,10 +96,18 @@ TensorMeta infer_conv2d(const OpSchema& op, const Metas& in, const Attrs& a) {
   if (in.size() != plain && in.size() != plain + 1)
     fail(op, in, "takes " + str(static_cast<int64_t>(plain)) + " inputs, or one more: a residual added before the activation");
   for (size_t i = 0; i < in.size(); ++i) expect_dnnl_float(op, in, i), expect_same_dtype(op, in, 0, i);
-  expect_rank(op, in, 0, 4), expect_rank(op, in, 1, 4);
   const attrs::Conv c = conv_attrs(op, in, a);
+  expect_rank(op, in, 0, c.src_block ? 5 : 4), expect_rank(op, in, 1, 4);
   if (!valid_fused_act(a.i(7))) fail(op, in, "bad fused activation code " + str(a.i(7)));
-  Shape out = conv_out_shape(op, in, in[0].shape, in[1].shape, c);
+  if (c.src_block < 0 || c.dst_block < 0) fail(op, in, "negative channel block");
+  Shape x = in[0].shape;
+  if (c.src_block) {  // [N, C/b, H, W, b]: C is the weight's
+    x = {x[0], in[1].shape[1] * c.groups, x[2], x[3]};
+    if (blocked_shape(x, c.src_block) != in[0].shape)
+      fail(op, in, "x is not the weight's " + str(x[1]) + " channels in blocks of " + str(c.src_block));
+  }
+  Shape out = conv_out_shape(op, in, x, in[1].shape, c);
+  if (c.dst_block) out = blocked_shape(out, c.dst_block);
   if (plain == 3) {
     const int64_t o = in[1].shape[0];
     const Shape& b = in[2].shape;
@@ -140,7 +149,7 @@ TensorMeta infer_channel_sum(const OpSchema& op, const Metas& in, const Attrs& a
 
 // in: x, w[, bias] (a residual input is rejected by the callers below).
 Ts conv2d_grads(const Ts& in, const Tensor& grad, const Attrs& a) {
-  if (a.i(7) != 0) throw InternalError("conv2d with a fused activation has no backward");
+  if (a.i(7) != 0 || a.i(8) || a.i(9)) throw InternalError("conv2d with a fused activation or a blocked layout has no backward");
   const Tensor &x = in[0], &w = in[1];
   const Tensor g = as_dtype(grad, x.dtype());
   Ts out(in.size());

@@ -9,6 +9,7 @@ namespace hg {
 void register_builtin_ops();
 void register_core_ops();  // op_schemas.cpp: the MLP path
 void register_nn_ops();    // nn_ops.cpp: conv2d, pooling, batch_norm, layer_norm
+void register_layout_ops();  // layout_ops.cpp: to_blocked, from_blocked (engine/ops_layout.h)
 void register_act_ops();   // act_ops.cpp, loss_ops.cpp: activations, dropout, indexing, where, losses
 void register_math_ops();   // math_ops.cpp: sqrt, erf, exp, pow
 void register_shape_ops();  // shape_ops.cpp, reduce_ops.cpp, attention_ops.cpp: views, reductions, bmm, attention

@@ -167,6 +167,7 @@ void register_builtin_ops() {
   register_core_ops();
   register_act_ops();
   register_nn_ops();
+  register_layout_ops();
   register_shape_ops();
   register_math_ops();
   register_fused_ops();

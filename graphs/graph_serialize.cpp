@@ -197,6 +197,7 @@ std::vector<uint8_t> serialize_graph(const Graph& g) {
       for (double v : n.attrs.floats) w.pod(v);
       w.pod(static_cast<uint32_t>(n.fused.size()));
       for (const auto& f : n.fused) w.str(f);
+      w.pod(static_cast<uint32_t>(n.block));
     }
     write_meta(w, n.meta);
   }
@@ -223,6 +224,7 @@ Graph read_graph(Reader& r) {
     if (flags > 3) r.fail_at(at, name + ": flags " + std::to_string(flags) + " are not valid");
     node.frozen = flags & 1;
     node.constant = flags & 2;
+    size_t block_at = 0;
     if (kind == 0) {
       node.kind = Node::Kind::Input;
       const size_t idx_at = r.pos();
@@ -261,9 +263,13 @@ Graph read_graph(Reader& r) {
       for (uint32_t k = 0; k < nfloats; ++k) node.attrs.floats.push_back(r.pod<double>("float attribute"));
       const uint32_t nfused = r.count("fused op count", 4);
       for (uint32_t k = 0; k < nfused; ++k) node.fused.push_back(r.str("fused op name"));
+      block_at = r.pos();
+      node.block = r.pod<uint32_t>("channel block");
     }
     const size_t meta_at = r.pos();
     node.meta = read_meta(r, name);
+    if (node.block != 0 && (node.meta.shape.size() != 5 || node.meta.shape[4] != node.block))
+      r.fail_at(block_at, name + ": channel block " + std::to_string(node.block) + " does not match its shape");
     if (node.kind == Node::Kind::Op) {
       std::vector<TensorMeta> in;
       for (int id : node.inputs) in.push_back(g.nodes[id].meta);

@@ -23,7 +23,7 @@
 
 namespace hg::graphs {
 
-inline constexpr uint32_t kGraphFormatVersion = 2;  // 2: hg::hash64 checksums (was FNV-1a), aligned payload
+inline constexpr uint32_t kGraphFormatVersion = 3;  // 3: nodes carry their channel block; 2: hg::hash64 checksums, aligned payload
 inline constexpr size_t kEntryPayloadAlignment = 64;
 
 struct EntryHeader {

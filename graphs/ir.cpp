@@ -148,6 +148,7 @@ std::string Graph::dump(const std::vector<std::string>& notes) const {
       s += ")" + attrs_str(n.attrs);
     }
     s += " : " + meta_str(n.meta);
+    if (n.block) s += n.meta.shape.size() == 5 && n.meta.shape[1] == 1 ? " nhwc" : " nChw" + std::to_string(n.block) + "c";
     if (!n.fused.empty()) {
       s += "  fused: ";
       for (size_t k = 0; k < n.fused.size(); ++k) s += (k ? "+" : "") + n.fused[k];

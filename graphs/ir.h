@@ -27,6 +27,7 @@ struct Node {
   bool frozen = false;    // Input: its value is fixed for the life of the compiled graph (weights)
   bool constant = false;  // Op: depends only on frozen inputs; computed once at compile, not per run
   std::vector<std::string> fused;  // ops a fusion pass merged into this node, for the dump
+  int64_t block = 0;  // > 0: the layout pass made this value channel-blocked (engine/ops_layout.h), for the dump
 };
 
 struct Graph {

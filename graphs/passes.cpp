@@ -45,9 +45,11 @@ const std::vector<Pass>& all_passes() {
       {"algebra", false, simplify_algebra},
       {"bn_fold", true, fold_batch_norm},
       {"flatten_matmul", true, flatten_matmul},
+      {"fuse_silu", true, fuse_silu},
       {"fuse_post_ops", true, fuse_post_ops},
       {"fuse_attention", true, fuse_attention},
       {"fuse_elementwise", true, fuse_elementwise},
+      {"layout", true, propagate_layouts},
   };
   return passes;
 }

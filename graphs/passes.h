@@ -50,6 +50,8 @@ int fold_batch_norm(Graph& g);
 // bmm of [.., M, K] activations by one shared [K, N] matrix (+ a bias add) becomes one 2-D
 // matmul between reshapes (graphs/pass_flatten_matmul.cpp).
 int flatten_matmul(Graph& g);
+// mul(x, sigmoid(x)) becomes silu(x) (graphs/pass_fuse_silu.cpp).
+int fuse_silu(Graph& g);
 // linear / matmul / conv2d followed by a bias add, a residual add (conv) or an activation
 // become one node with oneDNN post-ops (graphs/pass_fuse_postops.cpp).
 int fuse_post_ops(Graph& g);
@@ -58,5 +60,9 @@ int fuse_attention(Graph& g);
 // Chains of element-wise ops become one fused_elementwise node; after fuse_post_ops, which
 // takes the activations of linear/matmul/conv2d first (graphs/pass_fuse_elementwise.cpp).
 int fuse_elementwise(Graph& g);
+// Convolutions that run best on channel-blocked activations produce them, and the element-wise
+// ops, residual adds and global pools after them keep them; reorders only where a reader needs
+// NCHW (graphs/pass_layout.cpp, engine/ops_layout.h).
+int propagate_layouts(Graph& g);
 
 }  // namespace hg::graphs

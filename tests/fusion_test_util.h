@@ -49,12 +49,16 @@ inline std::vector<Buffer> random_inputs(const graphs::Graph& g, uint32_t seed) 
   return data;
 }
 
-// Runs `g` with no passes (the graph exactly as given) and returns its F32 outputs.
-inline std::vector<std::vector<float>> run_graph(const graphs::Graph& g, const std::vector<Buffer>& data) {
+// Runs `g` with no passes (the graph exactly as given), or with them (`optimize`), and returns
+// its F32 outputs. Frozen inputs are given at compile, as a Predictor gives its weights.
+inline std::vector<std::vector<float>> run_graph(const graphs::Graph& g, const std::vector<Buffer>& data,
+                                                 bool optimize = false) {
   constexpr size_t kAlign = 64;
-  std::vector<const void*> in(g.num_inputs);
+  std::vector<const void*> in(g.num_inputs), frozen(g.num_inputs);
   for (int i = 0; i < g.num_inputs; ++i) in[i] = data[i].data();
-  auto exe = graphs::Executable::compile(g, graphs::CompileOptions{.optimize = false});
+  for (const auto& n : g.nodes)
+    if (n.kind == graphs::Node::Kind::Input && n.frozen) frozen[n.input_index] = in[n.input_index];
+  auto exe = graphs::Executable::compile(g, graphs::CompileOptions{.optimize = optimize}, frozen);
   std::vector<std::byte> arena(exe->arena_bytes() + kAlign);
   void* base = arena.data();
   size_t space = arena.size();
