@@ -134,6 +134,20 @@ std::vector<Pattern> patterns() {
          b.g.outputs = {b.op("relu", {b.add(b.conv(x, w, -1, 1, 1), bias)})};
          return b.g;
        }, 1},
+      {"conv_sigmoid_mul_silu", [] {  // nn.SiLU as ONNX exports it: mul(sigmoid(y), y)
+         Builder b;
+         const int x = b.in({1, 8, 14, 14}), w = b.in({16, 8, 3, 3}), bias = b.in({16});
+         const int y = b.conv(x, w, bias, 1, 1);
+         b.g.outputs = {b.op("binary", {b.op("sigmoid", {y}), y}, Attrs{{2}, {}})};
+         return b.g;
+       }, 1},
+      {"linear_mul_sigmoid_silu", [] {  // mul(y, sigmoid(y)): the other operand order
+         Builder b;
+         const int x = b.in({4, 32}), w = b.in({16, 32}), bias = b.in({16});
+         const int y = b.op("linear", {x, w, bias}, Attrs{{0}, {}});
+         b.g.outputs = {b.op("binary", {y, b.op("sigmoid", {y})}, Attrs{{2}, {}})};
+         return b.g;
+       }, 1},
       {"resnet_block_28x28", [] {  // after batch-norm folding: conv -> add(identity) -> relu
          Builder b;
          const int x = b.in({1, 16, 28, 28}), w = b.in({16, 16, 3, 3}), bias = b.in({16});
@@ -222,7 +236,7 @@ std::vector<Pattern> patterns() {
 }
 
 Graph fused_copy(Graph g) {
-  while (graphs::fuse_post_ops(g) > 0) {
+  while (graphs::fuse_silu(g) + graphs::fuse_post_ops(g) > 0) {
   }
   return g;
 }
@@ -259,6 +273,21 @@ TEST(FusionPass, ReturnsZeroWhenNothingChanges) {
     EXPECT_EQ(graphs::fuse_post_ops(g), 0) << p.name;
     EXPECT_EQ(g.dump(), dump) << p.name;
   }
+}
+
+// mul(x, sigmoid(x)) is silu only when nothing else reads the sigmoid and the operands are one x.
+TEST(FusionPass, SiluLeavesSharedSigmoidsAndOtherProductsAlone) {
+  Builder b;
+  const int x = b.in({4, 8}), other = b.in({4, 8});
+  const int shared = b.op("sigmoid", {x});
+  const int s2 = b.op("sigmoid", {x});
+  b.g.outputs = {b.op("binary", {x, shared}, Attrs{{2}, {}}), shared,
+                 b.op("binary", {other, s2}, Attrs{{2}, {}})};
+  EXPECT_EQ(graphs::fuse_silu(b.g), 0);
+  const int s3 = b.op("sigmoid", {x});
+  b.g.outputs.push_back(b.op("binary", {s3, x}, Attrs{{2}, {}}));
+  EXPECT_EQ(graphs::fuse_silu(b.g), 1);
+  EXPECT_EQ(b.g.nodes[b.g.outputs.back()].op->name, "silu");
 }
 
 // Runs `g` compiled with the fusion passes on or off; returns its outputs.
