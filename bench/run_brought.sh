@@ -21,7 +21,7 @@ source bench/zoo_lib.sh
 zoo_args "$@"
 rounds=${BROUGHT_ROUNDS:-2}
 data=$build/brought
-models=(resnet50 mobilenet_v3_large efficientnet_b0 vit_b_16 bert_base lstm)
+models=(resnet50 mobilenet_v2 mobilenet_v3_large efficientnet_b0 vit_b_16 bert_base lstm)
 model_list=$(IFS=,; echo "${models[*]}")
 batches=1,8
 

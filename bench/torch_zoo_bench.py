@@ -23,7 +23,7 @@ The zoo set: mlp = the bundled digits MLP 64-64-10 (its trained weights), lenet5
 resnet18 [N, 3, 224, 224], bert = BertClassifier (2 layers, d_model 128, 4 heads) on token ids
 [N, 128], identity [N, 64]; weights from scripts/torch_zoo.py, seeded and perturbed as the zoo
 test data are (scripts/testdata_zoo.py).
-The brought set, the models users bring: torchvision's resnet50, mobilenet_v3_large,
+The brought set, the models users bring: torchvision's resnet50, mobilenet_v2, mobilenet_v3_large,
 efficientnet_b0 and vit_b_16 [N, 3, 224, 224] (random weights, seeded; BatchNorm statistics of
 random images and ViT's zero head made random, as scripts/onnx_exports.py does), bert_base =
 BertClassifier at BERT-base size (12 layers, d_model 768, 12 heads, ff 3072, vocab 30522) on
@@ -133,6 +133,7 @@ def image(g):
 # The brought set: model -> (builder, seed, input maker, dynamic sequence axis)
 BROUGHT = {
     "resnet50": (lambda: torchvision_model("resnet50"), 20, image, False),
+    "mobilenet_v2": (lambda: torchvision_model("mobilenet_v2"), 26, image, False),
     "mobilenet_v3_large": (lambda: torchvision_model("mobilenet_v3_large"), 21, image, False),
     "efficientnet_b0": (lambda: torchvision_model("efficientnet_b0"), 22, image, False),
     "vit_b_16": (lambda: torchvision_model("vit_b_16"), 23, image, False),

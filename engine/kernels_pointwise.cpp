@@ -61,7 +61,21 @@ Kernel binary_kernel(const TensorMeta& a, const TensorMeta& b, const TensorMeta&
     const T* y = static_cast<const T*>(in[1]);
     T* z = static_cast<T*>(o);
     for_each_run(shape, sa, sb, [&](int64_t base, int64_t oa, int64_t ob, int64_t inner, int64_t da, int64_t db) {
-      for (int64_t i = 0; i < inner; ++i) z[base + i] = store<T>(op(load(x[oa + i * da]), load(y[ob + i * db])));
+      T* zr = z + base;
+      const T *xr = x + oa, *yr = y + ob;
+      // The common runs get loops the compiler vectorises: both operands contiguous (a
+      // per-channel scale over NHWC maps), or one of them repeated (over NCHW maps).
+      if (da == 1 && db == 1) {
+        for (int64_t i = 0; i < inner; ++i) zr[i] = store<T>(op(load(xr[i]), load(yr[i])));
+      } else if (da == 1 && db == 0) {
+        const auto v = load(*yr);
+        for (int64_t i = 0; i < inner; ++i) zr[i] = store<T>(op(load(xr[i]), v));
+      } else if (da == 0 && db == 1) {
+        const auto v = load(*xr);
+        for (int64_t i = 0; i < inner; ++i) zr[i] = store<T>(op(v, load(yr[i])));
+      } else {
+        for (int64_t i = 0; i < inner; ++i) zr[i] = store<T>(op(load(xr[i * da]), load(yr[i * db])));
+      }
     });
   };
 }

@@ -15,22 +15,27 @@ namespace {
 
 using dnnl::memory;
 
-// Attrs ints: {kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, count_include_pad}.
+// Attrs ints: {kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, count_include_pad[, block]}.
+// block > 0 (forward only; the layout pass sets it): x and y are [N, C/b, H, W, b] (engine/ops_layout.h).
 struct PoolGeom {
   memory::dims kernel, strides, pads;
   dnnl::algorithm alg;
   memory::desc src, dst;
 };
 
-PoolGeom pool_geom(const Shape& x, const Shape& y, DType t, const Attrs& a, bool max) {
+PoolGeom pool_geom(const Shape& x, const Shape& y, DType t, const Attrs& a, bool max, bool layout = false) {
+  const int64_t block = layout ? a.i(7) : 0;
+  auto md = [&](const Shape& s) {
+    return block ? blocked_md({s[0], s[1] * s[4], s[2], s[3]}, t, block) : plain_md(s, t);
+  };
   PoolGeom g;
   g.kernel = {a.i(0), a.i(1)};
   g.strides = {a.i(2), a.i(3)};
   g.pads = {a.i(4), a.i(5)};
   g.alg = max ? dnnl::algorithm::pooling_max
               : a.i(6, 1) ? dnnl::algorithm::pooling_avg_include_padding : dnnl::algorithm::pooling_avg_exclude_padding;
-  g.src = plain_md(x, t);
-  g.dst = plain_md(y, t);
+  g.src = md(x);
+  g.dst = md(y);
   return g;
 }
 
@@ -54,7 +59,7 @@ Kernel empty_or_zero(const TensorMeta& out) {
 Kernel pool_forward(const char* name, const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a,
                     bool max) {
   if (out.numel() == 0) return empty_or_zero(out);
-  const PoolGeom g = pool_geom(in[0].shape, out.shape, out.dtype, a, max);
+  const PoolGeom g = pool_geom(in[0].shape, out.shape, out.dtype, a, max, true);
   try {
     auto pd = pool_fwd_pd(g, dnnl::prop_kind::forward_inference);
     DnnlStep step(pd, dnnl::pooling_forward(pd),

@@ -1,5 +1,6 @@
 // Reductions over any set of axes (sum, mean, amax), their backward kernels, and argmax.
 // Float dtypes (F32, F64, BF16, F16); sums accumulate in double. Schemas: reduce_ops.cpp.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -86,19 +87,25 @@ Kernel prepare_reduce(const std::vector<TensorMeta>& in, const TensorMeta& out, 
   const auto kind = static_cast<ReduceKind>(a.i(0));
   const Plan plan = make_plan(in[0].shape, reduce_mask(in[0].shape, {a.ints.begin() + 2, a.ints.end()}));
   return float_kernel(out.dtype, [&]<class T>(Type<T>) -> Kernel {
-    // Sum / mean of [R, K] rows into [K] (leading dims reduced, a contiguous tail kept: bias
-    // gradients): row by row into K accumulators, the same additions in the same order as
-    // the general walk below, without its strided per-output pass.
-    if (kind != ReduceKind::Max && plan.kept.size() == 1 && plan.kept_st[0] == 1 && plan.red.size() == 1 &&
-        plan.red_st[0] == plan.kept[0])
-      return [rows = plan.red[0], cols = plan.kept[0], mean = kind == ReduceKind::Mean](const void* const* inp, void* o) {
-        const T* x = static_cast<const T*>(inp[0]);
-        T* y = static_cast<T*>(o);
-        std::vector<double> acc(static_cast<size_t>(cols), 0.0);
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t k = 0; k < cols; ++k) acc[static_cast<size_t>(k)] += static_cast<double>(load(x[r * cols + k]));
-        for (int64_t k = 0; k < cols; ++k)
-          y[k] = store<T>(mean ? acc[static_cast<size_t>(k)] / static_cast<double>(rows) : acc[static_cast<size_t>(k)]);
+    // Sum / mean of [O, R, K] over R into [O, K] (a block of dims reduced, a contiguous tail
+    // kept: bias gradients with O = 1, global average pools over NHWC maps): row by row into
+    // K accumulators, the same additions in the same order as the general walk below, without
+    // its strided per-output pass.
+    const size_t nk = plan.kept.size();
+    if (kind != ReduceKind::Max && plan.red.size() == 1 && (nk == 1 || nk == 2) && plan.kept_st[nk - 1] == 1 &&
+        plan.red_st[0] == plan.kept[nk - 1] && (nk == 1 || plan.kept_st[0] == plan.red[0] * plan.kept[1]))
+      return [outer = nk == 2 ? plan.kept[0] : 1, rows = plan.red[0], cols = plan.kept[nk - 1],
+              mean = kind == ReduceKind::Mean](const void* const* inp, void* o) {
+        std::vector<double> acc(static_cast<size_t>(cols));
+        for (int64_t b = 0; b < outer; ++b) {
+          const T* x = static_cast<const T*>(inp[0]) + b * rows * cols;
+          T* y = static_cast<T*>(o) + b * cols;
+          std::fill(acc.begin(), acc.end(), 0.0);
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t k = 0; k < cols; ++k) acc[static_cast<size_t>(k)] += static_cast<double>(load(x[r * cols + k]));
+          for (int64_t k = 0; k < cols; ++k)
+            y[k] = store<T>(mean ? acc[static_cast<size_t>(k)] / static_cast<double>(rows) : acc[static_cast<size_t>(k)]);
+        }
       };
     return [plan, kind](const void* const* inp, void* o) {
       const T* x = static_cast<const T*>(inp[0]);

@@ -185,9 +185,18 @@ Shape pool_out_shape(const OpSchema& op, const Metas& in, const Shape& x, const 
   return {x[0], x[1], oh, ow};
 }
 
+// ints[7] > 0: x is channel-blocked [N, C/b, H, W, b] (engine/ops_layout.h), C a multiple of b.
 TensorMeta infer_pool(const OpSchema& op, const Metas& in, const Attrs& a) {
-  expect_dnnl_float(op, in, 0), expect_rank(op, in, 0, 4);
-  return {pool_out_shape(op, in, in[0].shape, a), in[0].dtype};
+  expect_dnnl_float(op, in, 0);
+  const int64_t b = a.i(7);
+  if (b == 0) {
+    expect_rank(op, in, 0, 4);
+    return {pool_out_shape(op, in, in[0].shape, a), in[0].dtype};
+  }
+  expect_rank(op, in, 0, 5);
+  const Shape& s = in[0].shape;
+  if (s[4] != b) fail(op, in, "x is not in channel blocks of " + str(b));
+  return {blocked_shape(pool_out_shape(op, in, {s[0], s[1] * b, s[2], s[3]}, a), b), in[0].dtype};
 }
 
 TensorMeta infer_max_pool2d_backward(const OpSchema& op, const Metas& in, const Attrs& a) {

@@ -5,8 +5,9 @@
 //     other operands are scalars or per-channel values [1|N, C, 1|H, 1|W] (reordered once, e.g.
 //     squeeze-and-excitation's channel weights);
 //   - residual inputs of later blocked convolutions;
-//   - a global average pool (adaptive_avg_pool2d to 1x1), as a mean over H and W.
-// Each plain value becomes a blocked twin; a reader that needs NCHW (a pool, a reshape, a conv
+//   - pools: max_pool2d and avg_pool2d in the layout, a global average pool (adaptive_avg_pool2d
+//     to 1x1) as a mean over H and W.
+// Each plain value becomes a blocked twin; a reader that needs NCHW (a reshape, a concat, a conv
 // that prefers NCHW, a graph output) reads one from_blocked of it, and a blocked conv whose input
 // has no twin reads one to_blocked of it. The replaced nodes die (DCE). A graph where no blocked
 // value reaches another blocked op (a lone convolution) is left as it was. Padding channels
@@ -67,6 +68,8 @@ class Propagation {
       if (is_conv(g_.nodes[i])) convs += conv(static_cast<int>(i));
       else if (!any_twin_input(static_cast<int>(i))) continue;
       else if (is_op(g_.nodes[i], known_ops().adaptive_avg_pool2d)) global_pool(static_cast<int>(i));
+      else if (is_op(g_.nodes[i], known_ops().max_pool2d) || is_op(g_.nodes[i], known_ops().avg_pool2d))
+        window_pool(static_cast<int>(i));
       else elementwise(static_cast<int>(i));
     }
     if (convs == 0 || !chained()) {  // nothing gained: drop what was appended, as it was
@@ -143,6 +146,20 @@ class Propagation {
     if (twin_[x] < 0 || n.meta.shape.size() != 4 || n.meta.shape[2] != 1 || n.meta.shape[3] != 1) return;
     const Attrs mean{{static_cast<int64_t>(kernels::ReduceKind::Mean), 1, 2, 3}, {}};
     set_twin(i, g_.add_op(*known_ops().reduce, {twin_[x]}, mean), block_[x]);
+  }
+
+  // max_pool2d / avg_pool2d on the blocked input (oneDNN pools any layout), when no block is
+  // padded (the pool would need the true channel count).
+  void window_pool(int i) {
+    const Node n = g_.nodes[i];
+    const int x = n.inputs[0];
+    if (twin_[x] < 0 || n.meta.shape.size() != 4 || n.meta.shape[1] % block_[x]) return;
+    Attrs a = n.attrs;
+    const int64_t count_include_pad = a.i(6, 1);  // absent: avg_pool2d's default
+    a.ints.resize(8, 0);
+    a.ints[6] = count_include_pad;
+    a.ints[7] = block_[x];
+    set_twin(i, g_.add_op(*n.op, {twin_[x]}, a), block_[x]);
   }
 
   void elementwise(int i) {

@@ -48,10 +48,10 @@ bool is_graph_output(const Graph& g, int id);
 //   const KnownOps& op = known_ops();
 //   if (is_op(n, op.reshape)) ...
 struct KnownOps {
-  const OpSchema *adaptive_avg_pool2d, *batch_norm_eval, *binary, *bmm, *cast, *causal_fill, *concat, *contiguous,
-      *conv2d, *conv2d_nobias, *dropout, *embedding, *expand, *from_blocked, *fused_elementwise, *gelu, *linear,
-      *masked_fill, *matmul, *permute, *reduce, *relu, *reshape, *scale, *sdpa, *sigmoid, *silu, *slice, *softmax,
-      *sum_to, *tanh, *to_blocked, *unary_math, *where;
+  const OpSchema *adaptive_avg_pool2d, *avg_pool2d, *batch_norm_eval, *binary, *bmm, *cast, *causal_fill, *concat,
+      *contiguous, *conv2d, *conv2d_nobias, *dropout, *embedding, *expand, *from_blocked, *fused_elementwise, *gelu,
+      *linear, *masked_fill, *matmul, *max_pool2d, *permute, *reduce, *relu, *reshape, *scale, *sdpa, *sigmoid,
+      *silu, *slice, *softmax, *sum_to, *tanh, *to_blocked, *unary_math, *where;
 };
 const KnownOps& known_ops();
 inline bool is_op(const Node& n, const OpSchema* op) { return n.kind == Node::Kind::Op && n.op == op; }
