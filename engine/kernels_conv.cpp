@@ -232,23 +232,28 @@ memory::desc weight_md(const ConvGeom& g) {  // [G, O/G, C/G, kh, kw] is the sam
 }
 memory::desc any_md(const memory::desc& m) { return memory::desc(m.dims(), m.data_type(), tag::any); }
 
-// Dense convolutions with a spatial kernel on small output maps (<= 7x7, e.g. ResNet-18's last
-// stage) run on NCHW activations: reordering the activations to a blocked layout and back costs
-// more there than it saves (ResNet-18 layer4: 127 GFLOP/s blocked against 180 NCHW). Not 1x1 or
+// A convolution on its own (eager, training, or left NCHW by the layout pass) reorders its
+// activations to the layout it runs in and back. Dense convolutions with a spatial kernel on
+// small output maps (<= 7x7, e.g. ResNet-18's last stage) then run on NCHW: the reorders cost
+// more there than they save (ResNet-18 layer4: 127 GFLOP/s blocked against 180 NCHW). Not 1x1 or
 // depthwise convolutions: oneDNN runs those on NCHW through its gemm path at 1.6-6 GFLOP/s
 // (EfficientNet-B0's 7x7 stage, one thread: a 672->192 1x1 took 2.1 ms, a 1152-group 5x5 1.75
 // ms), against its blocked 1x1 and depthwise kernels. A 1x1 map (squeeze-and-excitation's FC
-// layers) stays NCHW: nothing to gain from a layout there.
-bool plain_activations(const ConvGeom& g) {
-  return g.oh * g.ow == 1 || (g.oh * g.ow <= 49 && g.groups == 1 && g.kh * g.kw > 1);
+// layers) stays NCHW: nothing to gain from a layout there. Inside a chain the layout pass keeps
+// (no reorders at all), small maps take oneDNN's layout too: ResNet-50 at batch 1, one thread,
+// 82 ms with this rule there and 76 ms without.
+bool plain_activations(const ConvGeom& g, bool in_chain = false) {
+  return g.oh * g.ow == 1 || (!in_chain && g.oh * g.ow <= 49 && g.groups == 1 && g.kh * g.kw > 1);
 }
 
 // `attr`: post-ops (the scratchpad mode is set here).
+// `in_chain`: the layout pass asks which layouts the conv would choose inside a chain.
 dnnl::convolution_forward::primitive_desc conv_fwd_pd(const ConvGeom& g, bool bias, dnnl::prop_kind pk,
-                                                      dnnl::primitive_attr attr = {}) {
+                                                      dnnl::primitive_attr attr = {}, bool in_chain = false) {
   const memory::desc bias_md = bias ? plain_md({g.o}, g.dtype) : memory::desc();
   // Fixed layouts: the layout pass chose them (blocked), or NCHW is faster here (plain_activations).
-  const bool fixed = g.src_block || g.dst_block || (plain_activations(g) && pk == dnnl::prop_kind::forward_inference);
+  const bool fixed =
+      g.src_block || g.dst_block || (plain_activations(g, in_chain) && pk == dnnl::prop_kind::forward_inference);
   dnnl::convolution_forward::desc d(pk, dnnl::algorithm::convolution_direct, fixed ? src_md(g) : any_md(src_md(g)),
                                     any_md(weight_md(g)), bias_md, fixed ? dst_md(g) : any_md(dst_md(g)), g.strides,
                                     g.dilates, g.pads, g.pads);
@@ -313,9 +318,9 @@ Kernel conv2d_forward(const std::vector<TensorMeta>& in, const TensorMeta& out, 
 ConvLayout conv_layout(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
   const ConvGeom g = conv_geom(in[0].shape, in[1].shape, out.shape, out.dtype, a);
   if (g.src_block || g.dst_block) return {g.src_block, g.dst_block, "chosen"};
-  if (plain_activations(g)) return {0, 0, g.oh * g.ow == 1 ? "NCHW: a 1x1 map" : "NCHW: a spatial kernel on a small map"};
+  if (plain_activations(g, true)) return {0, 0, "NCHW: a 1x1 map"};
   try {
-    const auto pd = conv_fwd_pd(g, in.size() > 2, dnnl::prop_kind::forward_inference);
+    const auto pd = conv_fwd_pd(g, in.size() > 2, dnnl::prop_kind::forward_inference, {}, true);
     ConvLayout l{block_of(pd.src_desc()), block_of(pd.dst_desc()), "oneDNN's choice"};
     if (!l.dst_block) l.reason = "NCHW: oneDNN chose no channel-blocked output";
     return l;

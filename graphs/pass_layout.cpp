@@ -4,7 +4,7 @@
 //   - element-wise ops (relu, silu, sigmoid, tanh, gelu, scale, binary, fused_elementwise) whose
 //     other operands are scalars or per-channel values [1|N, C, 1|H, 1|W] (reordered once, e.g.
 //     squeeze-and-excitation's channel weights);
-//   - residual inputs of later blocked convolutions;
+//   - residual inputs of later blocked convolutions; slices along N, H or W;
 //   - pools: max_pool2d and avg_pool2d in the layout, a global average pool (adaptive_avg_pool2d
 //     to 1x1) as a mean over H and W.
 // Each plain value becomes a blocked twin; a reader that needs NCHW (a reshape, a concat, a conv
@@ -70,6 +70,7 @@ class Propagation {
       else if (is_op(g_.nodes[i], known_ops().adaptive_avg_pool2d)) global_pool(static_cast<int>(i));
       else if (is_op(g_.nodes[i], known_ops().max_pool2d) || is_op(g_.nodes[i], known_ops().avg_pool2d))
         window_pool(static_cast<int>(i));
+      else if (is_op(g_.nodes[i], known_ops().slice)) spatial_slice(static_cast<int>(i));
       else elementwise(static_cast<int>(i));
     }
     if (convs == 0 || !chained()) {  // nothing gained: drop what was appended, as it was
@@ -159,6 +160,19 @@ class Propagation {
     a.ints.resize(8, 0);
     a.ints[6] = count_include_pad;
     a.ints[7] = block_[x];
+    set_twin(i, g_.add_op(*n.op, {twin_[x]}, a), block_[x]);
+  }
+
+  // A slice along N, H or W (dims 0, 2, 3 in both layouts) keeps the layout: a crop, or the
+  // importer's one-element constants (sliced down to [N, C, 1, 1] before the channels).
+  void spatial_slice(int i) {
+    const Node n = g_.nodes[i];
+    const int x = n.inputs[0];
+    if (twin_[x] < 0 || n.meta.shape.size() != 4) return;
+    const int64_t d = n.attrs.i(0) < 0 ? n.attrs.i(0) + 4 : n.attrs.i(0);
+    if (d != 0 && d != 2 && d != 3) return;
+    Attrs a = n.attrs;
+    a.ints[0] = d;
     set_twin(i, g_.add_op(*n.op, {twin_[x]}, a), block_[x]);
   }
 

@@ -13,7 +13,9 @@ namespace hg::models::onnx_detail {
 // one element), so a captured graph computes it instead of reading a buffer made on the host.
 Tensor constant_like(const Tensor& x, double v) {
   Tensor one = x;
-  for (int64_t d = 0; d < x.ndim(); ++d) one = ops::slice(one, d, 0, 1);
+  // From the last dim to the first: a compiled graph keeping x channels-last reorders only the
+  // [N, C, 1, 1] corner, not the whole map, before the slice along the channels.
+  for (int64_t d = x.ndim(); d-- > 0;) one = ops::slice(one, d, 0, 1);
   if (!is_floating(x.dtype())) return Tensor::full(one.shape(), static_cast<float>(v)).to(x.dtype()).to(x.device());
   return ops::scale(ops::pow(one, 0.0), v);
 }
