@@ -18,6 +18,10 @@ enum class Act { GeluErf, GeluTanh, Silu, Tanh, Sigmoid };
 Kernel prepare_activation(Act act, bool backward, const Metas& in, const TensorMeta& out);
 Kernel activation_loop(Act act, bool backward, DType t, int64_t n);
 
+// clamp: input x; clamp_backward: inputs grad, x (grad where lo <= x <= hi, else 0, as
+// PyTorch). floats {lo, hi} (either may be infinite); NaN stays NaN.
+Kernel prepare_clamp(const Metas& in, const TensorMeta& out, const Attrs& a, bool backward);
+
 // inputs: x (any float), seed (I64 scalar); floats {p}. Keeps element i when the counter hash
 // of (seed, i) is >= p and scales it by 1/(1-p). The same kernel is its own backward.
 Kernel prepare_dropout(const Metas& in, const TensorMeta& out, const Attrs& a);

@@ -46,6 +46,30 @@ Kernel prepare_gelu(const Metas& in, const TensorMeta& out, const Attrs& a) {
   return act::prepare_activation(a.i(0) ? Act::GeluTanh : Act::GeluErf, Backward, in, out);
 }
 
+// floats {lo, hi}: numbers with lo <= hi (either may be infinite: a one-sided clamp).
+void expect_bounds(const OpSchema& op, const Metas& in, const Attrs& a) {
+  if (a.floats.size() != 2 || std::isnan(a.f(0)) || std::isnan(a.f(1)) || a.f(0) > a.f(1))
+    fail(op, in, "needs bounds min <= max (floats {min, max})");
+}
+
+TensorMeta infer_clamp(const OpSchema& op, const Metas& in, const Attrs& a) {
+  expect_bounds(op, in, a);
+  return infer_act(op, in, a);
+}
+
+TensorMeta infer_clamp_backward(const OpSchema& op, const Metas& in, const Attrs& a) {
+  expect_bounds(op, in, a);
+  return infer_act_backward(op, in, a);
+}
+
+Kernel prepare_clamp(const Metas& in, const TensorMeta& out, const Attrs& a) {
+  return act::prepare_clamp(in, out, a, false);
+}
+Kernel prepare_clamp_backward(const Metas& in, const TensorMeta& out, const Attrs& a) {
+  return act::prepare_clamp(in, out, a, true);
+}
+
+Ts bw_clamp(const Ts& in, const Tensor& g, const Attrs& a) { return {dispatch("clamp_backward", {g, in[0]}, a)}; }
 Ts bw_gelu(const Ts& in, const Tensor& g, const Attrs& a) { return {dispatch("gelu_backward", {g, in[0]}, a)}; }
 Ts bw_silu(const Ts& in, const Tensor& g, const Attrs&) { return {dispatch("silu_backward", {g, in[0]})}; }
 Ts bw_tanh(const Ts& in, const Tensor& g, const Attrs&) { return {dispatch("tanh_backward", {g, in[0]})}; }
@@ -187,6 +211,7 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
 Tensor silu(const Tensor& x) { return dispatch("silu", {x}); }
 Tensor tanh(const Tensor& x) { return dispatch("tanh", {x}); }
 Tensor sigmoid(const Tensor& x) { return dispatch("sigmoid", {x}); }
+Tensor clamp(const Tensor& x, double lo, double hi) { return dispatch("clamp", {x}, Attrs{{}, {lo, hi}}); }
 
 Tensor dropout(const Tensor& x, double p, bool training) {
   if (!(p >= 0 && p <= 1)) throw InvalidArgument("op 'dropout': p must be in [0, 1], got " + std::to_string(p));
@@ -229,6 +254,8 @@ void register_act_ops() {
   register_op({"tanh_backward", 2, infer_act_backward, prepare_act<Act::Tanh, true>});
   register_op({"sigmoid", 1, infer_act, prepare_act<Act::Sigmoid, false>, bw_sigmoid, /*inplace=*/true});
   register_op({"sigmoid_backward", 2, infer_act_backward, prepare_act<Act::Sigmoid, true>});
+  register_op({"clamp", 1, infer_clamp, prepare_clamp, bw_clamp, /*inplace=*/true});
+  register_op({"clamp_backward", 2, infer_clamp_backward, prepare_clamp_backward});
   register_op({"dropout", 2, infer_dropout, k::prepare_dropout, bw_dropout});
   register_op({"embedding", 2, infer_embedding, k::prepare_embedding, bw_embedding});
   register_op({"embedding_backward", 2, infer_embedding_backward, k::prepare_embedding_backward});

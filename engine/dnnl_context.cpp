@@ -36,7 +36,7 @@ dnnl::primitive_attr user_scratchpad() {
 void append_post_ops(dnnl::primitive_attr& attr, FusedAct act, bool sum) {
   dnnl::post_ops po;
   if (sum) po.append_sum(1.f);
-  auto eltwise = [&](dnnl::algorithm alg, float alpha) { po.append_eltwise(1.f, alg, alpha, 0.f); };
+  auto eltwise = [&](dnnl::algorithm alg, float alpha, float beta = 0.f) { po.append_eltwise(1.f, alg, alpha, beta); };
   switch (act) {
     case FusedAct::None: break;
     case FusedAct::Relu: eltwise(dnnl::algorithm::eltwise_relu, 0.f); break;
@@ -45,6 +45,7 @@ void append_post_ops(dnnl::primitive_attr& attr, FusedAct act, bool sum) {
     case FusedAct::Silu: eltwise(dnnl::algorithm::eltwise_swish, 1.f); break;  // x * sigmoid(1 * x)
     case FusedAct::Sigmoid: eltwise(dnnl::algorithm::eltwise_logistic, 0.f); break;
     case FusedAct::Tanh: eltwise(dnnl::algorithm::eltwise_tanh, 0.f); break;
+    case FusedAct::Relu6: eltwise(dnnl::algorithm::eltwise_clip, 0.f, 6.f); break;  // min(max(x, 0), 6)
   }
   if (po.len() > 0) attr.set_post_ops(po);
 }

@@ -462,4 +462,33 @@ Kernel prepare_where_backward(const Metas& in, const TensorMeta& out, const Attr
   });
 }
 
+Kernel prepare_clamp(const Metas&, const TensorMeta& out, const Attrs& a, bool backward) {
+  return visit_dtype(out.dtype, [&]<class T>(Type<T>) -> Kernel {
+    using C = compute_t<T>;
+    if constexpr (!std::is_floating_point_v<C>) {
+      throw InternalError("clamp: floating-point dtypes only");
+    } else {
+      const C lo = static_cast<C>(a.f(0)), hi = static_cast<C>(a.f(1));
+      if (!backward)
+        return [n = out.numel(), lo, hi](const void* const* in, void* o) {
+          const T* x = static_cast<const T*>(in[0]);
+          T* y = static_cast<T*>(o);
+          for (int64_t i = 0; i < n; ++i) {
+            const C v = load(x[i]);
+            y[i] = store<T>(v < lo ? lo : v > hi ? hi : v);  // NaN compares false: stays NaN
+          }
+        };
+      return [n = out.numel(), lo, hi](const void* const* in, void* o) {
+        const T* g = static_cast<const T*>(in[0]);
+        const T* x = static_cast<const T*>(in[1]);
+        T* y = static_cast<T*>(o);
+        for (int64_t i = 0; i < n; ++i) {
+          const C v = load(x[i]);
+          y[i] = v >= lo && v <= hi ? g[i] : store<T>(C(0));
+        }
+      };
+    }
+  });
+}
+
 }  // namespace hg::act

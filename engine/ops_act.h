@@ -27,6 +27,9 @@ Tensor gelu(const Tensor& x, std::string_view approximate = "none");
 Tensor silu(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
+// min(max(x, lo), hi) (torch.clamp); lo or hi may be -inf / inf. Throws unless lo <= hi.
+// Differentiable: the gradient passes where lo <= x <= hi.
+Tensor clamp(const Tensor& x, double lo, double hi);
 
 // Zeroes each element with probability p and scales the rest by 1/(1-p). The mask comes from
 // a 64-bit seed drawn from x's device generator at call time and passed as an input tensor,

@@ -4,7 +4,7 @@
 
 namespace hg {
 
-bool valid_fused_act(int64_t code) { return code >= 0 && code <= static_cast<int64_t>(FusedAct::Tanh); }
+bool valid_fused_act(int64_t code) { return code >= 0 && code <= static_cast<int64_t>(FusedAct::Relu6); }
 
 const char* fused_act_name(FusedAct act) {
   switch (act) {
@@ -15,6 +15,7 @@ const char* fused_act_name(FusedAct act) {
     case FusedAct::Silu: return "silu";
     case FusedAct::Sigmoid: return "sigmoid";
     case FusedAct::Tanh: return "tanh";
+    case FusedAct::Relu6: return "relu6";
   }
   return "?";
 }
@@ -29,6 +30,7 @@ double apply_fused_act(FusedAct act, double x) {
     case FusedAct::Silu: return x / (1 + std::exp(-x));
     case FusedAct::Sigmoid: return 1 / (1 + std::exp(-x));
     case FusedAct::Tanh: return std::tanh(x);
+    case FusedAct::Relu6: return x < 0 ? 0.0 : x > 6 ? 6.0 : x;
   }
   return x;
 }

@@ -18,7 +18,7 @@
 
 namespace hg {
 
-enum class FusedAct : int64_t { None = 0, Relu = 1, GeluErf = 2, GeluTanh = 3, Silu = 4, Sigmoid = 5, Tanh = 6 };
+enum class FusedAct : int64_t { None = 0, Relu = 1, GeluErf = 2, GeluTanh = 3, Silu = 4, Sigmoid = 5, Tanh = 6, Relu6 = 7 };
 
 bool valid_fused_act(int64_t code);
 const char* fused_act_name(FusedAct act);  // "relu", "gelu", "gelu_tanh", ...

@@ -4,7 +4,7 @@
 //     conv) when the op has none yet;
 //   + a residual of the output's shape (conv only: oneDNN's sum post-op, the ResNet block's
 //     conv -> add(identity) -> relu once batch norm is folded);
-//   an activation (relu, gelu erf / tanh, silu, sigmoid, tanh), also across one reshape in
+//   an activation (relu, gelu erf / tanh, silu, sigmoid, tanh, clamp to [0, 6]), also across one reshape in
 //     between (linear -> reshape -> gelu, as the zoo's Linear on 3-D inputs traces).
 // The consumer node takes over: its op becomes the producer's with the post-op in its attrs
 // or inputs (engine/post_ops.h), `fused` lists the merged ops; the producer dies (DCE).
@@ -40,6 +40,7 @@ std::optional<FusedAct> activation_of(const Node& n) {
   if (n.op == k.silu) return FusedAct::Silu;
   if (n.op == k.sigmoid) return FusedAct::Sigmoid;
   if (n.op == k.tanh) return FusedAct::Tanh;
+  if (n.op == k.clamp && n.attrs.f(0) == 0.0 && n.attrs.f(1) == 6.0) return FusedAct::Relu6;  // ReLU6
   return std::nullopt;
 }
 

@@ -1,7 +1,7 @@
 // Layout propagation (ONNX Runtime's NCHWc transformer, done on our graph): convolutions with
 // constant weights whose oneDNN kernel prefers a channel-blocked output (engine/ops_layout.h,
 // kernels::nn::conv_layout) produce it, and the ops after them keep it while they can:
-//   - element-wise ops (relu, silu, sigmoid, tanh, gelu, scale, binary, fused_elementwise) whose
+//   - element-wise ops (relu, silu, sigmoid, tanh, gelu, clamp, scale, binary, fused_elementwise) whose
 //     other operands are scalars or per-channel values [1|N, C, 1|H, 1|W] (reordered once, e.g.
 //     squeeze-and-excitation's channel weights);
 //   - residual inputs of later blocked convolutions; slices along N, H or W;
@@ -180,7 +180,7 @@ class Propagation {
     const Node n = g_.nodes[i];
     const KnownOps& k = known_ops();
     const bool unary = is_op(n, k.relu) || is_op(n, k.silu) || is_op(n, k.sigmoid) || is_op(n, k.tanh) ||
-                       is_op(n, k.gelu) || is_op(n, k.scale);
+                       is_op(n, k.gelu) || is_op(n, k.scale) || is_op(n, k.clamp);
     const bool binary = is_op(n, k.binary) && attrs::Binary::of(n.attrs).op != kernels::BinaryOp::Div;
     const bool program = is_op(n, k.fused_elementwise);
     if (!(unary || binary || program) || !is_image(n.meta)) return;

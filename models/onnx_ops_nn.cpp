@@ -21,7 +21,8 @@ Tensor constant_like(const Tensor& x, double v) {
 }
 
 // min(max(x, lo), hi) from relu: lo + relu(x - lo), then hi - relu(hi - y) (exact to an ulp
-// of the bounds; an absent bound is skipped). Clip, HardSigmoid and HardSwish are built on it.
+// of the bounds; an absent bound is skipped). HardSigmoid and HardSwish are built on it: as
+// relu, add and sub it fuses with their scale and product into one element-wise program.
 static Tensor clamp(Tensor x, std::optional<double> lo, std::optional<double> hi) {
   if (lo && *lo == 0) x = ops::relu(x);
   else if (lo) x = ops::add(ops::relu(ops::add(x, constant_like(x, -*lo))), constant_like(x, *lo));
@@ -37,7 +38,12 @@ Ts clip(const Ctx& c) {
     if (v.size() > 1) c.fail(std::string(k) + " must be a scalar");
     return v.empty() ? std::nullopt : std::optional<double>(v[0]);
   };
-  return {clamp(c.x(0), bound("min"), bound("max"))};
+  const auto lo = bound("min"), hi = bound("max");
+  // A float Clip is one clamp op (ReLU6 becomes its convolution's post-op); min > max (every
+  // element becomes max, as numpy's clip) and integer tensors take the relu form.
+  if (is_floating(c.x(0).dtype()) && (!lo || !hi || *lo <= *hi))
+    return {ops::clamp(c.x(0), lo.value_or(-INFINITY), hi.value_or(INFINITY))};
+  return {clamp(c.x(0), lo, hi)};
 }
 
 Tensor hard_sigmoid(const Tensor& x, double alpha, double beta) {

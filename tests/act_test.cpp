@@ -21,6 +21,7 @@
 #include "golden.h"
 #include "gradcheck.h"
 #include "graphs/lazy.h"
+#include "tests/errors.h"
 
 using namespace hg;
 using namespace hg::test;
@@ -535,3 +536,26 @@ TEST(ActGenerator, SeedsAreCountersPerDevice) {
 }
 
 }  // namespace
+
+namespace hg {
+namespace {
+
+// torch.clamp: bounds inclusive, NaN kept, one-sided with an infinite bound, the gradient where
+// min <= x <= max (values from torch.clamp(torch.tensor([...]), -1, 0.5) and its backward).
+TEST(ActClamp, ValuesGradientAndBadBounds) {
+  const Tensor x = Tensor::from_vector({-3.0f, -1.0f, 0.25f, 0.5f, 2.0f, NAN}, {6});
+  const auto y = ops::clamp(x, -1.0, 0.5).to_vector();
+  const std::vector<float> want{-1.0f, -1.0f, 0.25f, 0.5f, 0.5f};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(y[i], want[i]) << i;
+  EXPECT_TRUE(std::isnan(y[5]));
+  EXPECT_EQ(ops::clamp(x, -INFINITY, 0.0).to_vector()[0], -3.0f);
+  const Tensor g = dispatch("clamp_backward", {Tensor::full({6}, 1.0f), x}, Attrs{{}, {-1.0, 0.5}});
+  const auto gv = g.to_vector();
+  const std::vector<float> want_g{0, 1, 1, 1, 0, 0};  // PyTorch passes the gradient at the bounds
+  for (size_t i = 0; i < want_g.size(); ++i) EXPECT_EQ(gv[i], want_g[i]) << i;
+  for (const auto& bad : {Attrs{{}, {1.0, 0.0}}, Attrs{{}, {NAN, 1.0}}, Attrs{{}, {0.0}}})
+    EXPECT_THAT(test::error_of<Error>([&] { dispatch("clamp", {x}, bad); }), HasSubstr("bounds min <= max"));
+}
+
+}  // namespace
+}  // namespace hg

@@ -38,6 +38,7 @@ const std::map<std::string, std::string> kNotDifferentiable = {
     {"amax_backward", "backward formula (no double backward)"},
     {"reduce_backward", "backward formula (no double backward)"},
     {"relu_backward", "backward formula (no double backward)"},
+    {"clamp_backward", "backward formula (no double backward)"},
     {"softmax_backward", "backward formula (no double backward)"},
     {"gelu_backward", "backward formula (no double backward)"},
     {"silu_backward", "backward formula (no double backward)"},
@@ -219,6 +220,11 @@ const std::map<std::string, std::function<void(const std::string&)>>& grad_check
       {"silu", [](auto& op) { fd(op, [](auto& in) { return ops::silu(in[0]); }, {randn({3, 5}, 1, DType::F64, 2)}, {0}, "[3, 5]"); }},
       {"tanh", [](auto& op) { fd(op, [](auto& in) { return ops::tanh(in[0]); }, {randn({3, 5}, 1, DType::F64, 2)}, {0}, "[3, 5]"); }},
       {"sigmoid", [](auto& op) { fd(op, [](auto& in) { return ops::sigmoid(in[0]); }, {randn({3, 5}, 1, DType::F64, 2)}, {0}, "[3, 5]"); }},
+      {"clamp",  // randn * 2 has elements on both sides of [-1, 0.5]; none within 1e-3 of a bound
+       [](auto& op) {
+         fd(op, [](auto& in) { return ops::clamp(in[0], -1.0, 0.5); }, {randn({3, 5}, 2, DType::F64, 2)}, {0}, "[-1, 0.5]");
+         fd(op, [](auto& in) { return ops::clamp(in[0], -INFINITY, 0.0); }, {randn({3, 5}, 2, DType::F64, 3)}, {0}, "max only");
+       }},
       {"dropout",
        [](auto& op) {
          fd(op,

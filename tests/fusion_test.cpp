@@ -141,6 +141,12 @@ std::vector<Pattern> patterns() {
          b.g.outputs = {b.op("binary", {b.op("sigmoid", {y}), y}, Attrs{{2}, {}})};
          return b.g;
        }, 1},
+      {"conv_clamp_relu6", [] {  // MobileNetV2's ReLU6 (ONNX Clip(0, 6)) as a post-op
+         Builder b;
+         const int x = b.in({1, 8, 14, 14}), w = b.in({16, 8, 3, 3}), bias = b.in({16});
+         b.g.outputs = {b.op("clamp", {b.conv(x, w, bias, 1, 1)}, Attrs{{}, {0.0, 6.0}})};
+         return b.g;
+       }, 1},
       {"linear_mul_sigmoid_silu", [] {  // mul(y, sigmoid(y)): the other operand order
          Builder b;
          const int x = b.in({4, 32}), w = b.in({16, 32}), bias = b.in({16});
@@ -348,6 +354,7 @@ TEST(FusionEager, ActivationPostOpsMatchTheActivationOps) {
       {FusedAct::Silu, [](const Tensor& t) { return ops::silu(t); }},
       {FusedAct::Sigmoid, [](const Tensor& t) { return ops::sigmoid(t); }},
       {FusedAct::Tanh, [](const Tensor& t) { return ops::tanh(t); }},
+      {FusedAct::Relu6, [](const Tensor& t) { return ops::clamp(t, 0.0, 6.0); }},
   };
   std::vector<float> eye(16 * 16, 0.0f);
   for (int i = 0; i < 16; ++i) eye[i * 17] = 1.0f;
@@ -415,7 +422,7 @@ TEST(FusionEager, Bf16PostOpsMatchUnfused) {
 
 TEST(FusionEager, FusedNodesRejectBadPostOps) {
   const Tensor x = Tensor::zeros({2, 3}), w = Tensor::zeros({4, 3}), b = Tensor::zeros({4});
-  EXPECT_THROW(dispatch("linear", {x, w, b}, Attrs{{7}, {}}), ShapeError);
+  EXPECT_THROW(dispatch("linear", {x, w, b}, Attrs{{8}, {}}), ShapeError);  // no activation code 8
   EXPECT_THROW(dispatch("matmul", {x, w, Tensor::zeros({3})}, Attrs{{0, 1}, {}}), ShapeError);
   const Tensor xc = Tensor::zeros({1, 2, 5, 5}), wc = Tensor::zeros({3, 2, 3, 3});
   EXPECT_THROW(dispatch("conv2d_nobias", {xc, wc, Tensor::zeros({1, 3, 5, 5})}, Attrs{{1, 1, 0, 0, 1, 1, 1}, {}}),
