@@ -317,15 +317,13 @@ Kernel conv2d_forward(const std::vector<TensorMeta>& in, const TensorMeta& out, 
 
 ConvLayout conv_layout(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
   const ConvGeom g = conv_geom(in[0].shape, in[1].shape, out.shape, out.dtype, a);
-  if (g.src_block || g.dst_block) return {g.src_block, g.dst_block, "chosen"};
-  if (plain_activations(g, true)) return {0, 0, "NCHW: a 1x1 map"};
+  if (g.src_block || g.dst_block) return {g.src_block, g.dst_block};
+  if (plain_activations(g, true)) return {};  // a 1x1 map
   try {
     const auto pd = conv_fwd_pd(g, in.size() > 2, dnnl::prop_kind::forward_inference, {}, true);
-    ConvLayout l{block_of(pd.src_desc()), block_of(pd.dst_desc()), "oneDNN's choice"};
-    if (!l.dst_block) l.reason = "NCHW: oneDNN chose no channel-blocked output";
-    return l;
+    return {block_of(pd.src_desc()), block_of(pd.dst_desc())};
   } catch (const dnnl::error&) {
-    return {0, 0, "NCHW: oneDNN has no blocked convolution here"};
+    return {};  // no convolution for these shapes in another layout: NCHW
   }
 }
 

@@ -102,11 +102,10 @@ inline constexpr int kTempSlots = 8;
 // kernels_conv.cpp. Attrs ints: {stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups, ...}
 // Post-ops (ints[7] activation, a residual input last): engine/post_ops.h. prepack_*: constant
 // weights reordered once into the primitive's layout.
-// The activation layouts a plain conv2d / conv2d_nobias node runs best with: channel blocks of
-// its x and output (0 = NCHW; engine/ops_layout.h) as oneDNN chooses them, and why.
+// The activation layouts a plain conv2d / conv2d_nobias node runs best with inside a chain:
+// channel blocks of its x and output (0 = NCHW; engine/ops_layout.h) as oneDNN chooses them.
 struct ConvLayout {
   int64_t src_block = 0, dst_block = 0;
-  const char* reason = "";
 };
 ConvLayout conv_layout(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
 Kernel prepare_conv2d(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // x, w, b[, res]
