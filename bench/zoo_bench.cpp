@@ -8,9 +8,13 @@
 //                   a model with a dynamic dimension besides the batch (a sequence axis) runs
 //                   at the input file's sample shape (one signature). With DIR/MODEL/output.safetensors
 //                   (PyTorch's output), max_rel_err: max|replay - PyTorch| / max|PyTorch|.
+//       replay_bf16 the same compiled in BF16 (PredictorOptions::precision); max_rel_err as above
 //       replay_zoo  Predictor over DIR/MODEL/zoo (the same weights in hgraph's native modules)
 //       eager       the imported ONNX module on hpu:0, op by op; the output read on the host
 //       lazy        the same module traced in lazy mode, mark_step(), the output read on the host
+//   hg_zoo_bench agreement DIR [--models ..] [--precision bf16] [--samples 1000] [--batch 8]
+//       the reduced-precision replay against hgraph's FP32 on fixed inputs (Predictor::
+//       check_precision): top-1 agreement and max relative error, one JSON line per model.
 //   hg_zoo_bench overhead [--nodes 1000] [--seconds 2]
 //       per-node replay cost: HPU graphs of 1 and of N `scale` ops on one element
 //       (run with HG_DISABLE_FUSION=1, which run_zoo.sh sets, so no pass merges the chain).
@@ -161,8 +165,9 @@ double max_rel_err(const std::vector<float>& got, const fs::path& file) {
   return diff / scale;
 }
 
-Timing replay(const fs::path& dir, const Input& in, int64_t batch, double seconds, const fs::path& reference) {
-  auto p = hg::models::Predictor::load(dir, {.batch_buckets = {batch}});
+Timing replay(const fs::path& dir, const Input& in, int64_t batch, double seconds, const fs::path& reference,
+              hg::graphs::Precision precision = hg::graphs::Precision::Fp32) {
+  auto p = hg::models::Predictor::load(dir, {.batch_buckets = {batch}, .precision = precision});
   p->capture_all();
   // Dynamic dimensions besides the batch: the input file's sample shape is the signature
   // (output_shapes captures its graph before the timing).
@@ -224,11 +229,31 @@ int latency(const fs::path& data, const std::map<std::string, std::string>& o) {
       };
       const fs::path reference = dir / "output.safetensors";
       if (has("replay")) measure("hgraph_replay", [&] { return replay(dir, in, b, seconds, reference); });
+      if (has("replay_bf16"))
+        measure("hgraph_replay_bf16",
+                [&] { return replay(dir, in, b, seconds, reference, hg::graphs::Precision::Bf16); });
       if (has("replay_zoo") && fs::exists(dir / "zoo"))
         measure("hgraph_replay_zoo", [&] { return replay(dir / "zoo", in, b, seconds, reference); });
       if (has("eager")) measure("hgraph_eager", [&] { return eager(*net, in, b, false, seconds); });
       if (has("lazy")) measure("hgraph_lazy", [&] { return eager(*net, in, b, true, seconds); });
     }
+  }
+  return 0;
+}
+
+int agreement(const fs::path& data, const std::map<std::string, std::string>& o) {
+  const auto precision = hg::graphs::parse_precision(opt(o, "precision", "bf16"));
+  const int64_t samples = std::stoll(opt(o, "samples", "1000")), batch = std::stoll(opt(o, "batch", "8"));
+  for (const auto& m : split(opt(o, "models", "resnet18,bert"))) {
+    const Input in = read_input(data / m / "input.safetensors");
+    auto p = hg::models::Predictor::load(data / m, {.batch_buckets = {batch}, .precision = precision});
+    hg::models::PrecisionCheckOptions c{.samples = samples};
+    if (p->input_size(0) < 0) c.signature.emplace_back(in.shape.begin() + 1, in.shape.end());
+    const auto t0 = Clock::now();
+    const hg::models::PrecisionReport r = p->check_precision(c);
+    emit({{"model", m}, {"precision", hg::graphs::precision_name(precision)}, {"samples", r.samples},
+          {"rows", r.rows}, {"top1_agreement", r.top1_agreement}, {"max_rel_err", r.max_relative_error},
+          {"seconds", ms_since(t0) / 1000}});
   }
   return 0;
 }
@@ -308,6 +333,7 @@ int start(const fs::path& dir, int64_t batch, const std::string& label) {
 
 int usage() {
   std::cerr << "usage: hg_zoo_bench latency DIR [--models ..] [--batches ..] [--seconds S] [--runtimes ..]\n"
+               "       hg_zoo_bench agreement DIR [--models ..] [--precision bf16] [--samples N] [--batch B]\n"
                "       hg_zoo_bench overhead [--nodes N] [--seconds S]\n"
                "       hg_zoo_bench peak [--sizes N,..] [--seconds S]\n"
                "       hg_zoo_bench start MODEL_DIR BATCH [LABEL]\n";
@@ -321,6 +347,7 @@ int main(int argc, char** argv) {
   const std::string mode = argv[1];
   try {
     if (mode == "latency" && argc >= 3) return latency(argv[2], options(argc, argv, 3));
+    if (mode == "agreement" && argc >= 3) return agreement(argv[2], options(argc, argv, 3));
     if (mode == "overhead") return overhead(options(argc, argv, 2));
     if (mode == "peak") return peak(options(argc, argv, 2));
     if (mode == "start" && (argc == 4 || argc == 5)) return start(argv[2], std::stoll(argv[3]), argc == 5 ? argv[4] : "");

@@ -4,6 +4,8 @@
 // blocks of query rows when one slice is large. Per unit, in a per-thread scratch: oneDNN matmul
 // q kᵀ scaled, the mask and causal fill row by row, oneDNN softmax in place, then oneDNN matmul
 // with v straight into the output. Units run on OpenMP threads when the problem is large enough.
+// BF16 q, k, v (graphs that run in reduced precision): BF16 matmuls with FP32 scores, the mask
+// and softmax in FP32, the probabilities rounded to BF16 for the product with v; a BF16 output.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -41,7 +43,8 @@ TensorMeta infer_sdpa(const OpSchema& op, const Metas& in, const Attrs& a) {
   if (causal < sdpa::kNotCausal || causal > sdpa::kCausalAfterMask) fail(op, in, "bad causal mode " + std::to_string(causal));
   if (in.size() != expected_inputs(kind))
     fail(op, in, "mask kind " + std::to_string(kind) + " takes " + std::to_string(expected_inputs(kind)) + " inputs");
-  for (size_t i = 0; i < 3; ++i) expect_dtype(op, in, i, DType::F32);
+  if (in[0].dtype != DType::F32 && in[0].dtype != DType::BF16) fail(op, in, "q must be F32 or BF16");
+  for (size_t i = 1; i < 3; ++i) expect_dtype(op, in, i, in[0].dtype);
   const size_t r = in[0].shape.size();
   if (r < 2 || in[1].shape.size() != r || in[2].shape.size() != r) fail(op, in, "q, k and v need the same rank, at least 2");
   for (size_t d = 0; d + 2 < r; ++d)
@@ -63,7 +66,7 @@ TensorMeta infer_sdpa(const OpSchema& op, const Metas& in, const Attrs& a) {
   }
   Shape out = std::move(scores);
   out.back() = in[2].shape[r - 1];
-  return {out, DType::F32};
+  return {out, in[0].dtype};
 }
 
 // The primitives of one unit shape (g slices of t query rows): q kᵀ with the scale as output
@@ -77,14 +80,17 @@ struct UnitCalls {
 
 struct Plan {
   int64_t batch, l, s, d, dv, g, t;  // g slices per unit, t rows per unit
+  dnnl::memory::data_type dt;        // of q, k, v, the output and the probabilities (f32 or bf16)
+  size_t elem;                       // its bytes
   int64_t kind, causal;
   float scale, causal_value, fill_value;
   Shape batch_shape, mask_strides;  // mask strides over [batch..., L, S] (0 along broadcast dims)
   std::map<std::pair<int64_t, int64_t>, UnitCalls> calls;
 };
 
-dnnl::memory::desc md3(int64_t a, int64_t b, int64_t c, int64_t sa, int64_t sb, int64_t sc) {
-  return dnnl::memory::desc({a, b, c}, dnnl::memory::data_type::f32, dnnl::memory::dims{sa, sb, sc});
+dnnl::memory::desc md3(int64_t a, int64_t b, int64_t c, int64_t sa, int64_t sb, int64_t sc,
+                       dnnl::memory::data_type t = dnnl::memory::data_type::f32) {
+  return dnnl::memory::desc({a, b, c}, t, dnnl::memory::dims{sa, sb, sc});
 }
 
 // A primitive made from `make(attr)`; its args then DNNL_ARG_SCRATCHPAD, whose size goes to `pad`.
@@ -106,12 +112,14 @@ UnitCalls make_calls(const Plan& p, int64_t g, int64_t t, bool kt) {
   using MM = dnnl::matmul::primitive_desc;
   using SM = dnnl::softmax_v2_forward::primitive_desc;
   const dnnl::engine& e = kernels::dnnl_engine();
-  const auto q = md3(g, t, p.d, p.l * p.d, p.d, 1);
-  const auto k = kt ? md3(g, p.d, p.s, p.d * p.s, p.s, 1) : md3(g, p.d, p.s, p.s * p.d, 1, p.d);
+  const auto q = md3(g, t, p.d, p.l * p.d, p.d, 1, p.dt);
+  const auto k = kt ? md3(g, p.d, p.s, p.d * p.s, p.s, 1, p.dt) : md3(g, p.d, p.s, p.s * p.d, 1, p.d, p.dt);
   const auto sc = md3(g, t, p.s, t * p.s, p.s, 1);
-  const auto v = md3(g, p.s, p.dv, p.s * p.dv, p.dv, 1);
-  const auto o = md3(g, t, p.dv, p.l * p.dv, p.dv, 1);
+  const auto probs = md3(g, t, p.s, t * p.s, p.s, 1, p.dt);
+  const auto v = md3(g, p.s, p.dv, p.s * p.dv, p.dv, 1, p.dt);
+  const auto o = md3(g, t, p.dv, p.l * p.dv, p.dv, 1, p.dt);
   const dnnl::memory::desc rows({g * t, p.s}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ab);
+  const dnnl::memory::desc prob_rows({g * t, p.s}, p.dt, dnnl::memory::format_tag::ab);
   size_t pad = 0;
   dnnl::primitive_attr scaled = kernels::user_scratchpad();
   scaled.set_output_scales(0, {p.scale});
@@ -121,24 +129,29 @@ UnitCalls make_calls(const Plan& p, int64_t g, int64_t t, bool kt) {
   auto softmax = call_with_scratchpad<SM, dnnl::softmax_v2_forward>(
       [&](const dnnl::primitive_attr& a) {
         return SM(dnnl::softmax_v2_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::softmax_accurate,
-                                                 rows, rows, 1),
+                                                 rows, prob_rows, 1),
                   a, e);
       },
-      kernels::user_scratchpad(), {{DNNL_ARG_SRC, rows}, {DNNL_ARG_DST, rows}}, pad);
+      kernels::user_scratchpad(), {{DNNL_ARG_SRC, rows}, {DNNL_ARG_DST, prob_rows}}, pad);
   auto pv = call_with_scratchpad<MM, dnnl::matmul>(
-      [&](const dnnl::primitive_attr& a) { return MM(dnnl::matmul::desc(sc, v, o), a, e); }, kernels::user_scratchpad(),
-      {{DNNL_ARG_SRC, sc}, {DNNL_ARG_WEIGHTS, v}, {DNNL_ARG_DST, o}}, pad);
+      [&](const dnnl::primitive_attr& a) { return MM(dnnl::matmul::desc(probs, v, o), a, e); },
+      kernels::user_scratchpad(), {{DNNL_ARG_SRC, probs}, {DNNL_ARG_WEIGHTS, v}, {DNNL_ARG_DST, o}}, pad);
   return {std::move(qk), std::move(softmax), std::move(pv), pad};
 }
 
-// Per-thread buffers, grown once and then reused: the unit's scores and the primitives'
-// scratchpad (64-byte aligned).
+// Per-thread buffers, grown once and then reused: the unit's scores, its BF16 probabilities
+// and the primitives' scratchpad (64-byte aligned).
 struct Scratch {
   std::vector<float> scores;
+  std::vector<bf16> probs;
   std::vector<std::byte> pad;
   float* scores_for(size_t n) {
     if (scores.size() < n) scores.resize(n);
     return scores.data();
+  }
+  bf16* probs_for(size_t n) {
+    if (probs.size() < n) probs.resize(n);
+    return probs.data();
   }
   void* pad_for(size_t bytes) {
     if (pad.size() < bytes + 64) pad.resize(bytes + 64);
@@ -182,14 +195,16 @@ void mask_row(const Plan& p, const void* const* in, int64_t b, int64_t i, float*
   if (p.causal == sdpa::kCausalAfterMask) causal();
 }
 
-void run_unit(const Plan& p, const UnitCalls& c, const void* const* in, float* out, int64_t b0, int64_t r0, int64_t g,
+void run_unit(const Plan& p, const UnitCalls& c, const void* const* in, void* out, int64_t b0, int64_t r0, int64_t g,
               int64_t t, Scratch& buf) {
   float* scores = buf.scores_for(static_cast<size_t>(g * t * p.s));
+  void* probs = p.elem == sizeof(float) ? static_cast<void*>(scores) : buf.probs_for(static_cast<size_t>(g * t * p.s));
   void* pad = buf.pad_for(c.scratchpad);
-  const float* q = static_cast<const float*>(in[0]) + (b0 * p.l + r0) * p.d;
-  const float* k = static_cast<const float*>(in[1]) + b0 * p.s * p.d;
-  const float* v = static_cast<const float*>(in[2]) + b0 * p.s * p.dv;
-  float* o = out + (b0 * p.l + r0) * p.dv;
+  auto at = [&](const void* base, int64_t i) { return static_cast<const std::byte*>(base) + i * static_cast<int64_t>(p.elem); };
+  const void* q = at(in[0], (b0 * p.l + r0) * p.d);
+  const void* k = at(in[1], b0 * p.s * p.d);
+  const void* v = at(in[2], b0 * p.s * p.dv);
+  void* o = const_cast<std::byte*>(at(out, (b0 * p.l + r0) * p.dv));
   if (p.d > 0) {
     const void* qk[] = {q, k, scores, pad};
     c.qk.run(qk);
@@ -199,9 +214,9 @@ void run_unit(const Plan& p, const UnitCalls& c, const void* const* in, float* o
   if (p.kind != sdpa::kNoMask || p.causal != sdpa::kNotCausal)
     for (int64_t gi = 0; gi < g; ++gi)
       for (int64_t ti = 0; ti < t; ++ti) mask_row(p, in, b0 + gi, r0 + ti, scores + (gi * t + ti) * p.s);
-  const void* sm[] = {scores, scores, pad};
+  const void* sm[] = {scores, probs, pad};
   c.softmax.run(sm);
-  const void* pv[] = {scores, v, o, pad};
+  const void* pv[] = {probs, v, o, pad};
   c.pv.run(pv);
 }
 
@@ -212,6 +227,8 @@ Kernel prepare_sdpa(const Metas& in, const TensorMeta& out, const Attrs& a) {
   p->batch = numel(p->batch_shape);
   p->l = out.shape[r - 2], p->dv = out.shape[r - 1], p->d = in[0].shape[r - 1];
   p->s = in[2].shape[r - 2];
+  p->dt = kernels::dnnl_dtype(out.dtype);
+  p->elem = dtype_size(out.dtype);
   p->kind = a.i(0), p->causal = a.i(1);
   p->scale = static_cast<float>(a.f(0, 1.0)), p->causal_value = static_cast<float>(a.f(1)),
   p->fill_value = static_cast<float>(a.f(2));
@@ -236,8 +253,7 @@ Kernel prepare_sdpa(const Metas& in, const TensorMeta& out, const Attrs& a) {
       if (g > 0 && t > 0 && !p->calls.count({g, t})) p->calls.emplace(std::pair{g, t}, make_calls(*p, g, t, kt));
   const int64_t groups = (p->batch + p->g - 1) / p->g, blocks = (p->l + p->t - 1) / p->t;
   const bool parallel = big && groups * blocks > 1;
-  return [p, groups, blocks, parallel](const void* const* in, void* o) {
-    float* out = static_cast<float*>(o);
+  return [p, groups, blocks, parallel](const void* const* in, void* out) {
 #pragma omp parallel for schedule(static) if (parallel)
     for (int64_t u = 0; u < groups * blocks; ++u) {
       const int64_t b0 = (u / blocks) * p->g, r0 = (u % blocks) * p->t;

@@ -13,7 +13,9 @@ namespace hg::graphs {
 
 size_t executable_bytes(const Executable& exe) { return exe.arena_bytes() + exe.constant_bytes(); }
 
-uint64_t memory_key(const Graph& g, const PassOptions& opt) { return g.structural_hash() ^ (opt.fusion ? 0 : ~0ull); }
+uint64_t memory_key(const Graph& g, const PassOptions& opt) {
+  return g.structural_hash() ^ (opt.fusion ? 0 : ~0ull) ^ (static_cast<uint64_t>(opt.precision) * 0x9e3779b97f4a7c15ull);
+}
 
 std::shared_ptr<const Executable> GraphCache::get(const Graph& g, const PassOptions& opt) {
   const uint64_t key = memory_key(g, opt);
@@ -59,7 +61,8 @@ GraphCache& memory_graph_cache() {
 }
 
 std::string compile_key(const Graph& g, const PassOptions& opt) {
-  return g.signature() + (opt.fusion ? "|fusion" : "|nofusion");
+  return g.signature() + (opt.fusion ? "|fusion" : "|nofusion") +
+         (opt.precision == Precision::Fp32 ? "" : std::string("|") + precision_name(opt.precision));
 }
 
 namespace {
@@ -144,7 +147,7 @@ StoredConstants parse_constants(std::span<const uint8_t> payload, const std::str
 }  // namespace
 
 std::shared_ptr<const Executable> compile_cached(const Graph& g, std::vector<const void*> frozen_data,
-                                                 CompileInfo* info) {
+                                                 CompileInfo* info, const PassOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   CompileInfo local;
   CompileInfo& out = info ? *info : local;
@@ -153,7 +156,6 @@ std::shared_ptr<const Executable> compile_cached(const Graph& g, std::vector<con
     out.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return exe;
   };
-  const PassOptions opt = default_pass_options();
   bool frozen = false;
   for (const Node& n : g.nodes) frozen = frozen || n.frozen;
   if (!frozen) {

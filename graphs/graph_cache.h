@@ -74,12 +74,13 @@ struct CompileInfo {
 // signature with frozen marks) and the pass options; the disk cache adds engine version and ISA.
 std::string compile_key(const Graph& g, const PassOptions& opt);
 
-// Compiles `g` with the default pass options through the caches. frozen_data as in
+// Compiles `g` with the pass options `opt` through the caches. frozen_data as in
 // Executable::compile; executables with frozen inputs bake in their data, so they skip the
 // memory cache. The disk cache holds the optimized graph and, for graphs with frozen inputs, the
 // constants computed from the frozen data (keyed by a digest of it), so a warm compile neither
 // runs the passes nor recomputes folded constants; kernels are prepared again.
 std::shared_ptr<const Executable> compile_cached(const Graph& g, std::vector<const void*> frozen_data = {},
-                                                 CompileInfo* info = nullptr);
+                                                 CompileInfo* info = nullptr,
+                                                 const PassOptions& opt = default_pass_options());
 
 }  // namespace hg::graphs

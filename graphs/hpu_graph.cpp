@@ -105,7 +105,9 @@ void HPUGraph::capture_end() {
   CompileInfo info;
   std::shared_ptr<const Executable> exe;
   try {
-    exe = compile_cached(c.graph, frozen_data, &info);
+    PassOptions passes = default_pass_options();
+    passes.precision = opt.precision;
+    exe = compile_cached(c.graph, frozen_data, &info, passes);
   } catch (...) {
     abort_values(c, "an HPU graph capture on " + device_.str() + " whose compile failed");
     ++stats_.aborted_captures;

@@ -46,6 +46,9 @@ struct CaptureOptions {
   std::vector<Tensor> frozen = {};
   // Compile only: capture_end does not run the graph; outputs hold no values until a replay.
   bool dry_run = false;
+  // Bf16: the compiled graph runs its matmuls and convolutions in BF16 (graphs/passes.h,
+  // PassOptions::precision); inputs and outputs keep their dtypes.
+  Precision precision = Precision::Fp32;
 };
 
 struct HPUGraphStats {

@@ -5,7 +5,17 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/error.h"
+
 namespace hg::graphs {
+
+const char* precision_name(Precision p) { return p == Precision::Bf16 ? "bf16" : "fp32"; }
+
+Precision parse_precision(const std::string& s) {
+  if (s == "fp32") return Precision::Fp32;
+  if (s == "bf16") return Precision::Bf16;
+  throw InvalidArgument("precision must be \"fp32\" or \"bf16\", got \"" + s + "\"");
+}
 
 PassOptions default_pass_options() {
   PassOptions o;
@@ -54,15 +64,16 @@ const std::vector<Pass>& all_passes() {
   return passes;
 }
 
-PassReport run_passes(Graph& g, const PassOptions& opt) {
+namespace {
+
+// Runs passes[0, end) in rounds until none rewrites.
+void run_to_fixed_point(Graph& g, const PassOptions& opt, size_t end, PassReport& r) {
   constexpr int kMaxRounds = 32;  // every pass shrinks or simplifies the graph; this is a guard
   const auto& passes = all_passes();
-  PassReport r;
-  for (const Pass& p : passes) r.applied.emplace_back(p.name, 0);
   bool changed = true;
-  for (; changed && r.rounds < kMaxRounds; ++r.rounds) {
+  for (int rounds = 0; changed && rounds < kMaxRounds; ++rounds, ++r.rounds) {
     changed = false;
-    for (size_t k = 0; k < passes.size(); ++k) {
+    for (size_t k = 0; k < end; ++k) {
       if (passes[k].fusion && !opt.fusion) continue;
       const int n = passes[k].run(g);
       r.applied[k].second += n;
@@ -72,6 +83,21 @@ PassReport run_passes(Graph& g, const PassOptions& opt) {
   if (changed)  // a pass that keeps rewriting is a bug; the graph is still valid, so go on
     spdlog::warn("graph passes: no fixed point after {} rounds ({} nodes); a pass keeps rewriting", kMaxRounds,
                  g.nodes.size());
+}
+
+}  // namespace
+
+PassReport run_passes(Graph& g, const PassOptions& opt) {
+  const auto& passes = all_passes();
+  PassReport r;
+  for (const Pass& p : passes) r.applied.emplace_back(p.name, 0);
+  if (opt.precision != Precision::Fp32) {
+    size_t layout = 0;
+    while (layout < passes.size() && std::strcmp(passes[layout].name, "layout") != 0) ++layout;
+    run_to_fixed_point(g, opt, layout, r);
+    r.applied.emplace_back("precision", lower_precision(g, opt.precision));
+  }
+  run_to_fixed_point(g, opt, passes.size(), r);
   return r;
 }
 

@@ -16,8 +16,17 @@
 
 namespace hg::graphs {
 
+// The arithmetic a compiled graph runs its matmuls and convolutions in (config.json "precision").
+enum class Precision : uint8_t { Fp32, Bf16 };
+const char* precision_name(Precision p);  // "fp32", "bf16"
+// "fp32" or "bf16"; throws InvalidArgument naming the accepted spellings.
+Precision parse_precision(const std::string& s);
+
 struct PassOptions {
   bool fusion = true;
+  // Bf16: once the FP32 passes reach their fixed point, lower_precision runs the graph's matmuls
+  // and convolutions (and the values between them) in BF16, then the passes run again.
+  Precision precision = Precision::Fp32;
 };
 PassOptions default_pass_options();  // honours HG_DISABLE_FUSION
 
@@ -26,7 +35,9 @@ struct Pass {
   bool fusion;            // skipped when PassOptions::fusion is false
   int (*run)(Graph& g);   // number of rewrites made
 };
-// Every pass in the order run_passes applies them.
+// Every pass in the order run_passes applies them. With PassOptions::precision set, the passes
+// before "layout" first run to their fixed point in FP32, then "precision" lowers the graph, then
+// every pass runs again to its fixed point.
 const std::vector<Pass>& all_passes();
 
 struct PassReport {
@@ -60,6 +71,10 @@ int fuse_attention(Graph& g);
 // Chains of element-wise ops become one fused_elementwise node; after fuse_post_ops, which
 // takes the activations of linear/matmul/conv2d first (graphs/pass_fuse_elementwise.cpp).
 int fuse_elementwise(Graph& g);
+// Runs the matmuls and convolutions in BF16 (Precision::Bf16), with the values between them where
+// every reader takes it; softmax, norms, reductions and the outputs stay FP32
+// (graphs/pass_precision.cpp). Fp32: nothing to do.
+int lower_precision(Graph& g, Precision p);
 // Convolutions that run best on channel-blocked activations produce them, and the element-wise
 // ops, residual adds and global pools after them keep them; reorders only where a reader needs
 // NCHW (graphs/pass_layout.cpp, engine/ops_layout.h).

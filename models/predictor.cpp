@@ -188,7 +188,7 @@ struct Predictor::Impl {
               for (auto& o : b.outputs) o = ops::contiguous(o);
               check_outputs(v, b.outputs, b.batch);
             },
-            {.frozen = frozen});
+            {.frozen = frozen, .precision = opt.precision});
       } catch (...) {
         b.outputs.clear();
         throw;
@@ -312,10 +312,12 @@ struct Predictor::Impl {
     return v.out;
   }
 
-  // Above the largest bucket: the module runs on this batch directly, no capture, no padding.
+  // Above the largest bucket: the module runs on this batch directly, no capture, no padding
+  // (in FP32; quiet: as the reference of check_precision, not warned about).
   // out empty: only the output shapes are learnt.
-  void run_unpadded(Variant& v, const std::vector<const void*>& in, int64_t batch, const std::vector<void*>& out) {
-    if (!out.empty()) {
+  void run_unpadded(Variant& v, const std::vector<const void*>& in, int64_t batch, const std::vector<void*>& out,
+                    bool quiet = false) {
+    if (!out.empty() && !quiet) {
       std::lock_guard lk(warned_mu);
       int64_t largest = 0;
       for (const auto& b : v.buckets)
@@ -558,6 +560,60 @@ void Predictor::run_staged(int64_t batch, const Fill& fill, const Take& take, co
   std::vector<const void*> out(b.outputs.size());
   for (size_t j = 0; j < out.size(); ++j) out[j] = idle_buffer(b.outputs[j]);
   take(out);
+}
+
+PrecisionReport Predictor::check_precision(const PrecisionCheckOptions& o) {
+  PrecisionReport r;
+  r.precision = impl_->opt.precision;
+  if (r.precision == graphs::Precision::Fp32 || o.samples <= 0) return r;
+  const PackageSpec& spec = impl_->package.spec;
+  const std::shared_ptr<Variant> vp = impl_->variant(o.signature);
+  Variant& v = *vp;
+  std::vector<int64_t> rows;  // the embedding rows each input indexes, known once a bucket is captured
+  {
+    Bucket& first = *v.buckets.front();
+    std::lock_guard lk(first.mu);
+    if (!first.graph && !first.left_out) {
+      impl_->capture(v, first);
+      impl_->recost(v.in);
+    }
+    rows = first.index_rows;
+  }
+  const std::vector<Shape> out_shapes = impl_->learn_outputs(v);
+  const int64_t samples = spec.batched ? o.samples : 1;
+  std::vector<DType> in_types;
+  std::vector<int64_t> in_elems;
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    in_types.push_back(input_dtype(i));
+    in_elems.push_back(Impl::in_elements(v, i));
+  }
+  const auto inputs = precision_sample_inputs(in_types, in_elems, rows, samples, o.seed);
+  // In chunks of the largest captured bucket, so that every sample runs in a captured graph.
+  const std::vector<int64_t> caught = spec.batched ? buckets() : std::vector<int64_t>{1};
+  const int64_t chunk = caught.empty() ? 1 : caught.back();
+  std::vector<std::vector<uint8_t>> low(spec.outputs.size()), ref(spec.outputs.size());
+  for (size_t j = 0; j < low.size(); ++j) {
+    low[j].resize(static_cast<size_t>(samples * numel(out_shapes[j])) * dtype_size(output_dtype(j)));
+    ref[j].resize(low[j].size());
+  }
+  for (int64_t s = 0; s < samples; s += chunk) {
+    const int64_t n = std::min(chunk, samples - s);
+    std::vector<const void*> in;
+    std::vector<void*> a, b;
+    for (size_t i = 0; i < inputs.size(); ++i) in.push_back(inputs[i].data() + s * in_elems[i] * dtype_size(in_types[i]));
+    for (size_t j = 0; j < low.size(); ++j) {
+      const size_t at = static_cast<size_t>(s * numel(out_shapes[j])) * dtype_size(output_dtype(j));
+      a.push_back(low[j].data() + at);
+      b.push_back(ref[j].data() + at);
+    }
+    run(in, n, a, o.signature);
+    impl_->run_unpadded(v, in, n, b, /*quiet=*/true);
+  }
+  r.samples = samples;
+  for (size_t j = 0; j < low.size(); ++j)
+    compare_precision_output(r, j, output_dtype(j), low[j].data(), ref[j].data(), samples * numel(out_shapes[j]),
+                             out_shapes[j].empty() ? 1 : out_shapes[j].back());
+  return r;
 }
 
 }  // namespace hg::models

@@ -32,6 +32,7 @@
 
 #include "engine/device.h"
 #include "models/package.h"
+#include "models/precision.h"
 
 namespace hg::models {
 
@@ -45,6 +46,10 @@ struct PredictorOptions {
   // false: serve the model without a batch dimension even when its package has one (its tensors
   // are whole, any -1 is a dynamic dimension, each run is one request: a batch of 1).
   bool batched = true;
+  // Bf16: the captured graphs run their matmuls and convolutions in BF16 (weights converted and
+  // pre-packed at capture; graphs/passes.h). check_precision() measures the cost against FP32. A
+  // batch above the largest bucket runs uncaptured, in FP32.
+  graphs::Precision precision = graphs::Precision::Fp32;
 };
 
 // A model with dynamic dimensions: the signatures (distinct input sample shapes) met so far, the
@@ -117,6 +122,9 @@ class Predictor {
   using Fill = std::function<void(const std::vector<void*>& inputs)>;
   using Take = std::function<void(const std::vector<const void*>& outputs)>;
   void run_staged(int64_t batch, const Fill& fill, const Take& take, const std::vector<Shape>& input_shapes = {});
+  // Runs opt.samples fixed inputs (models/precision.h) through the captured graphs and through
+  // the module in FP32, and compares the outputs. A model served in FP32 reports samples = 0.
+  PrecisionReport check_precision(const PrecisionCheckOptions& opt = {});
 
  private:
   struct Impl;

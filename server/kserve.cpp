@@ -86,6 +86,24 @@ json tensor_metadata(const std::vector<models::IOSpec>& ios) {
   return a;
 }
 
+// The metadata's "properties" (strings, as the protocol says): the precision served and, when it
+// is reduced, its agreement with FP32 measured at load.
+json model_properties(const ModelVersion& v) {
+  json p = {{"precision", graphs::precision_name(v.config.precision)}};
+  const models::PrecisionReport& r = v.precision;
+  if (v.config.precision != graphs::Precision::Fp32) {
+    p["precision_check_samples"] = std::to_string(r.samples);
+    if (r.samples) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.4f", r.top1_agreement);
+      p["precision_top1_agreement"] = buf;
+      std::snprintf(buf, sizeof buf, "%.3g", r.max_relative_error);
+      p["precision_max_relative_error"] = buf;
+    }
+  }
+  return p;
+}
+
 // An optional JSON object body (repository requests may have none).
 json object_body(const HttpRequest& req, const WireLimits& limits) {
   if (req.body.find_first_not_of(" \t\r\n") == std::string::npos) return json::object();
@@ -293,7 +311,8 @@ HttpResponse KServeHandler::answer(const Route& route, const HttpRequest& req) {
                  {"versions", versions},
                  {"platform", v->config.platform == "identity" ? "hgraph_identity" : "hgraph_v1"},
                  {"inputs", tensor_metadata(spec.inputs)},
-                 {"outputs", tensor_metadata(spec.outputs)}});
+                 {"outputs", tensor_metadata(spec.outputs)},
+                 {"properties", model_properties(*v)}});
     }
     case Endpoint::ModelReady: {
       auto v = repo_.resolve(route.model, version_of(route));

@@ -82,6 +82,14 @@ class Fields {
     const json* v = find(field);
     return v ? std::optional(integer(*v, field, lo, hi)) : std::nullopt;
   }
+  // A number in [lo, hi].
+  std::optional<double> number(const std::string& field, double lo, double hi) const {
+    const json* v = find(field);
+    if (!v) return std::nullopt;
+    if (!v->is_number() || !(v->get<double>() >= lo && v->get<double>() <= hi))
+      fail(field, "must be a number in [" + json(lo).dump() + ", " + json(hi).dump() + "], got " + brief(*v));
+    return v->get<double>();
+  }
   std::optional<bool> boolean(const std::string& field) const {
     const json* v = find(field);
     if (!v) return std::nullopt;
@@ -292,6 +300,16 @@ Padding parse_padding(const Fields& p) {
   return pad;
 }
 
+PrecisionCheck parse_precision_check(const Fields& p) {
+  p.only({"samples", "seed", "min_top1_agreement", "max_relative_error"});
+  PrecisionCheck c;
+  if (auto n = p.integer("samples", 0, kMaxPrecisionSamples)) c.samples = *n;
+  if (auto n = p.integer("seed", 0, INT64_MAX)) c.seed = static_cast<uint64_t>(*n);
+  if (auto a = p.number("min_top1_agreement", 0, 1)) c.min_top1_agreement = *a;
+  if (auto e = p.number("max_relative_error", 0, 1e30)) c.max_relative_error = *e;
+  return c;
+}
+
 json padding_json(const Padding& p) {
   return {{"dims", p.dims}, {"buckets", p.buckets}, {"pad_value", p.pad_value}, {"mask", p.mask}, {"strip", p.strip}};
 }
@@ -319,8 +337,8 @@ std::vector<int64_t> VersionPolicy::select(std::vector<int64_t> available) const
 ModelConfig ModelConfig::parse(const json& j, const std::string& file, const std::string& name) {
   Fields f(j, file, "");
   f.only({"name", "platform", "backend", "max_batch_size", "batch_buckets", "dynamic_batching", "instance_group",
-          "version_policy", "model_warmup", "max_signatures", "max_signature_bytes", "padding", "input", "inputs",
-          "output", "outputs"},
+          "version_policy", "model_warmup", "max_signatures", "max_signature_bytes", "padding", "precision",
+          "precision_check", "input", "inputs", "output", "outputs"},
          {{"sequence_batching", "hgraph serves stateless models"},
           {"ensemble_scheduling", "hgraph has no ensembles"},
           {"preferred_batch_size", "list the batch sizes in batch_buckets"}});
@@ -362,6 +380,14 @@ ModelConfig ModelConfig::parse(const json& j, const std::string& file, const std
   if (auto m = f.integer("max_signatures", 0, kMaxSignatures)) c.max_signatures = static_cast<size_t>(*m);
   if (auto m = f.integer("max_signature_bytes", 0, INT64_MAX)) c.max_signature_bytes = static_cast<size_t>(*m);
   if (f.find("padding")) c.padding = parse_padding(f.object("padding"));
+  if (auto p = f.string("precision")) {
+    try {
+      c.precision = graphs::parse_precision(*p);
+    } catch (const InvalidArgument&) {
+      f.fail("precision", "must be \"fp32\" or \"bf16\", got " + Fields::brief(*f.find("precision")));
+    }
+  }
+  if (f.find("precision_check")) c.precision_check = parse_precision_check(f.object("precision_check"));
   c.inputs = parse_tensors(f, "input", "inputs", c.max_batch_size);
   c.outputs = parse_tensors(f, "output", "outputs", c.max_batch_size);
   if (c.platform == "identity") {
@@ -399,6 +425,7 @@ void ModelConfig::apply(models::PredictorOptions& opt) const {
   opt.max_signatures = max_signatures;
   opt.max_signature_bytes = max_signature_bytes;
   opt.batched = !(max_batch_size_given && max_batch_size == 0);  // Triton's max_batch_size 0: whole tensors
+  opt.precision = precision;
 }
 
 json ModelConfig::to_json() const {
@@ -423,6 +450,11 @@ json ModelConfig::to_json() const {
   j["max_signatures"] = max_signatures;
   j["max_signature_bytes"] = max_signature_bytes;
   if (padding) j["padding"] = padding_json(*padding);
+  j["precision"] = graphs::precision_name(precision);
+  j["precision_check"] = {{"samples", precision_check.samples},
+                          {"seed", precision_check.seed},
+                          {"min_top1_agreement", precision_check.min_top1_agreement}};
+  if (precision_check.max_relative_error) j["precision_check"]["max_relative_error"] = *precision_check.max_relative_error;
   j["input"] = json::array();
   for (const auto& io : inputs) j["input"].push_back(tensor_json(io, max_batch_size));
   j["output"] = json::array();

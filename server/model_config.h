@@ -13,6 +13,8 @@
 //    "model_warmup": true,
 //    "padding": {...},                                     // see Padding
 //    "max_signatures": 16, "max_signature_bytes": 0,      // dynamic dimensions: signatures kept
+//    "precision": "bf16",                                 // or "fp32" (the default)
+//    "precision_check": {"samples": 64, "seed": 0, "min_top1_agreement": 0.99, "max_relative_error": 0.05},
 //    "platform": "hgraph"}                                // or "identity" (with "input"/"output" lists)
 //
 //   ModelConfig c = ModelConfig::parse(json, "repo/m/config.json", "m");   // throws FormatError naming the field
@@ -49,6 +51,17 @@ struct Padding {
   std::map<std::string, int64_t> strip;  // output -> the dimension cut back to L
 };
 
+// A model served in reduced precision is compared with FP32 at load (models/precision.h) on
+// `samples` fixed inputs; below min_top1_agreement, or above max_relative_error when set, the load
+// fails naming both figures. samples 0: no check.
+struct PrecisionCheck {
+  int64_t samples = 64;
+  uint64_t seed = 0;
+  double min_top1_agreement = 0;
+  std::optional<double> max_relative_error;
+};
+inline constexpr int64_t kMaxPrecisionSamples = 4096;
+
 struct VersionPolicy {
   enum class Kind { Latest, All, Specific } kind = Kind::Latest;
   int64_t num_versions = 1;       // Latest
@@ -81,6 +94,8 @@ struct ModelConfig {
   size_t max_signatures = 16;
   size_t max_signature_bytes = 0;
   std::optional<Padding> padding;
+  graphs::Precision precision = graphs::Precision::Fp32;  // the arithmetic of the captured graphs
+  PrecisionCheck precision_check;
   // The tensors, with -1 for the batch dimension when max_batch_size > 0: required for the identity
   // platform (output i echoes input i); for hgraph models they must match the package.
   std::vector<models::IOSpec> inputs, outputs;

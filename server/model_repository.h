@@ -56,6 +56,7 @@ struct ModelVersion {
   std::shared_ptr<DynamicBatcher> batcher;   // runs every inference of this version
   std::shared_ptr<TextGenerator> generator;  // set for text generation models
   std::vector<models::BucketInfo> buckets;   // warmup report
+  models::PrecisionReport precision;         // reduced precision: its agreement with FP32 at load
   double load_ms = 0;
 };
 

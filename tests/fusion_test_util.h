@@ -27,6 +27,18 @@ namespace hg::test::fusion {
 
 using Buffer = std::vector<std::byte>;
 
+// A graph under construction: F32 inputs, frozen weights, ops by name (shapes inferred).
+struct GraphBuilder {
+  graphs::Graph g;
+  int in(const Shape& s) { return g.add_input({s, DType::F32}); }
+  int weight(const Shape& s) {
+    const int w = in(s);
+    g.nodes[w].frozen = true;
+    return w;
+  }
+  int op(const char* name, std::vector<int> ins, Attrs a = {}) { return g.add_op(op_schema(name), std::move(ins), a); }
+};
+
 // Per graph input: F32 normal(0, 1) values, BOOL random with P(true) = 0.7.
 inline std::vector<Buffer> random_inputs(const graphs::Graph& g, uint32_t seed) {
   std::mt19937 rng(seed);

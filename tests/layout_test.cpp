@@ -28,15 +28,7 @@ using test::fusion::run_graph;
 
 constexpr int64_t kAdd = 0, kMul = 2, kDiv = 3;  // kernels::BinaryOp
 
-struct Builder {
-  Graph g;
-  int in(const Shape& s) { return g.add_input({s, DType::F32}); }
-  int weight(const Shape& s) {
-    const int w = in(s);
-    g.nodes[w].frozen = true;
-    return w;
-  }
-  int op(const char* name, std::vector<int> ins, Attrs a = {}) { return g.add_op(op_schema(name), std::move(ins), a); }
+struct Builder : test::fusion::GraphBuilder {
   int binary(int64_t k, int a, int b) { return op("binary", {a, b}, Attrs{{k}, {}}); }
   int conv(int x, int64_t out, int64_t k, int64_t stride, int64_t groups = 1) {
     const int64_t c = g.nodes[x].meta.shape[1];

@@ -1,0 +1,241 @@
+// Reduced precision (BF16) for inference: the precision pass (graphs/pass_precision.cpp) with a
+// golden before/after dump, BF16 answers near FP32's on a CNN and a transformer block, what stays
+// FP32, the cache keys, the BF16 sdpa kernel, Predictor::check_precision, and config.json's
+// "precision" / "precision_check" as the model repository applies them (a load that fails below
+// the minimum agreement, the report in the served version).
+// HG_UPDATE_GOLDENS=1 rewrites tests/golden/passes/precision.txt.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/fused_ops.h"
+#include "engine/ops.h"
+#include "graphs/graph_cache.h"
+#include "graphs/passes.h"
+#include "models/predictor.h"
+#include "tests/errors.h"
+#include "tests/fusion_test_util.h"
+#include "tests/model_repository_util.h"
+
+namespace hg {
+namespace {
+
+using graphs::Graph;
+using graphs::Precision;
+using test::fusion::count_ops;
+using test::fusion::random_inputs;
+using test::fusion::run_graph;
+using ::testing::HasSubstr;
+
+struct Builder : test::fusion::GraphBuilder {
+  int conv(int x, int64_t out) {
+    const int64_t c = g.nodes[x].meta.shape[1];
+    return op("conv2d", {x, weight({out, c, 3, 3}), weight({out})}, Attrs{{1, 1, 1, 1, 1, 1, 1}, {}});
+  }
+  int linear(int x, int64_t out) {
+    const int64_t k = g.nodes[x].meta.shape[1];
+    return op("linear", {x, weight({out, k}), weight({out})}, Attrs{{0}, {}});
+  }
+};
+
+// A stem, a residual block and a classifier head: x = relu(conv(input)), then conv -> relu ->
+// conv + x -> relu -> pool -> linear -> softmax.
+Graph residual_head() {
+  Builder b;
+  const int x = b.op("relu", {b.conv(b.in({2, 3, 6, 6}), 8)});
+  const int y = b.op("relu", {b.conv(x, 8)});
+  const int r = b.op("relu", {b.op("binary", {b.conv(y, 8), x}, Attrs{{0}, {}})});
+  const int pooled = b.op("adaptive_avg_pool2d", {r}, Attrs{{1, 1}, {}});
+  const int flat = b.op("reshape", {pooled}, Attrs{{2, 8}, {}});
+  b.g.outputs = {b.op("softmax", {b.linear(flat, 5)}, Attrs{{1, 0}, {}})};
+  return b.g;
+}
+
+// A transformer feed-forward block: layer_norm(x + linear(gelu(linear(x)))).
+Graph ffn_block() {
+  Builder b;
+  const int x = b.in({4, 16});
+  const int h = b.op("gelu", {b.linear(x, 32)}, Attrs{{0}, {}});
+  const int sum = b.op("binary", {x, b.linear(h, 16)}, Attrs{{0}, {}});
+  b.g.outputs = {b.op("layer_norm", {sum, b.weight({16}), b.weight({16})}, Attrs{{16}, {1e-5}})};
+  return b.g;
+}
+
+// Weights scaled by 1 / sqrt(fan-in), so that values stay near 1 and a relative bound means what it says.
+std::vector<test::fusion::Buffer> scaled_inputs(const Graph& g) {
+  auto data = random_inputs(g, 3);
+  for (const auto& n : g.nodes) {
+    if (n.kind != graphs::Node::Kind::Input || !n.frozen || n.meta.shape.size() < 2) continue;
+    const float s = 1.0f / std::sqrt(static_cast<float>(n.meta.numel() / n.meta.shape[0]));
+    auto* v = reinterpret_cast<float*>(data[n.input_index].data());
+    for (int64_t i = 0; i < n.meta.numel(); ++i) v[i] *= s;
+  }
+  return data;
+}
+
+// Every pass, with the precision pass in BF16.
+Graph optimized_bf16(Graph g) {
+  graphs::PassOptions passes;
+  passes.precision = Precision::Bf16;
+  graphs::run_passes(g, passes);
+  return g;
+}
+
+// max |a - b| / max |b| over all outputs; NaN or Inf in either is infinite.
+double max_rel(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  double err = 0, scale = 0;
+  for (size_t k = 0; k < a.size(); ++k)
+    for (size_t i = 0; i < a[k].size(); ++i) {
+      if (!std::isfinite(a[k][i]) || !std::isfinite(b[k][i])) return INFINITY;
+      err = std::max(err, std::abs(static_cast<double>(a[k][i]) - b[k][i]));
+      scale = std::max(scale, std::abs(static_cast<double>(b[k][i])));
+    }
+  return err / scale;
+}
+
+DType dtype_of_first(const Graph& g, const std::string& op) {
+  for (const auto& n : g.nodes)
+    if (n.kind == graphs::Node::Kind::Op && n.op->name == op) return n.meta.dtype;
+  ADD_FAILURE() << "no " << op << " node";
+  return DType::F32;
+}
+
+TEST(PassesPrecision, GoldenResidualBlockAndHead) {
+  const Graph before = residual_head();
+  Graph after = before;
+  EXPECT_EQ(graphs::lower_precision(after, Precision::Bf16), 10);  // 3 convs, 3 relus, add, pool, reshape, linear
+  test::fusion::expect_golden("passes", "precision", before, after);
+  EXPECT_EQ(graphs::lower_precision(after, Precision::Bf16), 0) << "a second run finds nothing to lower";
+}
+
+TEST(PassesPrecision, Fp32LeavesTheGraphAlone) {
+  Graph g = residual_head();
+  const std::string before = g.dump();
+  EXPECT_EQ(graphs::lower_precision(g, Precision::Fp32), 0);
+  EXPECT_EQ(g.dump(), before);
+}
+
+TEST(PassesPrecision, Bf16AnswersNearFp32) {
+  for (const Graph& g : {residual_head(), ffn_block()}) {
+    const auto data = scaled_inputs(g);
+    const Graph opt = optimized_bf16(g);
+    const auto low = run_graph(opt, data);  // already optimized: run as it is
+    const auto want = run_graph(g, data);
+    const double err = max_rel(low, want);
+    EXPECT_LT(err, 3e-2) << opt.dump();
+    EXPECT_GT(err, 0) << "BF16 rounding must show: the graph ran in FP32\n" << opt.dump();
+    for (int o : opt.outputs) EXPECT_EQ(opt.nodes[o].meta.dtype, DType::F32) << "outputs keep their dtype";
+  }
+}
+
+TEST(PassesPrecision, NormsSoftmaxAndMixedReadersStayFp32) {
+  Graph g = ffn_block();
+  graphs::lower_precision(g, Precision::Bf16);
+  EXPECT_EQ(dtype_of_first(g, "linear"), DType::BF16);
+  EXPECT_EQ(dtype_of_first(g, "gelu"), DType::BF16) << "an activation of a BF16 linear follows it";
+  EXPECT_EQ(dtype_of_first(g, "layer_norm"), DType::F32);
+  // The residual add reads x, an FP32 graph input that is not constant: it stays FP32.
+  EXPECT_EQ(dtype_of_first(g, "binary"), DType::F32);
+  for (const auto& n : g.nodes)
+    if (n.kind == graphs::Node::Kind::Op && n.op->name == "layer_norm")
+      for (int in : n.inputs) EXPECT_EQ(g.nodes[in].meta.dtype, DType::F32);
+  Graph r = residual_head();
+  graphs::lower_precision(r, Precision::Bf16);
+  EXPECT_EQ(dtype_of_first(r, "softmax"), DType::F32);
+  EXPECT_EQ(count_ops(r, "cast"), 1 + 8 + 1) << "the input down, 8 weights and biases, the logits up\n" << r.dump();
+}
+
+TEST(PassesPrecision, CacheKeysTellPrecisionsApart) {
+  const Graph g = residual_head();
+  graphs::PassOptions fp32, bf16;
+  bf16.precision = Precision::Bf16;
+  EXPECT_NE(graphs::memory_key(g, fp32), graphs::memory_key(g, bf16));
+  EXPECT_NE(graphs::compile_key(g, fp32), graphs::compile_key(g, bf16));
+  EXPECT_EQ(graphs::parse_precision("bf16"), Precision::Bf16);
+  EXPECT_THAT(test::error_of<InvalidArgument>([] { graphs::parse_precision("int4"); }),
+              HasSubstr("precision must be \"fp32\" or \"bf16\", got \"int4\""));
+}
+
+// The fused attention kernel on BF16 q, k, v against its FP32 answer (masked, causal).
+TEST(SdpaBf16, NearFp32WithAMask) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  auto random = [&](const Shape& s) {
+    std::vector<float> v(static_cast<size_t>(numel(s)));
+    for (auto& x : v) x = nd(rng);
+    return Tensor::from_vector(v, s);
+  };
+  const Tensor q = random({2, 3, 7, 16}), k = random({2, 3, 9, 16}), v = random({2, 3, 9, 8});
+  const Tensor mask = random({7, 9});
+  const Attrs a{{sdpa::kAdd, sdpa::kCausalAfterMask, 0}, {0.25, -INFINITY, 0}};
+  const Tensor want = dispatch("sdpa", {q, k, v, mask}, a);
+  const Tensor got = dispatch("sdpa", {q.to(DType::BF16), k.to(DType::BF16), v.to(DType::BF16), mask}, a);
+  ASSERT_EQ(got.dtype(), DType::BF16);
+  EXPECT_LT(max_rel({got.to(DType::F32).to_vector()}, {want.to_vector()}), 2e-2);
+  EXPECT_THAT(test::error_of<Error>([&] { dispatch("sdpa", {q.to(DType::BF16), k, v, mask}, a); }),
+              HasSubstr("F32"));
+}
+
+TEST(PredictorPrecision, CheckAgainstFp32) {
+  models::PredictorOptions opt{.batch_buckets = {1, 4}, .precision = Precision::Bf16};
+  auto p = models::Predictor::load(test::repo::kPackage, opt);
+  const models::PrecisionReport r = p->check_precision({.samples = 10, .seed = 1});
+  EXPECT_EQ(r.samples, 10);
+  EXPECT_EQ(r.rows, 10);
+  EXPECT_GE(r.top1_agreement, 0.9);
+  EXPECT_GT(r.max_relative_error, 0) << "the captured graphs must run in BF16";
+  EXPECT_LT(r.max_relative_error, 5e-2);
+  EXPECT_THAT(r.summary(), HasSubstr("bf16 against fp32 on 10 samples: top-1 agreement"));
+  // The same seed gives the same inputs, and so the same report.
+  const models::PrecisionReport again = p->check_precision({.samples = 10, .seed = 1});
+  EXPECT_EQ(again.max_relative_error, r.max_relative_error);
+  auto fp32 = models::Predictor::load(test::repo::kPackage, {.batch_buckets = {1}});
+  EXPECT_EQ(fp32->check_precision().samples, 0) << "nothing to check in FP32";
+}
+
+TEST(RepositoryPrecision, ReportsTheAgreementAndFailsBelowTheMinimum) {
+  using namespace test::repo;
+  TempRepo r("RepoPrecision");
+  r.add_model("low", {1}, R"({"batch_buckets": [1, 2], "precision": "bf16", "precision_check": {"samples": 8}})");
+  r.add_model("strict", {1}, R"({"batch_buckets": [1], "precision": "bf16",
+                                 "precision_check": {"samples": 8, "max_relative_error": 1e-9}})");
+  ModelRepository repo(options(r));
+  auto v = repo.resolve("low", std::nullopt);
+  EXPECT_EQ(v->config.precision, Precision::Bf16);
+  EXPECT_EQ(v->precision.samples, 8);
+  EXPECT_GT(v->precision.max_relative_error, 0);
+  EXPECT_EQ(v->config.to_json()["precision"], "bf16");
+  const auto [status, logits] = infer(*v, sample(1));
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(logits.size(), 10u);
+  EXPECT_THAT(test::error_of<server::HttpError>([&] { repo.resolve("strict", std::nullopt); }),
+              testing::AllOf(HasSubstr("bf16 against fp32 on 8 samples"),
+                             HasSubstr("above precision_check.max_relative_error")));
+}
+
+TEST(ModelConfigPrecision, FieldsAndErrors) {
+  using server::ModelConfig;
+  auto parse = [](const std::string& text) { return ModelConfig::parse(nlohmann::json::parse(text), "config.json", "m"); };
+  auto error = [&](const std::string& text) { return test::error_of<FormatError>([&] { parse(text); }); };
+  const ModelConfig c = parse(R"({"precision": "bf16", "precision_check": {"samples": 100, "seed": 7,
+                                  "min_top1_agreement": 0.99, "max_relative_error": 0.05}})");
+  EXPECT_EQ(c.precision, Precision::Bf16);
+  EXPECT_EQ(c.precision_check.samples, 100);
+  EXPECT_EQ(c.precision_check.seed, 7u);
+  EXPECT_DOUBLE_EQ(c.precision_check.min_top1_agreement, 0.99);
+  EXPECT_DOUBLE_EQ(*c.precision_check.max_relative_error, 0.05);
+  const ModelConfig back = ModelConfig::parse(c.to_json(), "config.json", "m");
+  EXPECT_EQ(back.precision, Precision::Bf16);
+  EXPECT_EQ(back.precision_check.samples, 100);
+  EXPECT_EQ(parse("{}").precision, Precision::Fp32);
+  EXPECT_THAT(error(R"({"precision": "int4"})"), HasSubstr("config.json: precision must be \"fp32\" or \"bf16\", got \"int4\""));
+  EXPECT_THAT(error(R"({"precision": 16})"), HasSubstr("precision must be a string"));
+  EXPECT_THAT(error(R"({"precision_check": {"min_top1_agreement": 1.5}})"),
+              HasSubstr("precision_check.min_top1_agreement must be a number in [0.0, 1.0], got 1.5"));
+  EXPECT_THAT(error(R"({"precision_check": {"samples": 5000}})"), HasSubstr("precision_check.samples must be at most 4096"));
+  EXPECT_THAT(error(R"({"precision_check": {"top1": 0.9}})"), HasSubstr("precision_check.top1 is not a known field"));
+}
+
+}  // namespace
+}  // namespace hg
