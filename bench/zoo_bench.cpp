@@ -9,10 +9,11 @@
 //                   at the input file's sample shape (one signature). With DIR/MODEL/output.safetensors
 //                   (PyTorch's output), max_rel_err: max|replay - PyTorch| / max|PyTorch|.
 //       replay_bf16 the same compiled in BF16 (PredictorOptions::precision); max_rel_err as above
+//       replay_int8 the same with its linears in INT8 (dynamic quantization)
 //       replay_zoo  Predictor over DIR/MODEL/zoo (the same weights in hgraph's native modules)
 //       eager       the imported ONNX module on hpu:0, op by op; the output read on the host
 //       lazy        the same module traced in lazy mode, mark_step(), the output read on the host
-//   hg_zoo_bench agreement DIR [--models ..] [--precision bf16] [--samples 1000] [--batch 8]
+//   hg_zoo_bench agreement DIR [--models ..] [--precision bf16|int8] [--samples 1000] [--batch 8]
 //       the reduced-precision replay against hgraph's FP32 on fixed inputs (Predictor::
 //       check_precision): top-1 agreement and max relative error, one JSON line per model.
 //   hg_zoo_bench overhead [--nodes 1000] [--seconds 2]
@@ -229,9 +230,11 @@ int latency(const fs::path& data, const std::map<std::string, std::string>& o) {
       };
       const fs::path reference = dir / "output.safetensors";
       if (has("replay")) measure("hgraph_replay", [&] { return replay(dir, in, b, seconds, reference); });
-      if (has("replay_bf16"))
-        measure("hgraph_replay_bf16",
-                [&] { return replay(dir, in, b, seconds, reference, hg::graphs::Precision::Bf16); });
+      for (auto p : {hg::graphs::Precision::Bf16, hg::graphs::Precision::Int8}) {
+        const std::string name = std::string("replay_") + hg::graphs::precision_name(p);
+        if (has(name.c_str()))
+          measure(("hgraph_" + name).c_str(), [&] { return replay(dir, in, b, seconds, reference, p); });
+      }
       if (has("replay_zoo") && fs::exists(dir / "zoo"))
         measure("hgraph_replay_zoo", [&] { return replay(dir / "zoo", in, b, seconds, reference); });
       if (has("eager")) measure("hgraph_eager", [&] { return eager(*net, in, b, false, seconds); });

@@ -33,9 +33,7 @@ dnnl::primitive_attr user_scratchpad() {
   return attr;
 }
 
-void append_post_ops(dnnl::primitive_attr& attr, FusedAct act, bool sum) {
-  dnnl::post_ops po;
-  if (sum) po.append_sum(1.f);
+void append_activation(dnnl::post_ops& po, FusedAct act) {
   auto eltwise = [&](dnnl::algorithm alg, float alpha, float beta = 0.f) { po.append_eltwise(1.f, alg, alpha, beta); };
   switch (act) {
     case FusedAct::None: break;
@@ -47,6 +45,12 @@ void append_post_ops(dnnl::primitive_attr& attr, FusedAct act, bool sum) {
     case FusedAct::Tanh: eltwise(dnnl::algorithm::eltwise_tanh, 0.f); break;
     case FusedAct::Relu6: eltwise(dnnl::algorithm::eltwise_clip, 0.f, 6.f); break;  // min(max(x, 0), 6)
   }
+}
+
+void append_post_ops(dnnl::primitive_attr& attr, FusedAct act, bool sum) {
+  dnnl::post_ops po;
+  if (sum) po.append_sum(1.f);
+  append_activation(po, act);
   if (po.len() > 0) attr.set_post_ops(po);
 }
 

@@ -41,6 +41,8 @@ dnnl::primitive_attr user_scratchpad();
 // Sets attr's post-ops: `sum` (dst += the primitive's result: a residual preloaded into dst),
 // then the activation `act` as an eltwise post-op (none for FusedAct::None).
 void append_post_ops(dnnl::primitive_attr& attr, FusedAct act, bool sum);
+// Appends the activation `act` to `po` as an eltwise post-op (nothing for FusedAct::None).
+void append_activation(dnnl::post_ops& po, FusedAct act);
 
 // `data` (laid out as `from`) reordered into a new 64-byte aligned buffer laid out as `to`:
 // weights pre-packed once into the layout a primitive chose. Throws dnnl::error.

@@ -14,6 +14,7 @@ void register_act_ops();   // act_ops.cpp, loss_ops.cpp: activations, dropout, i
 void register_math_ops();   // math_ops.cpp: sqrt, erf, exp, pow
 void register_shape_ops();  // shape_ops.cpp, reduce_ops.cpp, attention_ops.cpp: views, reductions, bmm, attention
 void register_fused_ops();  // fused_elementwise.cpp, sdpa_kernel.cpp: ops of the fusion passes (engine/fused_ops.h)
-void register_recurrent_ops();  // recurrent_kernel.cpp: LSTM/GRU/RNN sequence loops (engine/ops_recurrent.h)
+void register_recurrent_ops();
+void register_int8_ops();  // int8_ops.cpp: matmul_int8 (dynamic quantization)  // recurrent_kernel.cpp: LSTM/GRU/RNN sequence loops (engine/ops_recurrent.h)
 
 }  // namespace hg

@@ -172,6 +172,7 @@ void register_builtin_ops() {
   register_math_ops();
   register_fused_ops();
   register_recurrent_ops();
+  register_int8_ops();
 }
 
 void register_core_ops() {

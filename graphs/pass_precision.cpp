@@ -13,6 +13,7 @@
 #include <map>
 
 #include "engine/error.h"
+#include "engine/op_attrs.h"
 #include "engine/ops.h"
 #include "graphs/passes.h"
 #include "graphs/rewrite.h"
@@ -41,7 +42,49 @@ Attrs cast_attrs(DType t) { return Attrs{{static_cast<int64_t>(t)}, {}}; }
 
 }  // namespace
 
+namespace {
+
+// Int8: linear(x, w, b) and matmul(x, w[, b]) with a constant 2-D weight and an FP32 x that is not
+// constant become matmul_int8 (engine/int8_ops.cpp): its weights are quantized per output column
+// once, at compile; x with every run.
+int lower_int8(Graph& g) {
+  const KnownOps& k = known_ops();
+  const OpSchema& int8 = op_schema("matmul_int8");
+  int count = 0;
+  for (Node& n : g.nodes) {
+    const bool linear = is_op(n, k.linear), matmul = is_op(n, k.matmul);
+    if ((!linear && !matmul) || n.constant || n.meta.dtype != DType::F32) continue;
+    const Node& x = g.nodes[n.inputs[0]];
+    const Node& w = g.nodes[n.inputs[1]];
+    if (x.meta.dtype != DType::F32 || is_constant_value(g, n.inputs[0]) || !is_constant_value(g, n.inputs[1])) continue;
+    attrs::Matmul m;
+    if (linear) {
+      m = {false, true, attrs::Linear::of(n.attrs).act};
+    } else {
+      m = attrs::Matmul::of(n.attrs);
+      if (m.trans_a) continue;
+    }
+    const int64_t kdim = x.meta.shape[1];
+    if (kdim == 0 || w.meta.shape.size() != 2) continue;
+    Attrs a{{0, m.trans_b, static_cast<int64_t>(m.act)}, {}};
+    std::vector<TensorMeta> metas;
+    for (int in : n.inputs) metas.push_back(g.nodes[in].meta);
+    try {
+      if (int8.infer(int8, metas, a) != n.meta) continue;
+    } catch (const Error&) {
+      continue;
+    }
+    n.op = &int8;
+    n.attrs = std::move(a);
+    ++count;
+  }
+  return count;
+}
+
+}  // namespace
+
 int lower_precision(Graph& g, Precision p) {
+  if (p == Precision::Int8) return lower_int8(g);
   if (p != Precision::Bf16) return 0;
   const size_t n = g.nodes.size();
   std::vector<char> lowered(n, 0);

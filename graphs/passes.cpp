@@ -9,12 +9,19 @@
 
 namespace hg::graphs {
 
-const char* precision_name(Precision p) { return p == Precision::Bf16 ? "bf16" : "fp32"; }
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::Bf16: return "bf16";
+    case Precision::Int8: return "int8";
+    case Precision::Fp32: break;
+  }
+  return "fp32";
+}
 
 Precision parse_precision(const std::string& s) {
-  if (s == "fp32") return Precision::Fp32;
-  if (s == "bf16") return Precision::Bf16;
-  throw InvalidArgument("precision must be \"fp32\" or \"bf16\", got \"" + s + "\"");
+  for (Precision p : {Precision::Fp32, Precision::Bf16, Precision::Int8})
+    if (s == precision_name(p)) return p;
+  throw InvalidArgument("precision must be \"fp32\", \"bf16\" or \"int8\", got \"" + s + "\"");
 }
 
 PassOptions default_pass_options() {

@@ -17,15 +17,15 @@
 namespace hg::graphs {
 
 // The arithmetic a compiled graph runs its matmuls and convolutions in (config.json "precision").
-enum class Precision : uint8_t { Fp32, Bf16 };
-const char* precision_name(Precision p);  // "fp32", "bf16"
-// "fp32" or "bf16"; throws InvalidArgument naming the accepted spellings.
+enum class Precision : uint8_t { Fp32, Bf16, Int8 };
+const char* precision_name(Precision p);  // "fp32", "bf16", "int8"
+// "fp32", "bf16" or "int8"; throws InvalidArgument naming the accepted spellings.
 Precision parse_precision(const std::string& s);
 
 struct PassOptions {
   bool fusion = true;
-  // Bf16: once the FP32 passes reach their fixed point, lower_precision runs the graph's matmuls
-  // and convolutions (and the values between them) in BF16, then the passes run again.
+  // Bf16, Int8: once the FP32 passes reach their fixed point, lower_precision lowers the graph's
+  // matmuls and convolutions, then the passes run again.
   Precision precision = Precision::Fp32;
 };
 PassOptions default_pass_options();  // honours HG_DISABLE_FUSION
@@ -71,9 +71,10 @@ int fuse_attention(Graph& g);
 // Chains of element-wise ops become one fused_elementwise node; after fuse_post_ops, which
 // takes the activations of linear/matmul/conv2d first (graphs/pass_fuse_elementwise.cpp).
 int fuse_elementwise(Graph& g);
-// Runs the matmuls and convolutions in BF16 (Precision::Bf16), with the values between them where
-// every reader takes it; softmax, norms, reductions and the outputs stay FP32
-// (graphs/pass_precision.cpp). Fp32: nothing to do.
+// Bf16: runs the matmuls and convolutions in BF16, with the values between them where every reader
+// takes it; softmax, norms, reductions and the outputs stay FP32. Int8: linears and matmuls by a
+// constant weight become matmul_int8 (dynamic quantization); the rest stays FP32.
+// (graphs/pass_precision.cpp). Fp32: nothing to do. Returns the nodes changed.
 int lower_precision(Graph& g, Precision p);
 // Convolutions that run best on channel-blocked activations produce them, and the element-wise
 // ops, residual adds and global pools after them keep them; reorders only where a reader needs

@@ -384,7 +384,7 @@ ModelConfig ModelConfig::parse(const json& j, const std::string& file, const std
     try {
       c.precision = graphs::parse_precision(*p);
     } catch (const InvalidArgument&) {
-      f.fail("precision", "must be \"fp32\" or \"bf16\", got " + Fields::brief(*f.find("precision")));
+      f.fail("precision", "must be \"fp32\", \"bf16\" or \"int8\", got " + Fields::brief(*f.find("precision")));
     }
   }
   if (f.find("precision_check")) c.precision_check = parse_precision_check(f.object("precision_check"));

@@ -33,6 +33,7 @@ const std::map<std::string, std::string> kNotDifferentiable = {
     {"fused_elementwise", "produced only by the fusion pass on graphs without autograd history"},
     {"to_blocked", "inference only: the layout pass inserts it into compiled graphs with frozen weights"},
     {"from_blocked", "inference only: the layout pass inserts it into compiled graphs with frozen weights"},
+    {"matmul_int8", "inference only: the INT8 precision pass puts it into compiled graphs with frozen weights"},
     {"recurrent", "inference only: the sequence loop of imported ONNX LSTM/GRU/RNN layers (no trainable layer uses it)"},
     {"channel_sum", "only in conv2d's backward formula (no double backward)"},
     {"amax_backward", "backward formula (no double backward)"},

@@ -8,9 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <tuple>
 
 #include "engine/fused_ops.h"
 #include "engine/ops.h"
+#include "engine/post_ops.h"
 #include "graphs/graph_cache.h"
 #include "graphs/passes.h"
 #include "models/predictor.h"
@@ -154,7 +157,7 @@ TEST(PassesPrecision, CacheKeysTellPrecisionsApart) {
   EXPECT_NE(graphs::compile_key(g, fp32), graphs::compile_key(g, bf16));
   EXPECT_EQ(graphs::parse_precision("bf16"), Precision::Bf16);
   EXPECT_THAT(test::error_of<InvalidArgument>([] { graphs::parse_precision("int4"); }),
-              HasSubstr("precision must be \"fp32\" or \"bf16\", got \"int4\""));
+              HasSubstr("precision must be \"fp32\", \"bf16\" or \"int8\", got \"int4\""));
 }
 
 // The fused attention kernel on BF16 q, k, v against its FP32 answer (masked, causal).
@@ -177,6 +180,93 @@ TEST(SdpaBf16, NearFp32WithAMask) {
               HasSubstr("F32"));
 }
 
+// matmul_int8 against its definition: a quantized per tensor (u8, asymmetric), b per output column
+// (s8, symmetric), the s32 product scaled back, plus bias, then the activation. The reference below
+// computes exactly that in double, so the kernel must agree to float rounding.
+std::vector<float> int8_reference(const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& bias,
+                                  int64_t m, int64_t k, int64_t n, bool tb, bool relu) {
+  float lo = 0, hi = 0;
+  for (float v : a) lo = std::min(lo, v), hi = std::max(hi, v);
+  const double sa = (hi - lo) / 255.0;
+  const double zp = std::clamp(std::nearbyint(-lo / sa), 0.0, 255.0);
+  std::vector<float> out(static_cast<size_t>(m * n));
+  for (int64_t j = 0; j < n; ++j) {
+    float amax = 0;
+    for (int64_t p = 0; p < k; ++p) amax = std::max(amax, std::abs(tb ? b[j * k + p] : b[p * n + j]));
+    const float sw = amax / 127.0f;
+    for (int64_t i = 0; i < m; ++i) {
+      int64_t acc = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double qa = std::clamp(std::nearbyint(a[i * k + p] / sa) + zp, 0.0, 255.0);
+        const double qw = std::nearbyint((tb ? b[j * k + p] : b[p * n + j]) / sw);
+        acc += static_cast<int64_t>(qa - zp) * static_cast<int64_t>(qw);
+      }
+      const double y = static_cast<double>(acc) * sa * sw + bias[j];
+      out[i * n + j] = static_cast<float>(relu ? std::max(y, 0.0) : y);
+    }
+  }
+  return out;
+}
+
+TEST(MatmulInt8, MatchesTheQuantizedDefinitionAndStaysNearFp32) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  auto randv = [&](size_t count) {
+    std::vector<float> v(count);
+    for (auto& x : v) x = nd(rng);
+    return v;
+  };
+  for (auto [m, k, n, tb] : {std::tuple<int64_t, int64_t, int64_t, bool>{3, 40, 24, true}, {64, 128, 96, false}}) {
+    const auto a = randv(static_cast<size_t>(m * k)), b = randv(static_cast<size_t>(k * n)), bias = randv(static_cast<size_t>(n));
+    const Shape bshape = tb ? Shape{n, k} : Shape{k, n};
+    const Tensor ta = Tensor::from_vector(a, {m, k}), tw = Tensor::from_vector(b, bshape), tbias = Tensor::from_vector(bias, {n});
+    const Attrs act{{0, tb, static_cast<int64_t>(FusedAct::Relu)}, {}};
+    // Eager: the weights are not constant, so they are quantized with every call, one scale for
+    // all columns; the graph below pre-packs them per column, as the reference does.
+    const Tensor eager = dispatch("matmul_int8", {ta, tw, tbias}, act);
+    const Tensor fp32 = dispatch("matmul", {ta, tw, tbias}, act);
+    EXPECT_LT(max_rel({eager.to_vector()}, {fp32.to_vector()}), 3e-2);
+    Builder g;
+    const int x = g.in({m, k});
+    g.g.outputs = {g.op("matmul_int8", {x, g.weight(bshape), g.weight({n})}, act)};
+    std::vector<test::fusion::Buffer> data(3);
+    for (auto [i, v] : {std::pair{0, &a}, {1, &b}, {2, &bias}}) {
+      data[i].resize(v->size() * 4);
+      std::memcpy(data[i].data(), v->data(), data[i].size());
+    }
+    const auto got = run_graph(g.g, data);
+    const auto want = int8_reference(a, b, bias, m, k, n, tb, true);
+    test::fusion::expect_near(got, {want}, 1e-4, 1e-4);
+    EXPECT_GT(max_rel(got, {fp32.to_vector()}), 0) << "INT8 rounding must show";
+  }
+  EXPECT_THAT(test::error_of<Error>([] {
+                dispatch("matmul_int8", {Tensor::zeros({2, 3}), Tensor::zeros({4, 5})}, Attrs{{0, 0, 0}, {}});
+              }),
+              HasSubstr("inner dimensions differ (3 vs 4)"));
+  EXPECT_THAT(test::error_of<Error>([] {
+                dispatch("matmul_int8", {Tensor::zeros({3, 2}), Tensor::zeros({3, 5})}, Attrs{{1, 0, 0}, {}});
+              }),
+              HasSubstr("a transposed is not supported"));
+}
+
+TEST(PassesPrecision, Int8LowersLinearsByConstantWeightsOnly) {
+  Graph g = ffn_block();
+  const auto data = scaled_inputs(g);
+  graphs::PassOptions passes;
+  passes.precision = Precision::Int8;
+  Graph opt = g;
+  graphs::run_passes(opt, passes);
+  EXPECT_EQ(count_ops(opt, "matmul_int8"), 2) << opt.dump();
+  EXPECT_EQ(count_ops(opt, "linear") + count_ops(opt, "matmul"), 0) << opt.dump();
+  const double err = max_rel(run_graph(opt, data), run_graph(g, data));
+  EXPECT_LT(err, 5e-2);
+  EXPECT_GT(err, 0);
+  Graph act = ffn_block();
+  const int q = act.add_input({{4, 16}, DType::F32});
+  act.outputs.push_back(act.add_op(op_schema("matmul"), {q, q}, Attrs{{0, 1}, {}}));
+  EXPECT_EQ(graphs::lower_precision(act, Precision::Int8), 2) << "the activation x activation matmul stays FP32";
+}
+
 TEST(PredictorPrecision, CheckAgainstFp32) {
   models::PredictorOptions opt{.batch_buckets = {1, 4}, .precision = Precision::Bf16};
   auto p = models::Predictor::load(test::repo::kPackage, opt);
@@ -190,6 +280,12 @@ TEST(PredictorPrecision, CheckAgainstFp32) {
   // The same seed gives the same inputs, and so the same report.
   const models::PrecisionReport again = p->check_precision({.samples = 10, .seed = 1});
   EXPECT_EQ(again.max_relative_error, r.max_relative_error);
+  auto int8 = models::Predictor::load(test::repo::kPackage, {.batch_buckets = {4}, .precision = Precision::Int8});
+  const models::PrecisionReport q = int8->check_precision({.samples = 16});
+  EXPECT_GE(q.top1_agreement, 0.8);
+  EXPECT_GT(q.max_relative_error, 0);
+  EXPECT_LT(q.max_relative_error, 0.1);
+  EXPECT_THAT(q.summary(), HasSubstr("int8 against fp32 on 16 samples"));
   auto fp32 = models::Predictor::load(test::repo::kPackage, {.batch_buckets = {1}});
   EXPECT_EQ(fp32->check_precision().samples, 0) << "nothing to check in FP32";
 }
@@ -229,7 +325,9 @@ TEST(ModelConfigPrecision, FieldsAndErrors) {
   EXPECT_EQ(back.precision, Precision::Bf16);
   EXPECT_EQ(back.precision_check.samples, 100);
   EXPECT_EQ(parse("{}").precision, Precision::Fp32);
-  EXPECT_THAT(error(R"({"precision": "int4"})"), HasSubstr("config.json: precision must be \"fp32\" or \"bf16\", got \"int4\""));
+  EXPECT_THAT(error(R"({"precision": "int4"})"),
+              HasSubstr("config.json: precision must be \"fp32\", \"bf16\" or \"int8\", got \"int4\""));
+  EXPECT_EQ(parse(R"({"precision": "int8"})").precision, Precision::Int8);
   EXPECT_THAT(error(R"({"precision": 16})"), HasSubstr("precision must be a string"));
   EXPECT_THAT(error(R"({"precision_check": {"min_top1_agreement": 1.5}})"),
               HasSubstr("precision_check.min_top1_agreement must be a number in [0.0, 1.0], got 1.5"));
