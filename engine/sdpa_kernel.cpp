@@ -37,6 +37,60 @@ constexpr int64_t kParallelMacs = int64_t{1} << 20;
 
 size_t expected_inputs(int64_t kind) { return kind == sdpa::kNoMask ? 3 : kind == sdpa::kWhere ? 5 : 4; }
 
+// View mode (ints[3] = 1): q, k and v are read in place from the buffers given (one may be the
+// same value for all three: a QKV projection) and the output written in its consumer's layout.
+// ints[4..9] B, H, L, S, D, Dv; per q, k, v, output four ints from ints[10]: offset, stride of b,
+// stride of h, stride of a row (L or S; the last dim is contiguous); then the output's rank and
+// shape. The batch is [B, H]; masks must not vary along it.
+struct ViewSpec {
+  int64_t b, h, l, s, d, dv;
+  int64_t at[4][4];  // q, k, v, out: offset, sb, sh, srow
+  Shape out;
+};
+
+constexpr size_t kViewInts = 26;
+
+bool view_mode(const Attrs& a) { return a.ints.size() > 3 && a.i(3) == 1; }
+
+ViewSpec view_spec(const Attrs& a) {
+  ViewSpec v{a.i(4), a.i(5), a.i(6), a.i(7), a.i(8), a.i(9), {}, {}};
+  for (int t = 0; t < 4; ++t)
+    for (int k = 0; k < 4; ++k) v.at[t][k] = a.i(10 + 4 * t + k);
+  const int64_t rank = a.ints.size() > kViewInts ? a.i(kViewInts) : -1;
+  if (rank >= 0 && a.ints.size() == kViewInts + 1 + static_cast<size_t>(rank))
+    v.out.assign(a.ints.begin() + kViewInts + 1, a.ints.end());
+  return v;
+}
+
+TensorMeta infer_sdpa_view(const OpSchema& op, const Metas& in, const Attrs& a) {
+  if (a.ints.size() <= kViewInts) fail(op, in, "view mode needs " + std::to_string(kViewInts + 1) + "+ ints");
+  const ViewSpec v = view_spec(a);
+  if (v.out.empty() || a.i(2) != 0) fail(op, in, "bad view attributes");
+  for (int64_t x : {v.b, v.h, v.l, v.s, v.d, v.dv})
+    if (x < 1) fail(op, in, "view sizes must be positive");
+  const int64_t rows[4] = {v.l, v.s, v.s, v.l}, cols[4] = {v.d, v.d, v.dv, v.dv};
+  for (int t = 0; t < 4; ++t) {
+    const int64_t* at = v.at[t];
+    for (int k = 0; k < 4; ++k)
+      if (at[k] < 0) fail(op, in, "view strides and offsets must be non-negative");
+    if ((v.b > 1 && at[1] == 0) || (v.h > 1 && at[2] == 0) || (rows[t] > 1 && at[3] == 0))
+      fail(op, in, "a view stride is 0 along a dimension of more than one element");
+    const int64_t last = at[0] + (v.b - 1) * at[1] + (v.h - 1) * at[2] + (rows[t] - 1) * at[3] + cols[t] - 1;
+    const int64_t size = t < 3 ? in[t].numel() : numel(v.out);
+    if (last >= size) fail(op, in, "a view reaches past its buffer");
+  }
+  if (numel(v.out) != v.b * v.h * v.l * v.dv) fail(op, in, "the output view must cover its buffer");
+  if (in.size() > 3) {
+    const Shape& m = in[3].shape;
+    const Shape scores{v.l, v.s};
+    const Shape rows(m.end() - std::min<size_t>(2, m.size()), m.end());
+    if (numel(m) != numel(rows) || broadcast_shapes(rows, scores) != scores)
+      fail(op, in, "in view mode the mask must broadcast to [L, S] = " + shape_str(scores) + " without batch dims");
+  }
+  if (in.size() > 4 && (in[4].dtype != DType::F32 || in[4].numel() != 1)) fail(op, in, "the fill value must be one F32");
+  return {v.out, in[0].dtype};
+}
+
 TensorMeta infer_sdpa(const OpSchema& op, const Metas& in, const Attrs& a) {
   const int64_t kind = a.i(0), causal = a.i(1);
   if (kind < sdpa::kNoMask || kind > sdpa::kAdd) fail(op, in, "bad mask kind " + std::to_string(kind));
@@ -45,6 +99,11 @@ TensorMeta infer_sdpa(const OpSchema& op, const Metas& in, const Attrs& a) {
     fail(op, in, "mask kind " + std::to_string(kind) + " takes " + std::to_string(expected_inputs(kind)) + " inputs");
   if (in[0].dtype != DType::F32 && in[0].dtype != DType::BF16) fail(op, in, "q must be F32 or BF16");
   for (size_t i = 1; i < 3; ++i) expect_dtype(op, in, i, in[0].dtype);
+  if (view_mode(a)) {
+    if (kind == sdpa::kAdd) expect_dtype(op, in, 3, DType::F32);
+    if (kind == sdpa::kWhere || kind == sdpa::kMaskedFill) expect_dtype(op, in, 3, DType::BOOL);
+    return infer_sdpa_view(op, in, a);
+  }
   const size_t r = in[0].shape.size();
   if (r < 2 || in[1].shape.size() != r || in[2].shape.size() != r) fail(op, in, "q, k and v need the same rank, at least 2");
   for (size_t d = 0; d + 2 < r; ++d)
@@ -78,8 +137,18 @@ struct UnitCalls {
   size_t scratchpad;  // bytes, the largest of the three
 };
 
+// Where a tensor's slices and rows are: slice i (of batch * heads) starts at
+// off + (i / heads) * sb + (i % heads) * sh, its rows srow apart, its last dim contiguous.
+struct Layout {
+  int64_t off = 0, sb = 0, sh = 0, srow = 0;
+  int64_t at(int64_t slice, int64_t heads, int64_t row) const { return off + (slice / heads) * sb + (slice % heads) * sh + row * srow; }
+};
+
 struct Plan {
   int64_t batch, l, s, d, dv, g, t;  // g slices per unit, t rows per unit
+  int64_t heads;                     // slices per b (view mode: H; else the whole batch)
+  Layout q, k, v, o;                 // k: rows are keys, each of d contiguous values ...
+  int64_t k_col = 1;                 // ... unless k_transposed: then element (j, c) is at j + c * k_col
   dnnl::memory::data_type dt;        // of q, k, v, the output and the probabilities (f32 or bf16)
   size_t elem;                       // its bytes
   int64_t kind, causal;
@@ -112,12 +181,12 @@ UnitCalls make_calls(const Plan& p, int64_t g, int64_t t, bool kt) {
   using MM = dnnl::matmul::primitive_desc;
   using SM = dnnl::softmax_v2_forward::primitive_desc;
   const dnnl::engine& e = kernels::dnnl_engine();
-  const auto q = md3(g, t, p.d, p.l * p.d, p.d, 1, p.dt);
-  const auto k = kt ? md3(g, p.d, p.s, p.d * p.s, p.s, 1, p.dt) : md3(g, p.d, p.s, p.s * p.d, 1, p.d, p.dt);
+  const auto q = md3(g, t, p.d, p.q.sh, p.q.srow, 1, p.dt);
+  const auto k = kt ? md3(g, p.d, p.s, p.k.sh, p.k_col, 1, p.dt) : md3(g, p.d, p.s, p.k.sh, 1, p.k.srow, p.dt);
   const auto sc = md3(g, t, p.s, t * p.s, p.s, 1);
   const auto probs = md3(g, t, p.s, t * p.s, p.s, 1, p.dt);
-  const auto v = md3(g, p.s, p.dv, p.s * p.dv, p.dv, 1, p.dt);
-  const auto o = md3(g, t, p.dv, p.l * p.dv, p.dv, 1, p.dt);
+  const auto v = md3(g, p.s, p.dv, p.v.sh, p.v.srow, 1, p.dt);
+  const auto o = md3(g, t, p.dv, p.o.sh, p.o.srow, 1, p.dt);
   const dnnl::memory::desc rows({g * t, p.s}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ab);
   const dnnl::memory::desc prob_rows({g * t, p.s}, p.dt, dnnl::memory::format_tag::ab);
   size_t pad = 0;
@@ -201,10 +270,10 @@ void run_unit(const Plan& p, const UnitCalls& c, const void* const* in, void* ou
   void* probs = p.elem == sizeof(float) ? static_cast<void*>(scores) : buf.probs_for(static_cast<size_t>(g * t * p.s));
   void* pad = buf.pad_for(c.scratchpad);
   auto at = [&](const void* base, int64_t i) { return static_cast<const std::byte*>(base) + i * static_cast<int64_t>(p.elem); };
-  const void* q = at(in[0], (b0 * p.l + r0) * p.d);
-  const void* k = at(in[1], b0 * p.s * p.d);
-  const void* v = at(in[2], b0 * p.s * p.dv);
-  void* o = const_cast<std::byte*>(at(out, (b0 * p.l + r0) * p.dv));
+  const void* q = at(in[0], p.q.at(b0, p.heads, r0));
+  const void* k = at(in[1], p.k.at(b0, p.heads, 0));
+  const void* v = at(in[2], p.v.at(b0, p.heads, 0));
+  void* o = const_cast<std::byte*>(at(out, p.o.at(b0, p.heads, r0)));
   if (p.d > 0) {
     const void* qk[] = {q, k, scores, pad};
     c.qk.run(qk);
@@ -221,12 +290,34 @@ void run_unit(const Plan& p, const UnitCalls& c, const void* const* in, void* ou
 }
 
 Kernel prepare_sdpa(const Metas& in, const TensorMeta& out, const Attrs& a) {
-  const size_t r = out.shape.size();
   auto p = std::make_shared<Plan>();
-  p->batch_shape = Shape(out.shape.begin(), out.shape.end() - 2);
-  p->batch = numel(p->batch_shape);
-  p->l = out.shape[r - 2], p->dv = out.shape[r - 1], p->d = in[0].shape[r - 1];
-  p->s = in[2].shape[r - 2];
+  const bool kt = a.i(2);
+  if (view_mode(a)) {
+    const ViewSpec v = view_spec(a);
+    p->batch_shape = {v.b, v.h};
+    p->batch = v.b * v.h, p->heads = v.h;
+    p->l = v.l, p->s = v.s, p->d = v.d, p->dv = v.dv;
+    Layout* lay[4] = {&p->q, &p->k, &p->v, &p->o};
+    const int64_t rows[4] = {v.l, v.s, v.s, v.l}, cols[4] = {v.d, v.d, v.dv, v.dv};
+    for (int t = 0; t < 4; ++t) {
+      *lay[t] = {v.at[t][0], v.at[t][1], v.at[t][2], v.at[t][3]};
+      // oneDNN refuses a zero stride even where a dimension has one element (a decode step's
+      // single query row, a single head): give those the stride a dense layout would.
+      if (rows[t] == 1) lay[t]->srow = cols[t];
+      if (v.h == 1) lay[t]->sh = rows[t] * lay[t]->srow;
+    }
+  } else {
+    const size_t r = out.shape.size();
+    p->batch_shape = Shape(out.shape.begin(), out.shape.end() - 2);
+    p->batch = numel(p->batch_shape), p->heads = std::max<int64_t>(p->batch, 1);
+    p->l = out.shape[r - 2], p->dv = out.shape[r - 1], p->d = in[0].shape[r - 1];
+    p->s = in[2].shape[r - 2];
+    p->q = {0, 0, p->l * p->d, p->d};
+    p->k = {0, 0, p->s * p->d, p->d};  // kt: slices of d x s, element (j, c) at c * s + j
+    p->k_col = p->s;
+    p->v = {0, 0, p->s * p->dv, p->dv};
+    p->o = {0, 0, p->l * p->dv, p->dv};
+  }
   p->dt = kernels::dnnl_dtype(out.dtype);
   p->elem = dtype_size(out.dtype);
   p->kind = a.i(0), p->causal = a.i(1);
@@ -237,7 +328,9 @@ Kernel prepare_sdpa(const Metas& in, const TensorMeta& out, const Attrs& a) {
   if (p->kind != sdpa::kNoMask) {
     Shape scores = p->batch_shape;
     scores.push_back(p->l), scores.push_back(p->s);
-    p->mask_strides = kernels::broadcast_strides(in[3].shape, scores);
+    Shape mask = in[3].shape;  // view mode: a mask without batch dims, aligned to [L, S]
+    if (view_mode(a)) mask.erase(mask.begin(), mask.end() - std::min<size_t>(2, mask.size()));
+    p->mask_strides = kernels::broadcast_strides(mask, scores);
   }
   // Work worth sharing is cut into at least one unit per thread.
   const bool big = p->batch * p->l * p->s * (p->d + p->dv) >= kParallelMacs;
@@ -247,7 +340,7 @@ Kernel prepare_sdpa(const Metas& in, const TensorMeta& out, const Attrs& a) {
     p->g = std::clamp<int64_t>(kScoreFloats / (p->l * p->s), 1, std::max<int64_t>(1, p->batch / threads));
   else
     p->g = 1;
-  const bool kt = a.i(2);
+  while (p->heads % p->g) --p->g;  // a unit's slices share one b (view mode: strides differ across b)
   for (int64_t g : {p->g, p->batch % p->g})
     for (int64_t t : {p->t, p->l % p->t})
       if (g > 0 && t > 0 && !p->calls.count({g, t})) p->calls.emplace(std::pair{g, t}, make_calls(*p, g, t, kt));

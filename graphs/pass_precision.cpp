@@ -10,6 +10,8 @@
 //   - softmax, normalisations, reductions, fused element-wise programs and anything else read FP32
 //     (a cast where a BF16 value reaches them), as do the graph's outputs.
 // A node whose schema refuses BF16 inputs stays FP32 (its inputs are cast back).
+// INT8 (lower_int8 below) is narrower: linears and matmuls by constant weights become
+// matmul_int8 (dynamic quantization); nothing else changes.
 #include <map>
 
 #include "engine/error.h"
@@ -39,10 +41,6 @@ Role role(const Node& n) {
 bool exempt(const Node& n, size_t i) { return n.op == known_ops().sdpa && i >= 3; }
 
 Attrs cast_attrs(DType t) { return Attrs{{static_cast<int64_t>(t)}, {}}; }
-
-}  // namespace
-
-namespace {
 
 // Int8: linear(x, w, b) and matmul(x, w[, b]) with a constant 2-D weight and an FP32 x that is not
 // constant become matmul_int8 (engine/int8_ops.cpp): its weights are quantized per output column

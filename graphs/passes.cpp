@@ -65,6 +65,7 @@ const std::vector<Pass>& all_passes() {
       {"fuse_silu", true, fuse_silu},
       {"fuse_post_ops", true, fuse_post_ops},
       {"fuse_attention", true, fuse_attention},
+      {"attention_views", true, fuse_attention_views},
       {"fuse_elementwise", true, fuse_elementwise},
       {"layout", true, propagate_layouts},
   };

@@ -6,6 +6,8 @@
 #include <random>
 
 #include "engine/dtype_dispatch.h"
+#include "engine/error.h"
+#include "models/safetensors.h"
 
 namespace hg::models {
 
@@ -56,6 +58,40 @@ std::vector<std::vector<uint8_t>> precision_sample_inputs(const std::vector<DTyp
     visit_dtype(dtypes[i], [&]<class T>(Type<T>) { fill<T>(out[i], count * elements[i], rng, rows, dtypes[i]); });
   }
   return out;
+}
+
+PrecisionCheckOptions precision_samples_file(const std::filesystem::path& file, const PackageSpec& spec,
+                                             int64_t max_samples) {
+  const safetensors::File f = safetensors::read(file);
+  auto fail = [&](const std::string& why) { throw FormatError(file.string() + ": " + why); };
+  PrecisionCheckOptions o;
+  o.samples = -1;
+  bool dynamic = false;
+  for (const IOSpec& io : spec.inputs) {
+    const safetensors::Entry* e = f.find(io.name);
+    if (!e) fail("no tensor '" + io.name + "' (one tensor per model input, named as the input)");
+    const DType want = dtype_from_kserve(io.datatype);
+    if (e->dtype != dtype_name(want))
+      fail("tensor '" + io.name + "' is " + e->dtype + ", the input is " + dtype_name(want));
+    const Shape sample = sample_shape(spec, io);
+    const Shape got(e->shape.begin(), e->shape.end());
+    bool ok = spec.batched && got.size() == sample.size() + 1;
+    for (size_t d = 0; ok && d < sample.size(); ++d) ok = sample[d] < 0 ? got[d + 1] >= 1 : got[d + 1] == sample[d];
+    if (!spec.batched) ok = got.size() == sample.size() + 1 && got[0] == 1;
+    if (!ok)
+      fail("tensor '" + io.name + "' has shape " + shape_str(got) + "; it must be [N, sample shape] with the input's " +
+           "sample shape " + shape_str(sample) + (spec.batched ? "" : " and N = 1 (the model has no batch dimension)"));
+    if (o.samples >= 0 && got[0] != o.samples)
+      fail("tensor '" + io.name + "' holds " + std::to_string(got[0]) + " samples, the others " + std::to_string(o.samples));
+    o.samples = got[0];
+    for (int64_t d : sample) dynamic |= d < 0;
+    o.signature.emplace_back(got.begin() + 1, got.end());
+    o.inputs.push_back(e->data);
+  }
+  if (o.samples < 1 || o.samples > max_samples)
+    fail("holds " + std::to_string(o.samples) + " samples; 1 to " + std::to_string(max_samples) + " are allowed");
+  if (!dynamic) o.signature.clear();
+  return o;
 }
 
 void compare_precision_output(PrecisionReport& r, size_t index, DType dtype, const void* reduced,

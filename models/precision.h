@@ -7,13 +7,17 @@
 //   r.top1_agreement;       // 0.984: the share of rows whose largest output agrees with FP32's
 //   r.max_relative_error;   // 0.012: max |x - fp32| / max |fp32|, the worst output
 //   spdlog::info("{}", r.summary());
+//   // or on the user's own inputs: one tensor per model input in a safetensors file
+//   r = p->check_precision(hg::models::precision_samples_file(dir / "samples.safetensors", p->package().spec, 1000));
 #pragma once
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "engine/dtype.h"
 #include "graphs/passes.h"
+#include "models/package.h"
 
 namespace hg::models {
 
@@ -31,7 +35,17 @@ struct PrecisionCheckOptions {
   uint64_t seed = 0;
   // Models with dynamic dimensions besides the batch: every input's sample shape to check with.
   std::vector<Shape> signature = {};
+  // Given inputs instead of generated ones (precision_samples_file): per model input, `samples`
+  // samples of its dtype and sample shape, raw bytes.
+  std::vector<std::vector<uint8_t>> inputs = {};
 };
+
+// The inputs of a precision check from a safetensors file: one tensor per model input, named as
+// the input, of its dtype, shaped [N, sample shape...] with the same N for all (at most
+// max_samples). Returns the options with samples = N, inputs and (dynamic dimensions) the
+// signature the file's shapes give. Throws FormatError naming the file and the tensor.
+PrecisionCheckOptions precision_samples_file(const std::filesystem::path& file, const PackageSpec& spec,
+                                             int64_t max_samples);
 
 // The fixed inputs a check runs: per input, `count` samples of `elements[i]` values of
 // `dtypes[i]`, the same for the same seed. Floats are standard normal; an input that indexes an

@@ -587,7 +587,13 @@ PrecisionReport Predictor::check_precision(const PrecisionCheckOptions& o) {
     in_types.push_back(input_dtype(i));
     in_elems.push_back(Impl::in_elements(v, i));
   }
-  const auto inputs = precision_sample_inputs(in_types, in_elems, rows, samples, o.seed);
+  const auto inputs = o.inputs.empty() ? precision_sample_inputs(in_types, in_elems, rows, samples, o.seed) : o.inputs;
+  bool sized = inputs.size() == in_types.size();  // given inputs: checked (run() checks token ids)
+  for (size_t i = 0; sized && i < inputs.size(); ++i)
+    sized = inputs[i].size() == static_cast<size_t>(samples * in_elems[i]) * dtype_size(in_types[i]);
+  if (!sized)
+    throw InvalidArgument("check_precision: the given inputs do not hold " + std::to_string(samples) +
+                          " samples of every model input");
   // In chunks of the largest captured bucket, so that every sample runs in a captured graph.
   const std::vector<int64_t> caught = spec.batched ? buckets() : std::vector<int64_t>{1};
   const int64_t chunk = caught.empty() ? 1 : caught.back();

@@ -10,7 +10,8 @@
 // `HG_GRAPH_CACHE=/tmp/hgc,512 hgraph-serve ...` then starts from the cache (no passes run).
 // A model with dynamic dimensions is captured over the grid its config.json's "padding" makes
 // (the model folder's config, next to the version directory): every sequence bucket times
-// every batch bucket, as the server's warm-up does, within --memory-budget.
+// every batch bucket, as the server's warm-up does, within --memory-budget. With a reduced
+// "precision" in config.json it prints the agreement with FP32 the server checks at load.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -31,6 +32,7 @@
 #include "models/buckets.h"
 #include "models/predictor.h"
 #include "server/model_config.h"
+#include "server/precision_check.h"
 #include "server/padding.h"
 
 namespace po = boost::program_options;
@@ -110,6 +112,12 @@ int main(int argc, char** argv) {
         if (done < total) std::fprintf(stderr, "capturing %zu/%zu: batch %lld\n", done + 1, total, static_cast<long long>(batch));
       };
     std::vector<hg::models::BucketInfo> infos = predictor->capture_all(copt);
+    // Reduced precision: the agreement with FP32 the server would check at load (and refuse below
+    // the config's minimums: the capture fails the same way).
+    std::string precision_line;
+    if (config.precision != hg::graphs::Precision::Fp32)
+      precision_line = hg::server::precision_report_line(
+          config, hg::server::check_model_precision(*predictor, config, std::filesystem::absolute(model).parent_path()));
 
     double total_ms = 0;
     size_t arena = 0, constants = 0, captured = 0;
@@ -138,6 +146,7 @@ int main(int argc, char** argv) {
     }
     std::printf("captured %zu/%zu buckets, compile %.1f ms, arena %.3f MB, constants %.3f MB (load %.1f ms) on %s\n",
                 captured, infos.size(), total_ms, mb(arena), mb(constants), load_ms, opt.device.str().c_str());
+    if (!precision_line.empty()) std::printf("%s\n", precision_line.c_str());
     if (!left_out.empty()) {
       std::printf("left out (memory budget %.3f MB", budget_mb);
       if (grid) std::printf(", max_signatures %zu", config.max_signatures);

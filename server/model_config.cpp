@@ -301,12 +301,18 @@ Padding parse_padding(const Fields& p) {
 }
 
 PrecisionCheck parse_precision_check(const Fields& p) {
-  p.only({"samples", "seed", "min_top1_agreement", "max_relative_error"});
+  p.only({"samples", "seed", "min_top1_agreement", "max_relative_error", "inputs"});
   PrecisionCheck c;
   if (auto n = p.integer("samples", 0, kMaxPrecisionSamples)) c.samples = *n;
   if (auto n = p.integer("seed", 0, INT64_MAX)) c.seed = static_cast<uint64_t>(*n);
   if (auto a = p.number("min_top1_agreement", 0, 1)) c.min_top1_agreement = *a;
   if (auto e = p.number("max_relative_error", 0, 1e30)) c.max_relative_error = *e;
+  if (auto f = p.string("inputs")) {
+    const std::filesystem::path path(*f);
+    if (f->empty() || path.is_absolute() || std::any_of(path.begin(), path.end(), [](const auto& part) { return part == ".."; }))
+      p.fail("inputs", "must name a file inside the model's folder (a relative path without \"..\"), got \"" + *f + "\"");
+    c.inputs = *f;
+  }
   return c;
 }
 
@@ -455,6 +461,7 @@ json ModelConfig::to_json() const {
                           {"seed", precision_check.seed},
                           {"min_top1_agreement", precision_check.min_top1_agreement}};
   if (precision_check.max_relative_error) j["precision_check"]["max_relative_error"] = *precision_check.max_relative_error;
+  if (!precision_check.inputs.empty()) j["precision_check"]["inputs"] = precision_check.inputs;
   j["input"] = json::array();
   for (const auto& io : inputs) j["input"].push_back(tensor_json(io, max_batch_size));
   j["output"] = json::array();

@@ -14,7 +14,8 @@
 //    "padding": {...},                                     // see Padding
 //    "max_signatures": 16, "max_signature_bytes": 0,      // dynamic dimensions: signatures kept
 //    "precision": "bf16",                                 // or "fp32" (the default)
-//    "precision_check": {"samples": 64, "seed": 0, "min_top1_agreement": 0.99, "max_relative_error": 0.05},
+//    "precision_check": {"samples": 64, "seed": 0, "min_top1_agreement": 0.99, "max_relative_error": 0.05,
+//                        "inputs": "samples.safetensors"},            // optional: the inputs to check on
 //    "platform": "hgraph"}                                // or "identity" (with "input"/"output" lists)
 //
 //   ModelConfig c = ModelConfig::parse(json, "repo/m/config.json", "m");   // throws FormatError naming the field
@@ -57,6 +58,9 @@ struct Padding {
 struct PrecisionCheck {
   int64_t samples = 64;
   uint64_t seed = 0;
+  // A safetensors file in the model's folder with the inputs to check on (one tensor per model
+  // input, [N, sample shape]: models/precision.h); empty: `samples` seeded random inputs.
+  std::string inputs;
   double min_top1_agreement = 0;
   std::optional<double> max_relative_error;
 };

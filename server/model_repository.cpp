@@ -16,6 +16,7 @@
 #include "server/http_error.h"
 #include "server/identity_model.h"
 #include "server/padding.h"
+#include "server/precision_check.h"
 #include "server/wire.h"
 
 namespace hg::server {
@@ -261,7 +262,10 @@ struct ModelRepository::Impl {
           if (config.padding) copt.signatures = padding_signatures(*config.padding, predictor->package().spec);
           mv->buckets = predictor->capture_all(copt);
         }
-        if (config.precision != graphs::Precision::Fp32) mv->precision = check_precision(*predictor, config);
+        if (config.precision != graphs::Precision::Fp32) {
+          mv->precision = check_model_precision(*predictor, config, dir.parent_path());
+          log(precision_report_line(config, mv->precision));
+        }
         mv->model = make_served_model(std::move(predictor));
       }
       // Any model (a factory's, the identity): padded dimensions must be dynamic ones.
@@ -280,31 +284,6 @@ struct ModelRepository::Impl {
     mv->batcher = std::make_shared<DynamicBatcher>(mv->model, std::move(bc));
     mv->load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return mv;
-  }
-
-  // Reduced precision against FP32 on fixed inputs; throws (the load fails) below the config's
-  // minimum agreement. Dynamic dimensions are checked at the first padded signature; without
-  // padding there is no signature to check with and the report says 0 samples.
-  models::PrecisionReport check_precision(models::Predictor& p, const ModelConfig& config) {
-    models::PrecisionCheckOptions o{.samples = config.precision_check.samples, .seed = config.precision_check.seed};
-    bool dynamic = false;
-    for (size_t i = 0; i < p.package().spec.inputs.size(); ++i) dynamic |= p.input_size(i) < 0;
-    if (dynamic) {
-      if (config.padding) o.signature = padding_signatures(*config.padding, p.package().spec).front();
-      else o.samples = 0;
-    }
-    models::PrecisionReport r = p.check_precision(o);
-    r.precision = config.precision;
-    const std::string what = "model '" + config.name + "': " + r.summary();
-    log(r.samples ? what : "model '" + config.name + "': " + graphs::precision_name(config.precision) +
-                               " not checked against fp32 (dynamic dimensions without padding: no signature to run)");
-    if (r.samples && r.top1_agreement < config.precision_check.min_top1_agreement)
-      throw InvalidArgument(what + ", below precision_check.min_top1_agreement " +
-                            std::to_string(config.precision_check.min_top1_agreement));
-    const auto& max_err = config.precision_check.max_relative_error;
-    if (r.samples && max_err && !(r.max_relative_error <= *max_err))
-      throw InvalidArgument(what + ", above precision_check.max_relative_error " + std::to_string(*max_err));
-    return r;
   }
 
   void log_ready(const ModelVersion& v, const fs::path& dir) {

@@ -279,4 +279,29 @@ TEST(BucketsCaptureTool, CapturesTheSequenceGridOfItsConfig) {
   fs::remove_all(dir);
 }
 
+// A reduced precision in config.json: the tool captures in it and prints the agreement with FP32
+// (on generated token ids and masks at the first padded signature); below a minimum it fails.
+TEST(BucketsCaptureTool, ChecksAReducedPrecisionAsTheServerWould) {
+  const fs::path dir = temp_dir("capture_precision");
+  fs::create_directories(dir / "tagger" / "1");
+  fs::copy_file(fs::path(HG_TESTDATA_DIR) / "onnx" / "masked_tagger_op17.onnx", dir / "tagger" / "1" / "model.onnx");
+  const std::string cmd = std::string(HG_CAPTURE_BIN) + " --no-progress --buckets 1,4 --model " + (dir / "tagger" / "1").string();
+  const std::string padding =
+      R"("padding": {"dims": {"input_ids": 1, "attention_mask": 1}, "buckets": [8, 16], "mask": "attention_mask"})";
+  int status = -1;
+  for (const char* precision : {"bf16", "int8"}) {
+    std::ofstream(dir / "tagger" / "config.json")
+        << "{" << padding << R"(, "precision": ")" << precision << R"(", "precision_check": {"samples": 8}})";
+    const std::string out = run_command(cmd, &status);
+    ASSERT_EQ(status, 0) << out;
+    EXPECT_THAT(out, HasSubstr("model 'tagger': " + std::string(precision) + " against fp32 on 8 samples: top-1 agreement"));
+  }
+  std::ofstream(dir / "tagger" / "config.json")
+      << "{" << padding << R"(, "precision": "bf16", "precision_check": {"samples": 8, "max_relative_error": 1e-9}})";
+  const std::string out = run_command(cmd + " 2>&1", &status);
+  EXPECT_NE(status, 0) << out;
+  EXPECT_THAT(out, HasSubstr("above precision_check.max_relative_error"));
+  fs::remove_all(dir);
+}
+
 }  // namespace

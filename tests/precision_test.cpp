@@ -17,6 +17,7 @@
 #include "graphs/graph_cache.h"
 #include "graphs/passes.h"
 #include "models/predictor.h"
+#include "models/safetensors.h"
 #include "tests/errors.h"
 #include "tests/fusion_test_util.h"
 #include "tests/model_repository_util.h"
@@ -310,6 +311,47 @@ TEST(RepositoryPrecision, ReportsTheAgreementAndFailsBelowTheMinimum) {
                              HasSubstr("above precision_check.max_relative_error")));
 }
 
+// The inputs of the check from a safetensors file: the served version reports its N samples; a
+// file that does not fit the model fails the load naming the file and the tensor.
+TEST(RepositoryPrecision, ChecksOnTheInputsOfASamplesFile) {
+  using namespace test::repo;
+  TempRepo r("RepoPrecisionSamples");
+  const std::string config = R"({"batch_buckets": [1, 4], "precision": "bf16",
+                                 "precision_check": {"inputs": "samples.safetensors"}})";
+  r.add_model("good", {1}, config);
+  r.add_model("bad_dtype", {1}, config);
+  r.add_model("bad_shape", {1}, config);
+  r.add_model("missing", {1}, config);
+  auto write = [&](const std::string& model, const std::string& name, const std::string& dtype, std::vector<int64_t> shape) {
+    safetensors::File f;
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<float> v(static_cast<size_t>(n));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 17) / 16.0f;
+    std::vector<uint8_t> bytes(reinterpret_cast<const uint8_t*>(v.data()),
+                               reinterpret_cast<const uint8_t*>(v.data()) + v.size() * 4);
+    if (dtype == "I32") bytes.assign(bytes.size(), 0);
+    f.entries.push_back({name, dtype, shape, bytes});
+    safetensors::write(r.dir() / model / "samples.safetensors", f);
+  };
+  write("good", "input", "F32", {6, 64});
+  write("bad_dtype", "input", "I32", {6, 64});
+  write("bad_shape", "input", "F32", {6, 65});
+  write("missing", "pixels", "F32", {6, 64});
+  ModelRepository repo(options(r));
+  auto v = repo.resolve("good", std::nullopt);
+  EXPECT_EQ(v->precision.samples, 6);
+  EXPECT_EQ(v->precision.rows, 6);
+  EXPECT_GT(v->precision.max_relative_error, 0);
+  EXPECT_EQ(v->config.to_json()["precision_check"]["inputs"], "samples.safetensors");
+  auto reason = [&](const std::string& name) {
+    return test::error_of<server::HttpError>([&] { repo.resolve(name, std::nullopt); });
+  };
+  EXPECT_THAT(reason("bad_dtype"), HasSubstr("samples.safetensors: tensor 'input' is I32, the input is F32"));
+  EXPECT_THAT(reason("bad_shape"), HasSubstr("tensor 'input' has shape [6, 65]; it must be [N, sample shape]"));
+  EXPECT_THAT(reason("missing"), HasSubstr("no tensor 'input'"));
+}
+
 TEST(ModelConfigPrecision, FieldsAndErrors) {
   using server::ModelConfig;
   auto parse = [](const std::string& text) { return ModelConfig::parse(nlohmann::json::parse(text), "config.json", "m"); };
@@ -333,6 +375,10 @@ TEST(ModelConfigPrecision, FieldsAndErrors) {
               HasSubstr("precision_check.min_top1_agreement must be a number in [0.0, 1.0], got 1.5"));
   EXPECT_THAT(error(R"({"precision_check": {"samples": 5000}})"), HasSubstr("precision_check.samples must be at most 4096"));
   EXPECT_THAT(error(R"({"precision_check": {"top1": 0.9}})"), HasSubstr("precision_check.top1 is not a known field"));
+  EXPECT_THAT(error(R"({"precision_check": {"inputs": "/etc/passwd"}})"),
+              HasSubstr("precision_check.inputs must name a file inside the model's folder"));
+  EXPECT_THAT(error(R"({"precision_check": {"inputs": "../other/samples.safetensors"}})"),
+              HasSubstr("precision_check.inputs must name a file inside the model's folder"));
 }
 
 }  // namespace
