@@ -65,27 +65,19 @@ struct QuantWeights {
   std::vector<float> scale;
 };
 
-QuantWeights quantize_weights(const Spec& s, const float* b) {
-  QuantWeights w{std::vector<int8_t>(static_cast<size_t>(s.k * s.n)), std::vector<float>(static_cast<size_t>(s.n))};
+// Per output column (`uniform`: one scale for all columns, for weights that change between
+// calls, since the primitive's output scales are fixed). A NaN weight quantizes to 0.
+QuantWeights quantize_weights(const Spec& s, const float* b, bool uniform) {
+  QuantWeights w{std::vector<int8_t>(static_cast<size_t>(s.k * s.n)), std::vector<float>(static_cast<size_t>(s.n), 0.0f)};
   auto at = [&](int64_t k, int64_t n) { return s.tb ? b[n * s.k + k] : b[k * s.n + n]; };
-  for (int64_t n = 0; n < s.n; ++n) {
-    float amax = 0;
-    for (int64_t k = 0; k < s.k; ++k) amax = std::max(amax, std::abs(at(k, n)));
-    const float scale = amax > 0 && std::isfinite(amax) ? amax / 127.0f : 1.0f;
-    w.scale[n] = scale;
-    for (int64_t k = 0; k < s.k; ++k)
-      w.q[k * s.n + n] = static_cast<int8_t>(std::clamp(std::nearbyint(at(k, n) / scale), -127.0f, 127.0f));
-  }
-  return w;
-}
-
-// All columns with one scale (weights that change between calls).
-QuantWeights quantize_weights_uniform(const Spec& s, const float* b, float scale) {
-  QuantWeights w{std::vector<int8_t>(static_cast<size_t>(s.k * s.n)), {}};
-  for (int64_t k = 0; k < s.k; ++k)
-    for (int64_t n = 0; n < s.n; ++n) {
-      const float v = s.tb ? b[n * s.k + k] : b[k * s.n + n];
-      w.q[k * s.n + n] = static_cast<int8_t>(std::clamp(std::nearbyint(v / scale), -127.0f, 127.0f));
+  for (int64_t n = 0; n < s.n; ++n)
+    for (int64_t k = 0; k < s.k; ++k) w.scale[n] = std::max(w.scale[n], std::abs(at(k, n)));
+  if (uniform) std::fill(w.scale.begin(), w.scale.end(), *std::max_element(w.scale.begin(), w.scale.end()));
+  for (float& x : w.scale) x = x > 0 && std::isfinite(x) ? x / 127.0f : 1.0f;
+  for (int64_t n = 0; n < s.n; ++n)
+    for (int64_t k = 0; k < s.k; ++k) {
+      const float q = std::nearbyint(at(k, n) / w.scale[n]);
+      w.q[k * s.n + n] = static_cast<int8_t>(q == q ? std::clamp(q, -127.0f, 127.0f) : 0.0f);
     }
   return w;
 }
@@ -134,7 +126,7 @@ Kernel make_kernel(const Spec& s, const float* constant_b) {
   const dnnl::memory::desc one_by_one({1, 1}, dt::f32, dnnl::memory::format_tag::ab);
   const dnnl::memory::desc zp_md({1}, dt::s32, dnnl::memory::format_tag::a);
   const dnnl::memory::desc bias_md({1, s.n}, dt::f32, dnnl::memory::format_tag::ab);
-  auto w = std::make_shared<QuantWeights>(constant_b ? quantize_weights(s, constant_b) : QuantWeights{});
+  auto w = std::make_shared<QuantWeights>(constant_b ? quantize_weights(s, constant_b, false) : QuantWeights{});
   dnnl::primitive_attr attr = kernels::user_scratchpad();
   attr.set_output_scales(1 << 1, constant_b ? w->scale : std::vector<float>(static_cast<size_t>(s.n), 1.0f));
   attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
@@ -177,12 +169,8 @@ Kernel make_kernel(const Spec& s, const float* constant_b) {
     const void* weights = packed.get();
     QuantWeights per_call;
     if (!weights) {  // weights that change between calls: one scale for all columns (the primitive's are 1)
-      const float* b = static_cast<const float*>(in[1]);
-      float amax = 0;
-      for (int64_t i = 0; i < s.k * s.n; ++i) amax = std::max(amax, std::abs(b[i]));
-      const float scale = amax > 0 && std::isfinite(amax) ? amax / 127.0f : 1.0f;
-      per_call = quantize_weights_uniform(s, b, scale);
-      sa *= scale;
+      per_call = quantize_weights(s, static_cast<const float*>(in[1]), true);
+      sa *= per_call.scale[0];
       weights = per_call.q.data();
     }
     const void* ptrs[] = {buf.qa.data(), weights, out, &buf.zero_point, &sa, s.bias ? in[2] : nullptr};

@@ -20,6 +20,8 @@
 #include "models/safetensors.h"
 #include "tests/errors.h"
 #include "tests/fusion_test_util.h"
+#include "server/kserve.h"
+#include "server/server_metrics.h"
 #include "tests/model_repository_util.h"
 
 namespace hg {
@@ -306,6 +308,16 @@ TEST(RepositoryPrecision, ReportsTheAgreementAndFailsBelowTheMinimum) {
   const auto [status, logits] = infer(*v, sample(1));
   EXPECT_EQ(status, 200);
   EXPECT_EQ(logits.size(), 10u);
+  // The model metadata's "properties" (strings, as the protocol's schema says).
+  server::ServerMetrics metrics;
+  server::KServeHandler h(repo, metrics, {});
+  const auto meta = h.handle({"GET", "/v2/models/low", "", {}});
+  ASSERT_EQ(meta.status, 200) << meta.body;
+  const nlohmann::json props = nlohmann::json::parse(meta.body)["properties"];
+  EXPECT_EQ(props["precision"], "bf16");
+  EXPECT_EQ(props["precision_check_samples"], "8");
+  EXPECT_EQ(std::stod(props["precision_top1_agreement"].get<std::string>()), v->precision.top1_agreement);
+  EXPECT_GT(std::stod(props["precision_max_relative_error"].get<std::string>()), 0);
   EXPECT_THAT(test::error_of<server::HttpError>([&] { repo.resolve("strict", std::nullopt); }),
               testing::AllOf(HasSubstr("bf16 against fp32 on 8 samples"),
                              HasSubstr("above precision_check.max_relative_error")));

@@ -137,6 +137,7 @@ TEST_F(ServerTest, ModelMetadata) {
   EXPECT_TRUE(m["platform"].is_string());
   EXPECT_EQ(m["inputs"], json::parse(R"([{"name":"input","datatype":"FP32","shape":[-1,64]}])"));
   EXPECT_EQ(m["outputs"], json::parse(R"([{"name":"logits","datatype":"FP32","shape":[-1,10]}])"));
+  EXPECT_EQ(m["properties"], json::parse(R"({"precision":"fp32"})"));
   // The same through the version that is loaded.
   const std::string version = m["versions"][0].get<std::string>();
   EXPECT_EQ(client_->model_metadata(kModel, version), m);
