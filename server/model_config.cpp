@@ -427,6 +427,18 @@ std::vector<int64_t> ModelConfig::buckets(const std::vector<int64_t>& fallback) 
   return out;
 }
 
+BatcherConfig ModelConfig::batcher_config() const {
+  BatcherConfig b;
+  b.max_batch_size = max_batch_size == 0 ? 1 : max_batch_size;  // 0 in config.json: no batching
+  b.max_queue_delay_us = max_queue_delay_us;
+  b.max_queue_size = max_queue_size;
+  b.preserve_ordering = preserve_ordering;
+  b.priority_levels = priority_levels;
+  b.default_priority_level = default_priority_level;
+  b.instances = instance_count;
+  return b;
+}
+
 void ModelConfig::apply(models::PredictorOptions& opt) const {
   opt.max_signatures = max_signatures;
   opt.max_signature_bytes = max_signature_bytes;

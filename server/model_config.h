@@ -32,6 +32,7 @@
 #include "engine/json_reader.h"
 #include "models/package.h"
 #include "models/predictor.h"
+#include "server/batcher.h"
 
 namespace hg::server {
 
@@ -114,6 +115,8 @@ struct ModelConfig {
   std::vector<int64_t> buckets(const std::vector<int64_t>& fallback) const;
   // The Predictor's options this config sets (signature limits; max_batch_size 0: whole tensors).
   void apply(models::PredictorOptions& opt) const;
+  // The dynamic batcher's settings (max_batch_size 0: one request per run).
+  BatcherConfig batcher_config() const;
   // Triton's spelling (input/output with data_type "TYPE_FP32" and dims without the batch
   // dimension); parse(to_json()) gives the same config back.
   nlohmann::json to_json() const;

@@ -84,18 +84,6 @@ std::string fingerprint(const fs::path& model_dir) {
   return out;
 }
 
-BatcherConfig batcher_config(const ModelConfig& c) {
-  BatcherConfig b;
-  b.max_batch_size = c.max_batch_size == 0 ? 1 : c.max_batch_size;  // 0 in config.json: no batching
-  b.max_queue_delay_us = c.max_queue_delay_us;
-  b.max_queue_size = c.max_queue_size;
-  b.preserve_ordering = c.preserve_ordering;
-  b.priority_levels = c.priority_levels;
-  b.default_priority_level = c.default_priority_level;
-  b.instances = c.instance_count;
-  return b;
-}
-
 std::string tensor_text(const models::IOSpec& io) { return "'" + io.name + "' " + io.datatype + " " + shape_text(io.shape); }
 
 std::string io_text(const std::vector<models::IOSpec>& list) {
@@ -275,7 +263,7 @@ struct ModelRepository::Impl {
       if (mv->config.outputs.empty()) mv->config.outputs = mv->model->spec().outputs;
       if (is_text_generation_model(mv->model->spec())) mv->generator = make_gpt_generator(dir, config, popt);
     }
-    BatcherConfig bc = batcher_config(mv->config);
+    BatcherConfig bc = mv->config.batcher_config();
     bc.inline_max_us = opt.inline_max_us;
     if (opt.on_batch)
       bc.on_batch = [hook = opt.on_batch, name, version](int64_t batch, Clock::duration compute) {
