@@ -587,7 +587,9 @@ PrecisionReport Predictor::check_precision(const PrecisionCheckOptions& o) {
     in_types.push_back(input_dtype(i));
     in_elems.push_back(Impl::in_elements(v, i));
   }
-  const auto inputs = o.inputs.empty() ? precision_sample_inputs(in_types, in_elems, rows, samples, o.seed) : o.inputs;
+  std::vector<std::vector<uint8_t>> generated;
+  if (o.inputs.empty()) generated = precision_sample_inputs(in_types, in_elems, rows, samples, o.seed);
+  const auto& inputs = o.inputs.empty() ? generated : o.inputs;  // a samples file is not copied
   bool sized = inputs.size() == in_types.size();  // given inputs: checked (run() checks token ids)
   for (size_t i = 0; sized && i < inputs.size(); ++i)
     sized = inputs[i].size() == static_cast<size_t>(samples * in_elems[i]) * dtype_size(in_types[i]);
