@@ -41,21 +41,17 @@ bool apply(const Node& n, const Graph& g, StridedView& v) {
   return v.slice(norm(n.attrs.i(0), rank), n.attrs.i(1), n.attrs.i(2), n.attrs.i(3));
 }
 
-// The view of value `id` over the buffer its chain of view ops starts from (`base`).
+// The view of value `id` over the buffer its chain of view ops starts from (`base`): the
+// longest part of the chain that composes into a view (none of it: `id` itself, contiguous).
 StridedView input_view(const Graph& g, int id, int& base) {
-  std::vector<int> chain;
-  base = id;
-  while (is_view_op(g.nodes[base]) && g.nodes[base].meta.dtype == g.nodes[g.nodes[base].inputs[0]].meta.dtype) {
-    chain.push_back(base);
-    base = g.nodes[base].inputs[0];
-  }
-  for (size_t keep = chain.size() + 1; keep-- > 0;) {  // the longest prefix of the chain that is a view
-    const int from = keep == chain.size() ? base : chain[keep];
-    StridedView v = StridedView::contiguous(g.nodes[keep == chain.size() ? base : chain[keep]].meta.shape);
+  std::vector<int> chain{id};  // chain[i + 1] is the input of chain[i]
+  while (is_view_op(g.nodes[chain.back()])) chain.push_back(g.nodes[chain.back()].inputs[0]);
+  for (size_t start = chain.size() - 1; start > 0; --start) {
+    StridedView v = StridedView::contiguous(g.nodes[chain[start]].meta.shape);
     bool ok = true;
-    for (size_t c = keep; ok && c-- > 0;) ok = apply(g.nodes[chain[c]], g, v);
+    for (size_t c = start; ok && c-- > 0;) ok = apply(g.nodes[chain[c]], g, v);
     if (ok) {
-      base = from;
+      base = chain[start];
       return v;
     }
   }
@@ -76,7 +72,6 @@ StridedView output_view(const Graph& g, const std::vector<std::vector<int>>& use
     chain.push_back(cur);
   }
   end = sdpa;
-  StridedView v = StridedView::contiguous(g.nodes[sdpa].meta.shape);
   for (size_t keep = chain.size(); keep > 0; --keep) {
     StridedView w = StridedView::contiguous(g.nodes[chain[keep - 1]].meta.shape);
     bool ok = true;
@@ -96,7 +91,7 @@ StridedView output_view(const Graph& g, const std::vector<std::vector<int>>& use
       return w;
     }
   }
-  return v;
+  return StridedView::contiguous(g.nodes[sdpa].meta.shape);
 }
 
 // A view of [batch..., rows, cols] as (b, h) batch factors, one row stride, contiguous cols.
