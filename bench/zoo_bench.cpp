@@ -16,6 +16,9 @@
 //   hg_zoo_bench agreement DIR [--models ..] [--precision bf16|int8] [--samples 1000] [--batch 8]
 //       the reduced-precision replay against hgraph's FP32 on fixed inputs (Predictor::
 //       check_precision): top-1 agreement and max relative error, one JSON line per model.
+//   hg_zoo_bench profile DIR --models M [--batch 8] [--precision fp32|bf16|int8] [--seconds 2] [--top 25]
+//       where a replay's time goes (graphs/step_profile.h): time per op kind and the largest
+//       (op, dtype, shape) rows, as text.
 //   hg_zoo_bench overhead [--nodes 1000] [--seconds 2]
 //       per-node replay cost: HPU graphs of 1 and of N `scale` ops on one element
 //       (run with HG_DISABLE_FUSION=1, which run_zoo.sh sets, so no pass merges the chain).
@@ -46,6 +49,7 @@
 #include "engine/ops.h"
 #include "graphs/hpu_graph.h"
 #include "graphs/lazy.h"
+#include "graphs/step_profile.h"
 #include "models/module.h"
 #include "models/onnx_import.h"
 #include "models/predictor.h"
@@ -261,6 +265,22 @@ int agreement(const fs::path& data, const std::map<std::string, std::string>& o)
   return 0;
 }
 
+int profile(const fs::path& data, const std::map<std::string, std::string>& o) {
+  const auto precision = hg::graphs::parse_precision(opt(o, "precision", "fp32"));
+  const int64_t batch = std::stoll(opt(o, "batch", "8"));
+  const double seconds = std::stod(opt(o, "seconds", "2"));
+  for (const auto& m : split(opt(o, "models", "bert"))) {
+    const Input in = read_input(data / m / "input.safetensors");
+    hg::graphs::StepProfile::start();
+    const Timing t = replay(data / m, in, batch, seconds, {}, precision);
+    const auto rows = hg::graphs::StepProfile::stop();
+    std::cout << m << " batch " << batch << " " << hg::graphs::precision_name(precision) << ": median "
+              << t.median_ms << " ms (timed per step)\n"
+              << hg::graphs::StepProfile::table(rows, std::stoul(opt(o, "top", "25")));
+  }
+  return 0;
+}
+
 // An HPU graph of `nodes` scale ops on one element, alternately x2 and x0.5.
 struct Chain {
   hg::Tensor in, out;
@@ -337,6 +357,7 @@ int start(const fs::path& dir, int64_t batch, const std::string& label) {
 int usage() {
   std::cerr << "usage: hg_zoo_bench latency DIR [--models ..] [--batches ..] [--seconds S] [--runtimes ..]\n"
                "       hg_zoo_bench agreement DIR [--models ..] [--precision bf16] [--samples N] [--batch B]\n"
+               "       hg_zoo_bench profile DIR --models M [--batch B] [--precision P] [--seconds S] [--top N]\n"
                "       hg_zoo_bench overhead [--nodes N] [--seconds S]\n"
                "       hg_zoo_bench peak [--sizes N,..] [--seconds S]\n"
                "       hg_zoo_bench start MODEL_DIR BATCH [LABEL]\n";
@@ -351,6 +372,7 @@ int main(int argc, char** argv) {
   try {
     if (mode == "latency" && argc >= 3) return latency(argv[2], options(argc, argv, 3));
     if (mode == "agreement" && argc >= 3) return agreement(argv[2], options(argc, argv, 3));
+    if (mode == "profile" && argc >= 3) return profile(argv[2], options(argc, argv, 3));
     if (mode == "overhead") return overhead(options(argc, argv, 2));
     if (mode == "peak") return peak(options(argc, argv, 2));
     if (mode == "start" && (argc == 4 || argc == 5)) return start(argv[2], std::stoll(argv[3]), argc == 5 ? argv[4] : "");

@@ -168,6 +168,60 @@ void row_stats(const T* x, int64_t d, double eps, double& mean, double& rstd) {
   rstd = 1.0 / std::sqrt(sq / static_cast<double>(d) + eps);
 }
 
+// F32 rows in 16-lane vectors (GCC vector extensions: AVX-512 when the CPU has it, picked at load
+// by target_clones, else four SSE operations per vector). y = (x [+ r] - mean) * rstd * w + b with
+// the mean and the variance accumulated in F32 over 16 lanes, two passes over the row (which sits
+// in L1), as PyTorch's CPU kernel accumulates in F32. With r, x + r is written to y first.
+// Unaligned 16-float loads and stores through a may_alias vector type (no helper functions: a
+// 64-byte vector passed or returned by value changes the ABI between the clones).
+using f32x16 = float __attribute__((vector_size(64), aligned(4), may_alias));
+constexpr int64_t kLanes16 = 16;
+#define HG_V16(p) (*reinterpret_cast<f32x16*>(p))
+#define HG_CV16(p) (*reinterpret_cast<const f32x16*>(p))
+
+__attribute__((target_clones("avx512f", "default"))) void layer_norm_row_f32(const float* x, const float* r,
+                                                                              const float* w, const float* b,
+                                                                              float* y, int64_t d, float eps) {
+  const int64_t dv = d / kLanes16 * kLanes16;
+  if (r) {
+    for (int64_t k = 0; k < dv; k += kLanes16) HG_V16(y + k) = HG_CV16(x + k) + HG_CV16(r + k);
+    for (int64_t k = dv; k < d; ++k) y[k] = x[k] + r[k];
+    x = y;
+  }
+  f32x16 acc = {}, acc2 = {};  // two chains of dependent adds
+  int64_t k = 0;
+  for (; k + 2 * kLanes16 <= dv; k += 2 * kLanes16) {
+    acc += HG_CV16(x + k);
+    acc2 += HG_CV16(x + k + kLanes16);
+  }
+  if (k < dv) acc += HG_CV16(x + k);
+  acc += acc2;
+  float sum = 0;
+  for (int l = 0; l < kLanes16; ++l) sum += acc[l];
+  for (k = dv; k < d; ++k) sum += x[k];
+  const float mean = sum / static_cast<float>(d);
+  acc = f32x16{};
+  acc2 = f32x16{};
+  for (k = 0; k + 2 * kLanes16 <= dv; k += 2 * kLanes16) {
+    const f32x16 c = HG_CV16(x + k) - mean, c2 = HG_CV16(x + k + kLanes16) - mean;
+    acc += c * c;
+    acc2 += c2 * c2;
+  }
+  if (k < dv) {
+    const f32x16 c = HG_CV16(x + k) - mean;
+    acc += c * c;
+  }
+  acc += acc2;
+  float sq = 0;
+  for (int l = 0; l < kLanes16; ++l) sq += acc[l];
+  for (k = dv; k < d; ++k) sq += (x[k] - mean) * (x[k] - mean);
+  const float rstd = 1.0f / std::sqrt(sq / static_cast<float>(d) + eps);
+  for (k = 0; k < dv; k += kLanes16) HG_V16(y + k) = (HG_CV16(x + k) - mean) * rstd * HG_CV16(w + k) + HG_CV16(b + k);
+  for (k = dv; k < d; ++k) y[k] = (x[k] - mean) * rstd * w[k] + b[k];
+}
+#undef HG_V16
+#undef HG_CV16
+
 template <class F>
 Kernel float_kernel(DType t, const char* name, F&& make) {
   if (t == DType::F32) return make(Type<float>{});
@@ -177,26 +231,38 @@ Kernel float_kernel(DType t, const char* name, F&& make) {
 
 }  // namespace
 
-// inputs: x, weight, bias; floats {eps}.
+// inputs: x, weight, bias[, residual]; floats {eps}. Rows in parallel when large.
 Kernel prepare_layer_norm(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
   const int64_t d = in[1].numel(), rows = d ? out.numel() / d : 0;
   const double eps = a.f(0);
-  return float_kernel(out.dtype, "layer_norm", [&]<class T>(Type<T>) -> Kernel {
-    return [d, rows, eps](const void* const* inp, void* o) {
-      const T* w = static_cast<const T*>(inp[1]);
-      const T* b = static_cast<const T*>(inp[2]);
-      // Statistics in F64, the normalisation in T (a vectorisable loop); rows in parallel when large.
+  const bool residual = in.size() == 4;
+  if (out.dtype == DType::F32)
+    return [d, rows, eps = static_cast<float>(eps), residual](const void* const* inp, void* o) {
+      const float* w = static_cast<const float*>(inp[1]);
+      const float* b = static_cast<const float*>(inp[2]);
 #pragma omp parallel for schedule(static) if (rows * d >= (int64_t{1} << 15))
-      for (int64_t r = 0; r < rows; ++r) {
-        const T* x = static_cast<const T*>(inp[0]) + r * d;
-        T* y = static_cast<T*>(o) + r * d;
-        double mean, rstd;
-        row_stats(x, d, eps, mean, rstd);
-        const T m = static_cast<T>(mean), s = static_cast<T>(rstd);
-        for (int64_t k = 0; k < d; ++k) y[k] = (x[k] - m) * s * w[k] + b[k];
-      }
+      for (int64_t r = 0; r < rows; ++r)
+        layer_norm_row_f32(static_cast<const float*>(inp[0]) + r * d,
+                           residual ? static_cast<const float*>(inp[3]) + r * d : nullptr, w, b,
+                           static_cast<float*>(o) + r * d, d, eps);
     };
-  });
+  if (out.dtype != DType::F64) throw InternalError("layer_norm: F32 and F64 only");
+  return [d, rows, eps, residual](const void* const* inp, void* o) {
+    const double* w = static_cast<const double*>(inp[1]);
+    const double* b = static_cast<const double*>(inp[2]);
+#pragma omp parallel for schedule(static) if (rows * d >= (int64_t{1} << 15))
+    for (int64_t r = 0; r < rows; ++r) {
+      const double* x = static_cast<const double*>(inp[0]) + r * d;
+      double* y = static_cast<double*>(o) + r * d;
+      if (residual) {
+        for (int64_t k = 0; k < d; ++k) y[k] = x[k] + static_cast<const double*>(inp[3])[r * d + k];
+        x = y;
+      }
+      double mean, rstd;
+      row_stats(x, d, eps, mean, rstd);
+      for (int64_t k = 0; k < d; ++k) y[k] = (x[k] - mean) * rstd * w[k] + b[k];
+    }
+  };
 }
 
 // inputs: grad, x, weight; ints {which, normalized shape...}: 0 -> grad of x, 1 -> grad of the

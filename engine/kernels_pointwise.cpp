@@ -174,9 +174,30 @@ Kernel prepare_expand(const std::vector<TensorMeta>& in, const TensorMeta& out, 
   };
 }
 
+namespace {
+
+// F32 <-> BF16, the casts around reduced-precision graphs: plain loops the compiler vectorizes
+// (AVX-512 when the CPU has it, picked at load by target_clones), bf16::from_float's rounding.
+__attribute__((target_clones("avx512f", "default"))) void f32_to_bf16(const float* x, bf16* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16::from_float(x[i]);
+}
+__attribute__((target_clones("avx512f", "default"))) void bf16_to_f32(const bf16* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i].to_float();
+}
+
+}  // namespace
+
 // Casts between any two dtypes: integers through int64, floats through double.
 Kernel prepare_cast(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs&) {
   if (in[0].dtype == out.dtype) return prepare_copy(in, out, {});
+  if (in[0].dtype == DType::F32 && out.dtype == DType::BF16)
+    return [n = out.numel()](const void* const* inp, void* o) {
+      f32_to_bf16(static_cast<const float*>(inp[0]), static_cast<bf16*>(o), n);
+    };
+  if (in[0].dtype == DType::BF16 && out.dtype == DType::F32)
+    return [n = out.numel()](const void* const* inp, void* o) {
+      bf16_to_f32(static_cast<const bf16*>(inp[0]), static_cast<float*>(o), n);
+    };
   return visit_dtype(in[0].dtype, [&]<class S>(Type<S>) -> Kernel {
     return visit_dtype(out.dtype, [&]<class D>(Type<D>) -> Kernel {
       return [n = out.numel()](const void* const* inp, void* o) {

@@ -17,7 +17,7 @@
 //   batch_norm_train_backward (g, x, w)          {which: 0 x, 1 weight} / {eps}
 //   batch_norm_eval_backward (g, x, w, rm, rv)   {which} / {eps}
 //   batch_norm_update_stats (x, running)         {which: 0 mean, 1 var} / {momentum}
-//   layer_norm (x, w, b)                         {normalized shape...} / {eps}
+//   layer_norm (x, w, b[, residual])             {normalized shape...} / {eps}
 //   layer_norm_backward (g, x, w)                {which: 0 x, 1 weight, 2 bias, normalized shape...} / {eps}
 #include "engine/error.h"
 #include "engine/kernels_nn.h"
@@ -314,8 +314,15 @@ void check_ln(const OpSchema& op, const Metas& in, const Shape& norm, size_t x, 
   }
 }
 
+// inputs x, weight, bias[, residual]: with a residual (the fuse_residual_norm pass), x + residual
+// is normalized.
 TensorMeta infer_layer_norm(const OpSchema& op, const Metas& in, const Attrs& a) {
-  check_ln(op, in, a.ints, 0, 1);
+  if (in.size() != 3 && in.size() != 4) fail(op, in, "expects x, weight, bias and optionally a residual");
+  check_ln(op, Metas(in.begin(), in.begin() + 3), a.ints, 0, 1);
+  if (in.size() == 4) {
+    expect_same_dtype(op, in, 0, 3);
+    if (in[3].shape != in[0].shape) fail(op, in, "the residual (input 3) differs in shape from x");
+  }
   if (a.f(0) <= 0) fail(op, in, "eps must be positive");
   return in[0];
 }
@@ -330,6 +337,7 @@ TensorMeta infer_layer_norm_backward(const OpSchema& op, const Metas& in, const 
 }
 
 Ts bw_layer_norm(const Ts& in, const Tensor& grad, const Attrs& a) {
+  if (in.size() != 3) throw InvalidArgument("layer_norm with a residual input (an inference fusion) has no backward");
   const Tensor g = as_dtype(grad, in[0].dtype());
   Ts out(3);
   for (int64_t which = 0; which < 3; ++which) {
@@ -364,7 +372,7 @@ void register_nn_ops() {
   register_op({"batch_norm_train_backward", 3, infer_bn_backward, k::prepare_batch_norm_backward});
   register_op({"batch_norm_eval_backward", 5, infer_bn_backward, k::prepare_batch_norm_backward});
   register_op({"batch_norm_update_stats", 2, infer_bn_update_stats, k::prepare_batch_norm_update_stats});
-  register_op({"layer_norm", 3, infer_layer_norm, k::prepare_layer_norm, bw_layer_norm});
+  register_op({"layer_norm", -1, infer_layer_norm, k::prepare_layer_norm, bw_layer_norm});
   register_op({"layer_norm_backward", 3, infer_layer_norm_backward, k::prepare_layer_norm_backward});
 }
 

@@ -1,6 +1,7 @@
 #include "graphs/executable.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <new>
@@ -8,6 +9,7 @@
 #include "engine/error.h"
 #include "graphs/graph_dump.h"
 #include "graphs/graph_serialize.h"
+#include "graphs/step_profile.h"
 
 namespace hg::graphs {
 
@@ -286,10 +288,24 @@ void Executable::run(void* arena, const void* const* inputs, void* const* output
     return nullptr;
   };
   const void* ptrs[kMaxOpInputs];
-  for (const Step& s : steps_) {
+  auto step = [&](const Step& s) {
     for (size_t k = 0; k < s.ins.size(); ++k) ptrs[k] = resolve(s.ins[k]);
     if (s.kernel) s.kernel(ptrs, resolve(s.out));
     else if (s.bytes) std::memcpy(resolve(s.out), ptrs[0], s.bytes);
+  };
+  if (!StepProfile::on()) {
+    for (const Step& s : steps_) step(s);
+    return;
+  }
+  try {
+    std::vector<double> seconds(steps_.size());
+    for (size_t k = 0; k < steps_.size(); ++k) {
+      const auto t0 = std::chrono::steady_clock::now();
+      step(steps_[k]);
+      seconds[k] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    StepProfile::add(*this, seconds);
+  } catch (...) {  // out of memory for the profile's table: this run goes unrecorded
   }
 }
 

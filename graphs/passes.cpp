@@ -66,6 +66,7 @@ const std::vector<Pass>& all_passes() {
       {"fuse_post_ops", true, fuse_post_ops},
       {"fuse_attention", true, fuse_attention},
       {"attention_views", true, fuse_attention_views},
+      {"fuse_residual_norm", true, fuse_residual_norm},
       {"fuse_elementwise", true, fuse_elementwise},
       {"layout", true, propagate_layouts},
   };

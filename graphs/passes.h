@@ -71,6 +71,9 @@ int fuse_attention(Graph& g);
 // sdpa reads q, k, v in place from the buffer their slice/reshape/permute chains start from and
 // writes its output in the layout of the view chain after it (graphs/pass_attention_views.cpp).
 int fuse_attention_views(Graph& g);
+// layer_norm(a + b) becomes layer_norm with b as its residual input: one pass over the rows
+// (graphs/pass_residual_norm.cpp).
+int fuse_residual_norm(Graph& g);
 // Chains of element-wise ops become one fused_elementwise node; after fuse_post_ops, which
 // takes the activations of linear/matmul/conv2d first (graphs/pass_fuse_elementwise.cpp).
 int fuse_elementwise(Graph& g);

@@ -138,6 +138,11 @@ def norm_cases():
              {"normalized_shape": [3, 4], "eps": 1e-5}),
         case("ln_no_affine", "layer_norm", lambda x: F.layer_norm(x, [6], None, None, 1e-5), [g.randn(4, 6)],
              {"normalized_shape": [6], "eps": 1e-5}),
+        # rows of 16-lane vectors and a tail; a wide row whose mean is far from 0
+        case("ln_vectors_and_tail", "layer_norm", ln([100]), [g.randn(3, 100), g.randn(100), g.randn(100)],
+             {"normalized_shape": [100], "eps": 1e-5}),
+        case("ln_wide_offset", "layer_norm", ln([768]), [g.randn(2, 768) + 5, g.randn(768), g.randn(768)],
+             {"normalized_shape": [768], "eps": 1e-5}, [0]),
     ]
     return cases
 

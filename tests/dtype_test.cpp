@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -71,6 +72,25 @@ TEST(Cast, BetweenAllDtypes) {
       EXPECT_EQ(back[i], want) << i;
     }
   }
+}
+
+// The F32 <-> BF16 casts (vectorized) round as bf16::from_float on every BF16 value with the
+// dropped bits at 0, just below a tie, the tie, just above it and all ones: NaNs, infinities,
+// subnormals and overflow to infinity included; 37 tail elements after the vectors.
+TEST(Cast, F32ToBf16AndBackMatchTheScalarConversionsOnEveryPattern) {
+  const uint32_t lows[] = {0, 0x7fff, 0x8000, 0x8001, 0xffff};
+  std::vector<float> v;
+  for (uint32_t hi = 0; hi < 0x10000; ++hi)
+    for (uint32_t lo : lows) v.push_back(std::bit_cast<float>(hi << 16 | lo));
+  for (int k = 0; k < 37; ++k) v.push_back(static_cast<float>(k) / 7);
+  const std::vector<float> back = Tensor::from_vector(v, {static_cast<int64_t>(v.size())})
+                                      .to(DType::BF16)
+                                      .to(DType::F32)
+                                      .to_vector();
+  ASSERT_EQ(back.size(), v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(back[i]), std::bit_cast<uint32_t>(bf16::from_float(v[i]).to_float()))
+        << "element " << i << ": bits " << std::hex << std::bit_cast<uint32_t>(v[i]);
 }
 
 TEST(Cast, FloatToIntSaturatesAndNanIsZero) {
