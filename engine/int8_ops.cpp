@@ -16,12 +16,13 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
-#include <immintrin.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "engine/dnnl_context.h"
+#include "engine/int8_quant.h"
 #include "engine/kernels.h"
 #include "engine/op_attrs.h"
 #include "engine/op_families.h"
@@ -59,74 +60,20 @@ struct Spec {
   FusedAct act;
 };
 
-// Per output column: the s8 weights [K, N] (row-major) and their scales.
-struct QuantWeights {
-  std::vector<int8_t> q;
-  std::vector<float> scale;
-};
-
-// Per output column (`uniform`: one scale for all columns, for weights that change between
-// calls, since the primitive's output scales are fixed). A NaN weight quantizes to 0.
-QuantWeights quantize_weights(const Spec& s, const float* b, bool uniform) {
-  QuantWeights w{std::vector<int8_t>(static_cast<size_t>(s.k * s.n)), std::vector<float>(static_cast<size_t>(s.n), 0.0f)};
-  auto at = [&](int64_t k, int64_t n) { return s.tb ? b[n * s.k + k] : b[k * s.n + n]; };
-  for (int64_t n = 0; n < s.n; ++n)
-    for (int64_t k = 0; k < s.k; ++k) w.scale[n] = std::max(w.scale[n], std::abs(at(k, n)));
-  if (uniform) std::fill(w.scale.begin(), w.scale.end(), *std::max_element(w.scale.begin(), w.scale.end()));
-  for (float& x : w.scale) x = x > 0 && std::isfinite(x) ? x / 127.0f : 1.0f;
-  for (int64_t n = 0; n < s.n; ++n)
-    for (int64_t k = 0; k < s.k; ++k) {
-      const float q = std::nearbyint(at(k, n) / w.scale[n]);
-      w.q[k * s.n + n] = static_cast<int8_t>(q == q ? std::clamp(q, -127.0f, 127.0f) : 0.0f);
-    }
-  return w;
-}
-
-// The per-call buffers of the running thread: a's u8 values, 1 / s_a, the zero point.
-struct Scratch {
-  std::vector<uint8_t> qa;
-  float inv_scale = 1;
-  int32_t zero_point = 0;
-};
-
-// min(a, 0) and max(a, 0) over `count` floats (NaN ignored), 4 lanes at a time.
-std::pair<float, float> range_with_zero(const float* a, int64_t count) {
-  __m128 lo = _mm_setzero_ps(), hi = _mm_setzero_ps();
-  int64_t i = 0;
-  for (; i + 4 <= count; i += 4) {
-    const __m128 x = _mm_loadu_ps(a + i);
-    lo = _mm_min_ps(x, lo);  // a NaN lane keeps lo (minps returns its second operand)
-    hi = _mm_max_ps(x, hi);
-  }
-  float l[4], h[4];
-  _mm_storeu_ps(l, lo), _mm_storeu_ps(h, hi);
-  float mn = std::min({l[0], l[1], l[2], l[3]}), mx = std::max({h[0], h[1], h[2], h[3]});
-  for (; i < count; ++i) mn = a[i] < mn ? a[i] : mn, mx = a[i] > mx ? a[i] : mx;
-  return {mn, mx};
-}
-
-// s_a and the zero point of a (m x k, FP32) into buf; returns s_a. The u8 values are oneDNN's
-// reorder's work (u8 = saturate(round(a / s_a) + z)).
-float activation_scale(const float* a, int64_t count, Scratch& buf) {
-  const auto [lo, hi] = range_with_zero(a, count);
-  const float scale = hi > lo && std::isfinite(hi - lo) ? (hi - lo) / 255.0f : 1.0f;
-  buf.zero_point = static_cast<int32_t>(std::clamp(std::nearbyint(-lo / scale), 0.0f, 255.0f));
-  buf.inv_scale = 1.0f / scale;
-  return scale;
-}
-
 // `constant_b`: the weights, quantized here once per column; null: quantized with every call,
 // all columns with one scale (the primitive's output scales are then 1).
 Kernel make_kernel(const Spec& s, const float* constant_b) {
+  using kernels::QuantWeights;
   const dnnl::memory::desc a_md({s.m, s.k}, dt::u8, dnnl::memory::format_tag::ab);
   const dnnl::memory::desc af_md({s.m, s.k}, dt::f32, dnnl::memory::format_tag::ab);
-  const dnnl::memory::desc b_plain({s.k, s.n}, dt::s8, dnnl::memory::format_tag::ab);
+  // The s8 weights keep b's layout: [K, N], or [N, K] with trans_b.
+  const dnnl::memory::desc b_plain({s.k, s.n}, dt::s8, s.tb ? dnnl::memory::format_tag::ba : dnnl::memory::format_tag::ab);
   const dnnl::memory::desc c_md({s.m, s.n}, dt::f32, dnnl::memory::format_tag::ab);
-  const dnnl::memory::desc one_f32({1}, dt::f32, dnnl::memory::format_tag::a);
   const dnnl::memory::desc one_by_one({1, 1}, dt::f32, dnnl::memory::format_tag::ab);
   const dnnl::memory::desc zp_md({1}, dt::s32, dnnl::memory::format_tag::a);
   const dnnl::memory::desc bias_md({1, s.n}, dt::f32, dnnl::memory::format_tag::ab);
-  auto w = std::make_shared<QuantWeights>(constant_b ? quantize_weights(s, constant_b, false) : QuantWeights{});
+  auto w = std::make_shared<QuantWeights>(constant_b ? kernels::quantize_weights(constant_b, s.n, s.k, s.tb, false)
+                                                     : QuantWeights{});
   dnnl::primitive_attr attr = kernels::user_scratchpad();
   attr.set_output_scales(1 << 1, constant_b ? w->scale : std::vector<float>(static_cast<size_t>(s.n), 1.0f));
   attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
@@ -135,19 +82,16 @@ Kernel make_kernel(const Spec& s, const float* constant_b) {
   if (s.bias) po.append_binary(dnnl::algorithm::binary_add, bias_md);  // after the scales, unlike a primitive bias
   kernels::append_activation(po, s.act);
   attr.set_post_ops(po);
-  dnnl::primitive_attr qattr = kernels::user_scratchpad();  // a -> u8: scaled by 1 / s_a, zero point z
-  qattr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
-  qattr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
   dnnl::matmul::primitive_desc pd;
-  dnnl::reorder::primitive_desc qpd;
   std::shared_ptr<void> packed;
+  std::optional<kernels::DnnlCall> quantize;
   try {
     const auto b_want = constant_b ? dnnl::memory::desc({s.k, s.n}, dt::s8, dnnl::memory::format_tag::any) : b_plain;
     pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_want, c_md), attr, kernels::dnnl_engine());
     if (constant_b)
       packed = pd.weights_desc() == b_plain ? std::shared_ptr<void>(w, w->q.data())
                                             : kernels::reorder_once(b_plain, w->q.data(), pd.weights_desc());
-    qpd = dnnl::reorder::primitive_desc(kernels::dnnl_engine(), af_md, kernels::dnnl_engine(), a_md, qattr);
+    quantize = kernels::quantize_call(af_md, a_md, s.m * s.k < kSingleThreadWork);
   } catch (const dnnl::error& e) {
     throw InternalError(std::string("op 'matmul_int8': oneDNN could not create a primitive: ") + e.what());
   }
@@ -156,24 +100,21 @@ Kernel make_kernel(const Spec& s, const float* constant_b) {
                                {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, one_by_one}};
   if (s.bias) args.emplace_back(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, bias_md);
   kernels::DnnlCall call(dnnl::matmul(pd), std::move(args), s.m * s.k * s.n < kSingleThreadWork);
-  kernels::DnnlCall quantize(dnnl::reorder(qpd),
-                             {{DNNL_ARG_SRC, af_md}, {DNNL_ARG_DST, a_md}, {DNNL_ARG_ATTR_OUTPUT_SCALES, one_f32},
-                              {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, zp_md}},
-                             s.m * s.k < kSingleThreadWork);
-  return [s, call, quantize, w, packed](const void* const* in, void* out) {
-    thread_local Scratch buf;
-    float sa = activation_scale(static_cast<const float*>(in[0]), s.m * s.k, buf);
-    if (buf.qa.size() < static_cast<size_t>(s.m * s.k)) buf.qa.resize(static_cast<size_t>(s.m * s.k));
-    const void* q[] = {in[0], buf.qa.data(), &buf.inv_scale, &buf.zero_point};
+  return [s, call, quantize = *quantize, w, packed](const void* const* in, void* out) {
+    thread_local kernels::ActivationQuant aq;
+    thread_local std::vector<uint8_t> qa;
+    float sa = aq.measure(static_cast<const float*>(in[0]), s.m * s.k);
+    if (qa.size() < static_cast<size_t>(s.m * s.k)) qa.resize(static_cast<size_t>(s.m * s.k));
+    const void* q[] = {in[0], qa.data(), &aq.inv_scale, &aq.zero_point};
     quantize.run(q);
     const void* weights = packed.get();
     QuantWeights per_call;
     if (!weights) {  // weights that change between calls: one scale for all columns (the primitive's are 1)
-      per_call = quantize_weights(s, static_cast<const float*>(in[1]), true);
+      per_call = kernels::quantize_weights(static_cast<const float*>(in[1]), s.n, s.k, s.tb, true);
       sa *= per_call.scale[0];
       weights = per_call.q.data();
     }
-    const void* ptrs[] = {buf.qa.data(), weights, out, &buf.zero_point, &sa, s.bias ? in[2] : nullptr};
+    const void* ptrs[] = {qa.data(), weights, out, &aq.zero_point, &sa, s.bias ? in[2] : nullptr};
     call.run(ptrs);
   };
 }

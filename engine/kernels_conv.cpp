@@ -193,22 +193,13 @@ void DnnlStep::run_steps(const void* const* in, void* out) const {
 
 // ---- conv2d ----
 
-namespace {
-
 using dnnl::memory;
 using tag = memory::format_tag;
-
-struct ConvGeom {
-  int64_t n, c, h, w, o, kh, kw, oh, ow, groups;
-  memory::dims strides, dilates, pads;
-  DType dtype;
-  int64_t src_block = 0, dst_block = 0;  // engine/ops_layout.h: 0 = NCHW
-};
 
 // x [N, C, H, W] (or blocked), weight [O, C/groups, kh, kw] (PyTorch layout), output
 // [N, O, OH, OW] (or blocked): dims 0, 2 and 3 sit at the same places in both layouts. The
 // backward ops' attrs hold H and W where the forward's hold the layout: they pass layout false.
-ConvGeom conv_geom(const Shape& x, const Shape& w, const Shape& y, DType t, const Attrs& a, bool layout = true) {
+ConvGeom conv_geom(const Shape& x, const Shape& w, const Shape& y, DType t, const Attrs& a, bool layout) {
   const attrs::Conv c = attrs::Conv::of(a);
   ConvGeom g{x[0], w[1] * c.groups, x[2], x[3], w[0], w[2], w[3], y[2], y[3], c.groups, {}, {}, {}, t};
   g.strides = {c.stride_h, c.stride_w};
@@ -231,6 +222,8 @@ memory::desc weight_md(const ConvGeom& g) {  // [G, O/G, C/G, kh, kw] is the sam
   return plain_md({g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw}, g.dtype);
 }
 memory::desc any_md(const memory::desc& m) { return memory::desc(m.dims(), m.data_type(), tag::any); }
+
+namespace {
 
 // A convolution on its own (eager, training, or left NCHW by the layout pass) reorders its
 // activations to the layout it runs in and back. Dense convolutions with a spatial kernel on
@@ -267,6 +260,8 @@ Kernel zero_fill(const TensorMeta& out) {
   };
 }
 
+}  // namespace
+
 // y = act(y + residual), in place: the residual of a conv on NCHW activations. oneDNN's gemm
 // convolution (the NCHW path) runs a sum post-op slower than this extra pass (ResNet-18
 // layer4 at batch 1, one thread: 1190 us plain, 1305 us with sum + relu, 1190 + 20 us so).
@@ -278,10 +273,13 @@ DnnlCall residual_step(const ConvGeom& g, FusedAct act) {
   return DnnlCall(dnnl::binary(pd), {{DNNL_ARG_SRC_0, y}, {DNNL_ARG_SRC_1, y}, {DNNL_ARG_DST, y}});
 }
 
+namespace {
+
 // act(conv(x, w) + b + residual); inputs x, w[, b][, residual]. constant: see DnnlStep.
 // The output never shares the residual's buffer (the schema is not in-place).
 Kernel conv2d_forward(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a, bool bias,
                       const std::vector<const void*>& constant) {
+  if (attrs::Conv::of(a).int8) return conv2d_int8(in, out, a, bias, constant);
   const bool residual = in.size() > (bias ? 3u : 2u);
   const int res_index = bias ? 3 : 2;
   const auto act = static_cast<FusedAct>(a.i(7));
@@ -318,6 +316,7 @@ Kernel conv2d_forward(const std::vector<TensorMeta>& in, const TensorMeta& out, 
 ConvLayout conv_layout(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
   const ConvGeom g = conv_geom(in[0].shape, in[1].shape, out.shape, out.dtype, a);
   if (g.src_block || g.dst_block) return {g.src_block, g.dst_block};
+  if (attrs::Conv::of(a).int8) return g.oh * g.ow == 1 ? ConvLayout{} : ConvLayout{g.c, g.o};  // NHWC (conv_int8.cpp)
   if (plain_activations(g, true)) return {};  // a 1x1 map
   try {
     const auto pd = conv_fwd_pd(g, in.size() > 2, dnnl::prop_kind::forward_inference, {}, true);

@@ -108,6 +108,24 @@ struct ConvLayout {
   int64_t src_block = 0, dst_block = 0;
 };
 ConvLayout conv_layout(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);
+// A conv2d node's geometry (kernels_conv.cpp), shared with its INT8 form (conv_int8.cpp).
+struct ConvGeom {
+  int64_t n, c, h, w, o, kh, kw, oh, ow, groups;
+  dnnl::memory::dims strides, dilates, pads;
+  DType dtype;
+  int64_t src_block = 0, dst_block = 0;  // engine/ops_layout.h: 0 = NCHW
+};
+// `layout` false: the backward ops' attrs hold H and W where the forward's hold the layout.
+ConvGeom conv_geom(const Shape& x, const Shape& w, const Shape& y, DType t, const Attrs& a, bool layout = true);
+dnnl::memory::desc src_md(const ConvGeom& g);     // x in its layout (plain or blocked)
+dnnl::memory::desc dst_md(const ConvGeom& g);     // the output (and residual) in its layout
+dnnl::memory::desc weight_md(const ConvGeom& g);  // PyTorch's [O, C/groups, kh, kw]
+dnnl::memory::desc any_md(const dnnl::memory::desc& m);
+// y = act(y + residual) in place, for outputs in NCHW: ptrs {y, residual, y}.
+DnnlCall residual_step(const ConvGeom& g, FusedAct act);
+// conv2d with attrs::Conv::int8 (conv_int8.cpp): inputs x, w[, b][, residual].
+Kernel conv2d_int8(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a, bool bias,
+                   const std::vector<const void*>& constant);
 Kernel prepare_conv2d(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // x, w, b[, res]
 Kernel prepare_conv2d_nobias(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // x, w[, res]
 Kernel prepack_conv2d(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a,

@@ -98,6 +98,7 @@ TensorMeta infer_conv2d(const OpSchema& op, const Metas& in, const Attrs& a) {
   for (size_t i = 0; i < in.size(); ++i) expect_dnnl_float(op, in, i), expect_same_dtype(op, in, 0, i);
   const attrs::Conv c = conv_attrs(op, in, a);
   expect_rank(op, in, 0, c.src_block ? 5 : 4), expect_rank(op, in, 1, 4);
+  if (c.int8 && in[0].dtype != DType::F32) fail(op, in, "an INT8 convolution takes F32 x and weights");
   if (!valid_fused_act(a.i(7))) fail(op, in, "bad fused activation code " + str(a.i(7)));
   if (c.src_block < 0 || c.dst_block < 0) fail(op, in, "negative channel block");
   Shape x = in[0].shape;
@@ -149,7 +150,8 @@ TensorMeta infer_channel_sum(const OpSchema& op, const Metas& in, const Attrs& a
 
 // in: x, w[, bias] (a residual input is rejected by the callers below).
 Ts conv2d_grads(const Ts& in, const Tensor& grad, const Attrs& a) {
-  if (a.i(7) != 0 || a.i(8) || a.i(9)) throw InternalError("conv2d with a fused activation or a blocked layout has no backward");
+  if (a.i(7) != 0 || a.i(8) || a.i(9) || a.i(10))
+    throw InternalError("conv2d with a fused activation, a blocked layout or INT8 arithmetic has no backward");
   const Tensor &x = in[0], &w = in[1];
   const Tensor g = as_dtype(grad, x.dtype());
   Ts out(in.size());

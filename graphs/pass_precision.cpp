@@ -11,7 +11,8 @@
 //     (a cast where a BF16 value reaches them), as do the graph's outputs.
 // A node whose schema refuses BF16 inputs stays FP32 (its inputs are cast back).
 // INT8 (lower_int8 below) is narrower: linears and matmuls by constant weights become
-// matmul_int8 (dynamic quantization); nothing else changes.
+// matmul_int8, convolutions by constant weights run in INT8 (attrs::Conv::int8; both dynamic
+// quantization); nothing else changes.
 #include <map>
 
 #include "engine/error.h"
@@ -44,13 +45,24 @@ Attrs cast_attrs(DType t) { return Attrs{{static_cast<int64_t>(t)}, {}}; }
 
 // Int8: linear(x, w, b) and matmul(x, w[, b]) with a constant 2-D weight and an FP32 x that is not
 // constant become matmul_int8 (engine/int8_ops.cpp): its weights are quantized per output column
-// once, at compile; x with every run.
+// once, at compile; x with every run. conv2d / conv2d_nobias with constant weights get
+// attrs::Conv::int8 (engine/conv_int8.cpp: the same scheme per output channel).
 int lower_int8(Graph& g) {
   const KnownOps& k = known_ops();
   const OpSchema& int8 = op_schema("matmul_int8");
   int count = 0;
   for (Node& n : g.nodes) {
     const bool linear = is_op(n, k.linear), matmul = is_op(n, k.matmul);
+    const bool conv = is_op(n, k.conv2d) || is_op(n, k.conv2d_nobias);
+    if (conv && !n.constant && n.meta.dtype == DType::F32 && g.nodes[n.inputs[0]].meta.dtype == DType::F32 &&
+        !is_constant_value(g, n.inputs[0]) && is_constant_value(g, n.inputs[1])) {
+      attrs::Conv c = attrs::Conv::of(n.attrs);
+      if (c.int8 || c.src_block || c.dst_block || c.groups > 1) continue;
+      c.int8 = true;
+      n.attrs = c.pack();
+      ++count;
+      continue;
+    }
     if ((!linear && !matmul) || n.constant || n.meta.dtype != DType::F32) continue;
     const Node& x = g.nodes[n.inputs[0]];
     const Node& w = g.nodes[n.inputs[1]];

@@ -79,7 +79,8 @@ int fuse_residual_norm(Graph& g);
 int fuse_elementwise(Graph& g);
 // Bf16: runs the matmuls and convolutions in BF16, with the values between them where every reader
 // takes it; softmax, norms, reductions and the outputs stay FP32. Int8: linears and matmuls by a
-// constant weight become matmul_int8 (dynamic quantization); the rest stays FP32.
+// constant weight become matmul_int8, convolutions by constant weights run in INT8 (both dynamic
+// quantization); the rest stays FP32.
 // (graphs/pass_precision.cpp). Fp32: nothing to do. Returns the nodes changed.
 int lower_precision(Graph& g, Precision p);
 // Convolutions that run best on channel-blocked activations produce them, and the element-wise

@@ -1,0 +1,67 @@
+#include "engine/int8_quant.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace hg::kernels {
+
+namespace {
+
+// min(x, 0) and max(x, 0) over `count` floats (NaN ignored), 4 lanes at a time.
+std::pair<float, float> range_with_zero(const float* a, int64_t count) {
+  __m128 lo = _mm_setzero_ps(), hi = _mm_setzero_ps();
+  int64_t i = 0;
+  for (; i + 4 <= count; i += 4) {
+    const __m128 x = _mm_loadu_ps(a + i);
+    lo = _mm_min_ps(x, lo);  // a NaN lane keeps lo (minps returns its second operand)
+    hi = _mm_max_ps(x, hi);
+  }
+  float l[4], h[4];
+  _mm_storeu_ps(l, lo), _mm_storeu_ps(h, hi);
+  float mn = std::min({l[0], l[1], l[2], l[3]}), mx = std::max({h[0], h[1], h[2], h[3]});
+  for (; i < count; ++i) mn = a[i] < mn ? a[i] : mn, mx = a[i] > mx ? a[i] : mx;
+  return {mn, mx};
+}
+
+}  // namespace
+
+QuantWeights quantize_weights(const float* w, int64_t channels, int64_t per_channel, bool channel_major, bool uniform) {
+  QuantWeights r{std::vector<int8_t>(static_cast<size_t>(channels * per_channel)),
+                 std::vector<float>(static_cast<size_t>(channels), 0.0f)};
+  auto at = [&](int64_t c, int64_t k) { return channel_major ? c * per_channel + k : k * channels + c; };
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t k = 0; k < per_channel; ++k) r.scale[c] = std::max(r.scale[c], std::abs(w[at(c, k)]));
+  if (uniform && channels > 0) std::fill(r.scale.begin(), r.scale.end(), *std::max_element(r.scale.begin(), r.scale.end()));
+  for (float& s : r.scale) s = s > 0 && std::isfinite(s) ? s / 127.0f : 1.0f;
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t k = 0; k < per_channel; ++k) {
+      const float q = std::nearbyint(w[at(c, k)] / r.scale[c]);
+      r.q[at(c, k)] = static_cast<int8_t>(q == q ? std::clamp(q, -127.0f, 127.0f) : 0.0f);
+    }
+  return r;
+}
+
+float ActivationQuant::measure(const float* x, int64_t count) {
+  const auto [lo, hi] = range_with_zero(x, count);
+  const float scale = hi > lo && std::isfinite(hi - lo) ? (hi - lo) / 255.0f : 1.0f;
+  zero_point = static_cast<int32_t>(std::clamp(std::nearbyint(-lo / scale), 0.0f, 255.0f));
+  inv_scale = 1.0f / scale;
+  return scale;
+}
+
+DnnlCall quantize_call(const dnnl::memory::desc& from, const dnnl::memory::desc& to, bool single_thread) {
+  const dnnl::memory::desc one_f32({1}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
+  const dnnl::memory::desc zp_md({1}, dnnl::memory::data_type::s32, dnnl::memory::format_tag::a);
+  dnnl::primitive_attr attr = user_scratchpad();
+  attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
+  attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+  const dnnl::reorder::primitive_desc pd(dnnl_engine(), from, dnnl_engine(), to, attr);
+  return DnnlCall(dnnl::reorder(pd),
+                  {{DNNL_ARG_SRC, from}, {DNNL_ARG_DST, to}, {DNNL_ARG_ATTR_OUTPUT_SCALES, one_f32},
+                   {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, zp_md}},
+                  single_thread);
+}
+
+}  // namespace hg::kernels
