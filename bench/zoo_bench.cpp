@@ -9,13 +9,17 @@
 //                   at the input file's sample shape (one signature). With DIR/MODEL/output.safetensors
 //                   (PyTorch's output), max_rel_err: max|replay - PyTorch| / max|PyTorch|.
 //       replay_bf16 the same compiled in BF16 (PredictorOptions::precision); max_rel_err as above
-//       replay_int8 the same with its linears in INT8 (dynamic quantization)
+//       replay_int8 the same with its linears and convolutions in INT8 (dynamic quantization)
+//       replay_int8_static  the same with the convolutions' ranges calibrated on 64 generated
+//                   inputs first (Predictor::calibrate_int8: static quantization)
 //       replay_zoo  Predictor over DIR/MODEL/zoo (the same weights in hgraph's native modules)
 //       eager       the imported ONNX module on hpu:0, op by op; the output read on the host
 //       lazy        the same module traced in lazy mode, mark_step(), the output read on the host
 //   hg_zoo_bench agreement DIR [--models ..] [--precision bf16|int8] [--samples 1000] [--batch 8]
+//                [--calibrate N]
 //       the reduced-precision replay against hgraph's FP32 on fixed inputs (Predictor::
-//       check_precision): top-1 agreement and max relative error, one JSON line per model.
+//       check_precision): top-1 agreement and max relative error, one JSON line per model;
+//       --calibrate: INT8 static, calibrated on N other generated inputs first.
 //   hg_zoo_bench profile DIR --models M [--batch 8] [--precision fp32|bf16|int8] [--seconds 2] [--top 25]
 //       where a replay's time goes (graphs/step_profile.h): time per op kind and the largest
 //       (op, dtype, shape) rows, as text.
@@ -170,14 +174,16 @@ double max_rel_err(const std::vector<float>& got, const fs::path& file) {
   return diff / scale;
 }
 
+// calibration > 0: INT8 with static ranges, calibrated on that many generated inputs first.
 Timing replay(const fs::path& dir, const Input& in, int64_t batch, double seconds, const fs::path& reference,
-              hg::graphs::Precision precision = hg::graphs::Precision::Fp32) {
+              hg::graphs::Precision precision = hg::graphs::Precision::Fp32, int64_t calibration = 0) {
   auto p = hg::models::Predictor::load(dir, {.batch_buckets = {batch}, .precision = precision});
-  p->capture_all();
   // Dynamic dimensions besides the batch: the input file's sample shape is the signature
   // (output_shapes captures its graph before the timing).
   std::vector<hg::Shape> sample;
   if (p->input_size(0) < 0) sample.emplace_back(in.shape.begin() + 1, in.shape.end());
+  if (calibration > 0) p->calibrate_int8({.samples = calibration, .signature = sample});
+  p->capture_all();
   std::vector<float> out(static_cast<size_t>(batch * hg::numel(p->output_shapes(sample).at(0))));
   const void* x = in.data.data();
   Timing t = time_calls([&] { p->run({x}, batch, {out.data()}, sample); }, seconds);
@@ -239,6 +245,9 @@ int latency(const fs::path& data, const std::map<std::string, std::string>& o) {
         if (has(name.c_str()))
           measure(("hgraph_" + name).c_str(), [&] { return replay(dir, in, b, seconds, reference, p); });
       }
+      if (has("replay_int8_static"))
+        measure("hgraph_replay_int8_static",
+                [&] { return replay(dir, in, b, seconds, reference, hg::graphs::Precision::Int8, 64); });
       if (has("replay_zoo") && fs::exists(dir / "zoo"))
         measure("hgraph_replay_zoo", [&] { return replay(dir / "zoo", in, b, seconds, reference); });
       if (has("eager")) measure("hgraph_eager", [&] { return eager(*net, in, b, false, seconds); });
@@ -251,15 +260,19 @@ int latency(const fs::path& data, const std::map<std::string, std::string>& o) {
 int agreement(const fs::path& data, const std::map<std::string, std::string>& o) {
   const auto precision = hg::graphs::parse_precision(opt(o, "precision", "bf16"));
   const int64_t samples = std::stoll(opt(o, "samples", "1000")), batch = std::stoll(opt(o, "batch", "8"));
+  const int64_t calibration = std::stoll(opt(o, "calibrate", "0"));
   for (const auto& m : split(opt(o, "models", "resnet18,bert"))) {
     const Input in = read_input(data / m / "input.safetensors");
     auto p = hg::models::Predictor::load(data / m, {.batch_buckets = {batch}, .precision = precision});
     hg::models::PrecisionCheckOptions c{.samples = samples};
     if (p->input_size(0) < 0) c.signature.emplace_back(in.shape.begin() + 1, in.shape.end());
+    if (calibration > 0)  // other seeds than the check's: calibrated on other inputs than it checks
+      p->calibrate_int8({.samples = calibration, .seed = 1000, .signature = c.signature});
     const auto t0 = Clock::now();
     const hg::models::PrecisionReport r = p->check_precision(c);
     emit({{"model", m}, {"precision", hg::graphs::precision_name(precision)}, {"samples", r.samples},
           {"rows", r.rows}, {"top1_agreement", r.top1_agreement}, {"max_rel_err", r.max_relative_error},
+          {"calibration", calibration},
           {"seconds", ms_since(t0) / 1000}});
   }
   return 0;
@@ -356,7 +369,7 @@ int start(const fs::path& dir, int64_t batch, const std::string& label) {
 
 int usage() {
   std::cerr << "usage: hg_zoo_bench latency DIR [--models ..] [--batches ..] [--seconds S] [--runtimes ..]\n"
-               "       hg_zoo_bench agreement DIR [--models ..] [--precision bf16] [--samples N] [--batch B]\n"
+               "       hg_zoo_bench agreement DIR [--models ..] [--precision bf16] [--samples N] [--batch B] [--calibrate N]\n"
                "       hg_zoo_bench profile DIR --models M [--batch B] [--precision P] [--seconds S] [--top N]\n"
                "       hg_zoo_bench overhead [--nodes N] [--seconds S]\n"
                "       hg_zoo_bench peak [--sizes N,..] [--seconds S]\n"

@@ -8,6 +8,9 @@
 //     scales), then by s_x (a one-element binary post-op: runtime output scales would leave the
 //     VNNI kernels), adds the bias (a per-channel binary post-op, after the scales), the residual
 //     (sum) and the activation, into F32 NHWC (conv_layout gives INT8 convs NHWC on both sides).
+// Static quantization (attrs::Conv::kInt8Static, ranges from a calibration): x's range is the
+// calibrated one (values outside it saturate), nothing is measured per call, and s_x joins the
+// fixed output scales. In dynamic mode a running Int8Calibration gets each call's range.
 // An output the graph keeps in NCHW is written NHWC to a scratch and reordered, its residual and
 // activation applied after (residual_step). Weights that change between calls (eager) are
 // quantized with every call, one scale for all channels.
@@ -45,7 +48,11 @@ Kernel conv2d_int8(const std::vector<TensorMeta>& in, const TensorMeta& out, con
                    const std::vector<const void*>& constant) {
   const bool residual = in.size() > (bias ? 3u : 2u);
   const int res_index = bias ? 3 : 2;
-  const auto act = attrs::Conv::of(a).act;
+  const attrs::Conv ca = attrs::Conv::of(a);
+  const auto act = ca.act;
+  const bool fixed_range = ca.int8 == attrs::Conv::kInt8Static;
+  ActivationQuant fixed;  // static: the calibrated range's scale and zero point
+  const float fixed_scale = fixed_range ? fixed.set_range(static_cast<float>(ca.lo), static_cast<float>(ca.hi)) : 1.0f;
   if (out.numel() == 0)
     return [bytes = out.bytes()](const void* const*, void* o) { std::memset(o, 0, bytes); };
   const ConvGeom g = conv_geom(in[0].shape, in[1].shape, out.shape, DType::F32, a);
@@ -58,11 +65,17 @@ Kernel conv2d_int8(const std::vector<TensorMeta>& in, const TensorMeta& out, con
   const float* w_const = constant.size() > 1 ? static_cast<const float*>(constant[1]) : nullptr;
   auto w = std::make_shared<QuantWeights>(w_const ? quantize_weights(w_const, g.o, per_channel, true, false)
                                                   : QuantWeights{});
+  // Static scales with constant weights: s_w * s_x are the fixed output scales; otherwise s_x
+  // (times the per-call weight scale) is a one-element binary post-op.
+  const bool scale_post_op = !(fixed_range && w_const);
+  std::vector<float> out_scales = w_const ? w->scale : std::vector<float>(static_cast<size_t>(g.o), 1.0f);
+  if (!scale_post_op)
+    for (float& x : out_scales) x *= fixed_scale;
   dnnl::primitive_attr attr = user_scratchpad();
-  attr.set_output_scales(1 << 1, w_const ? w->scale : std::vector<float>(static_cast<size_t>(g.o), 1.0f));
+  attr.set_output_scales(1 << 1, out_scales);
   attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
   dnnl::post_ops po;
-  po.append_binary(dnnl::algorithm::binary_mul, one);
+  if (scale_post_op) po.append_binary(dnnl::algorithm::binary_mul, one);
   if (bias) po.append_binary(dnnl::algorithm::binary_add, per_oc);
   const bool sum = residual && !nchw_out;
   if (sum) po.append_sum(1.f);
@@ -80,9 +93,9 @@ Kernel conv2d_int8(const std::vector<TensorMeta>& in, const TensorMeta& out, con
       packed = pd.weights_desc() == w_plain ? std::shared_ptr<void>(w, w->q.data())
                                             : reorder_once(w_plain, w->q.data(), pd.weights_desc());
     DnnlCall::Args args{{DNNL_ARG_SRC, x_q}, {DNNL_ARG_WEIGHTS, pd.weights_desc()}, {DNNL_ARG_DST, y_prim},
-                        {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, zp_md},
-                        {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, one}};
-    if (bias) args.emplace_back(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, per_oc);
+                        {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, zp_md}};
+    if (scale_post_op) args.emplace_back(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, one);
+    if (bias) args.emplace_back(DNNL_ARG_ATTR_MULTIPLE_POST_OP(scale_post_op ? 1 : 0) | DNNL_ARG_SRC_1, per_oc);
     conv.emplace(dnnl::convolution_forward(pd), std::move(args), small);
     quantize.emplace(quantize_call(x_user, x_q, small));
     if (nchw_out) {
@@ -95,11 +108,18 @@ Kernel conv2d_int8(const std::vector<TensorMeta>& in, const TensorMeta& out, con
   }
   const size_t x_bytes = x_q.get_size(), y_bytes = nchw_out ? y_prim.get_size() : 0;
   const int64_t x_count = static_cast<int64_t>(x_user.get_size() / sizeof(float));
+  const int64_t calib_id = ca.calib_id;
   return [=, conv = *conv, quantize = *quantize](const void* const* i, void* o) {
-    thread_local ActivationQuant aq;
-    float sx = aq.measure(static_cast<const float*>(i[0]), x_count);
+    thread_local ActivationQuant measured;
+    const ActivationQuant* aq = &fixed;
+    float sx = fixed_scale;
+    if (!fixed_range) {
+      sx = measured.measure(static_cast<const float*>(i[0]), x_count);
+      aq = &measured;
+      if (Int8Calibration::on()) Int8Calibration::record(calib_id, measured.lo, measured.hi);
+    }
     void* xq = scratch(0, x_bytes);
-    const void* q[] = {i[0], xq, &aq.inv_scale, &aq.zero_point};
+    const void* q[] = {i[0], xq, &aq->inv_scale, &aq->zero_point};
     quantize.run(q);
     const void* weights = packed.get();
     QuantWeights per_call;
@@ -110,8 +130,9 @@ Kernel conv2d_int8(const std::vector<TensorMeta>& in, const TensorMeta& out, con
     }
     void* y = nchw_out ? scratch(1, y_bytes) : o;
     if (sum && i[res_index] != o) std::memcpy(o, i[res_index], y_user.get_size());
-    const void* ptrs[] = {xq, weights, y, &aq.zero_point, &sx, bias ? i[2] : nullptr};
-    conv.run(ptrs);
+    const void* with_scale[] = {xq, weights, y, &aq->zero_point, &sx, bias ? i[2] : nullptr};
+    const void* without[] = {xq, weights, y, &aq->zero_point, bias ? i[2] : nullptr};
+    conv.run(scale_post_op ? with_scale : without);
     if (!nchw_out) return;
     const void* r[] = {y, o};
     to_user->run(r);

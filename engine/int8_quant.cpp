@@ -3,7 +3,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <utility>
 
 namespace hg::kernels {
 
@@ -44,11 +48,53 @@ QuantWeights quantize_weights(const float* w, int64_t channels, int64_t per_chan
 }
 
 float ActivationQuant::measure(const float* x, int64_t count) {
-  const auto [lo, hi] = range_with_zero(x, count);
+  const auto [l, h] = range_with_zero(x, count);
+  return set_range(l, h);
+}
+
+float ActivationQuant::set_range(float l, float h) {
+  lo = std::min(l, 0.0f), hi = std::max(h, 0.0f);
   const float scale = hi > lo && std::isfinite(hi - lo) ? (hi - lo) / 255.0f : 1.0f;
   zero_point = static_cast<int32_t>(std::clamp(std::nearbyint(-lo / scale), 0.0f, 255.0f));
   inv_scale = 1.0f / scale;
   return scale;
+}
+
+namespace {
+std::atomic<int> g_sessions{0};
+std::mutex g_calibration_mu;
+std::map<int64_t, std::vector<std::pair<float, float>>>& calibration_sessions() {
+  static std::map<int64_t, std::vector<std::pair<float, float>>> r;
+  return r;
+}
+}  // namespace
+
+void Int8Calibration::start(int64_t tag) {
+  std::lock_guard lock(g_calibration_mu);
+  if (calibration_sessions().try_emplace(tag).second) ++g_sessions;
+}
+
+bool Int8Calibration::on() { return g_sessions.load(std::memory_order_relaxed) > 0; }
+
+std::vector<std::pair<float, float>> Int8Calibration::stop(int64_t tag) {
+  std::lock_guard lock(g_calibration_mu);
+  auto it = calibration_sessions().find(tag);
+  if (it == calibration_sessions().end()) return {};
+  std::vector<std::pair<float, float>> r = std::move(it->second);
+  calibration_sessions().erase(it);
+  --g_sessions;
+  return r;
+}
+
+void Int8Calibration::record(int64_t id, float lo, float hi) {
+  if (id < 0) return;
+  const size_t k = static_cast<size_t>(id & ((int64_t{1} << kIdBits) - 1));
+  std::lock_guard lock(g_calibration_mu);
+  auto it = calibration_sessions().find(id >> kIdBits);
+  if (it == calibration_sessions().end()) return;
+  auto& r = it->second;
+  if (k >= r.size()) r.resize(k + 1, {0.0f, 0.0f});
+  r[k] = {std::min(r[k].first, lo), std::max(r[k].second, hi)};
 }
 
 DnnlCall quantize_call(const dnnl::memory::desc& from, const dnnl::memory::desc& to, bool single_thread) {

@@ -5,9 +5,11 @@
 //
 //   QuantWeights w = quantize_weights(b, /*channels=*/n, /*per_channel=*/k, /*channel_major=*/true, false);
 //   ActivationQuant q;  float s_a = q.measure(x, count);   // s_a, then q.inv_scale, q.zero_point
+//   float s_x = q.set_range(lo, hi);                       // static: a calibrated range
 //   DnnlCall quantize = quantize_call(x_md, u8_md);        // ptrs {x, u8, &q.inv_scale, &q.zero_point}
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "engine/dnnl_context.h"
@@ -30,8 +32,28 @@ QuantWeights quantize_weights(const float* w, int64_t channels, int64_t per_chan
 struct ActivationQuant {
   float inv_scale = 1;
   int32_t zero_point = 0;
-  // Measures `count` floats (NaN ignored) and sets inv_scale and zero_point; returns the scale.
+  float lo = 0, hi = 0;  // the range it was set from
+  // Measures `count` floats (NaN ignored) and sets the range; returns the scale.
   float measure(const float* x, int64_t count);
+  // A fixed range (static quantization: from a calibration): scale (hi - lo) / 255 over
+  // [min(lo, 0), max(hi, 0)]; returns the scale.
+  float set_range(float lo, float hi);
+};
+
+// Static quantization's calibration: while a session of `tag` is on, the INT8 kernels that
+// quantize dynamically and carry a calibration id of that tag (tag << kIdBits | their number:
+// PassOptions::int8_calibration_tag) report each call's activation range, from any thread;
+// stop(tag) gives the (min, max) seen per number ((0, 0) for numbers never reported). Sessions of
+// different tags (models calibrating at once) do not see each other's kernels.
+//   Int8Calibration::start(tag);  ... run the calibration set through the graphs ...
+//   std::vector<std::pair<float, float>> ranges = Int8Calibration::stop(tag);
+class Int8Calibration {
+ public:
+  static constexpr int kIdBits = 20;
+  static void start(int64_t tag);
+  static std::vector<std::pair<float, float>> stop(int64_t tag);
+  static bool on();  // any session
+  static void record(int64_t id, float lo, float hi);
 };
 
 // A oneDNN reorder from F32 `from` to u8 `to` (any layouts of one shape) with a runtime scale

@@ -19,6 +19,8 @@
 //   batch_norm_update_stats (x, running)         {which: 0 mean, 1 var} / {momentum}
 //   layer_norm (x, w, b[, residual])             {normalized shape...} / {eps}
 //   layer_norm_backward (g, x, w)                {which: 0 x, 1 weight, 2 bias, normalized shape...} / {eps}
+#include <cmath>
+
 #include "engine/error.h"
 #include "engine/kernels_nn.h"
 #include "engine/op_attrs.h"
@@ -99,6 +101,9 @@ TensorMeta infer_conv2d(const OpSchema& op, const Metas& in, const Attrs& a) {
   const attrs::Conv c = conv_attrs(op, in, a);
   expect_rank(op, in, 0, c.src_block ? 5 : 4), expect_rank(op, in, 1, 4);
   if (c.int8 && in[0].dtype != DType::F32) fail(op, in, "an INT8 convolution takes F32 x and weights");
+  if (c.int8 < 0 || c.int8 > attrs::Conv::kInt8Static) fail(op, in, "bad INT8 mode " + str(c.int8));
+  if (c.int8 == attrs::Conv::kInt8Static && !(std::isfinite(c.lo) && std::isfinite(c.hi) && c.lo <= c.hi))
+    fail(op, in, "a static INT8 range needs finite lo <= hi (floats 0 and 1)");
   if (!valid_fused_act(a.i(7))) fail(op, in, "bad fused activation code " + str(a.i(7)));
   if (c.src_block < 0 || c.dst_block < 0) fail(op, in, "negative channel block");
   Shape x = in[0].shape;

@@ -88,18 +88,24 @@ struct Conv {  // conv2d(x, w, b[, residual]) and conv2d_nobias(x, w[, residual]
   // Channel-blocked layouts (engine/ops_layout.h), set by the layout pass: 0 = NCHW, b = x (src)
   // or the output and residual (dst) are [N, ceil(C / b), H, W, b].
   int64_t src_block = 0, dst_block = 0;
-  // INT8 arithmetic (the precision pass): weights s8 per output channel, activations u8 per call
-  // (engine/conv_int8.cpp); F32 in and out.
-  bool int8 = false;
+  // INT8 arithmetic (the precision pass; engine/conv_int8.cpp): weights s8 per output channel,
+  // activations u8, F32 in and out. kInt8Dynamic: the input's range is measured with every call;
+  // kInt8Static: it is [lo, hi] (floats 0 and 1), from a calibration. calib_id: where a dynamic
+  // conv reports its ranges to a running calibration (engine/int8_quant.h Int8Calibration), -1: not.
+  static constexpr int64_t kInt8Dynamic = 1, kInt8Static = 2;
+  int64_t int8 = 0;
+  int64_t calib_id = -1;
+  double lo = 0, hi = 0;
   static Conv of(const Attrs& a) {
-    return {a.i(0, 1), a.i(1, 1), a.i(2),     a.i(3), a.i(4, 1), a.i(5, 1), a.i(6, 1), static_cast<FusedAct>(a.i(7)),
-            a.i(8),    a.i(9),    a.i(10) != 0};
+    return {a.i(0, 1), a.i(1, 1), a.i(2), a.i(3), a.i(4, 1), a.i(5, 1), a.i(6, 1), static_cast<FusedAct>(a.i(7)),
+            a.i(8),    a.i(9),    a.i(10), a.i(11, -1), a.f(0), a.f(1)};
   }
   Attrs pack() const {  // no activation, layout or INT8: the seven ints an eager conv has always had
     Attrs a{{stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups}, {}};
     if (act != FusedAct::None || src_block || dst_block || int8) a.ints.push_back(static_cast<int64_t>(act));
     if (src_block || dst_block || int8) a.ints.insert(a.ints.end(), {src_block, dst_block});
-    if (int8) a.ints.push_back(1);
+    if (int8) a.ints.insert(a.ints.end(), {int8, calib_id});
+    if (int8 == kInt8Static) a.floats = {lo, hi};
     return a;
   }
 };

@@ -14,7 +14,8 @@ namespace hg::graphs {
 size_t executable_bytes(const Executable& exe) { return exe.arena_bytes() + exe.constant_bytes(); }
 
 uint64_t memory_key(const Graph& g, const PassOptions& opt) {
-  return g.structural_hash() ^ (opt.fusion ? 0 : ~0ull) ^ (static_cast<uint64_t>(opt.precision) * 0x9e3779b97f4a7c15ull);
+  return g.structural_hash() ^ (opt.fusion ? 0 : ~0ull) ^ (static_cast<uint64_t>(opt.precision) * 0x9e3779b97f4a7c15ull) ^
+         (opt.int8_ranges ? opt.int8_ranges->digest() : 0) ^ (static_cast<uint64_t>(opt.int8_calibration_tag) << 32);
 }
 
 std::shared_ptr<const Executable> GraphCache::get(const Graph& g, const PassOptions& opt) {
@@ -62,7 +63,9 @@ GraphCache& memory_graph_cache() {
 
 std::string compile_key(const Graph& g, const PassOptions& opt) {
   return g.signature() + (opt.fusion ? "|fusion" : "|nofusion") +
-         (opt.precision == Precision::Fp32 ? "" : std::string("|") + precision_name(opt.precision));
+         (opt.precision == Precision::Fp32 ? "" : std::string("|") + precision_name(opt.precision)) +
+         (opt.int8_ranges ? "|ranges " + hex64(opt.int8_ranges->digest()) : "") +
+         (opt.int8_calibration_tag ? "|calibration " + std::to_string(opt.int8_calibration_tag) : "");
 }
 
 namespace {

@@ -107,6 +107,8 @@ void HPUGraph::capture_end() {
   try {
     PassOptions passes = default_pass_options();
     passes.precision = opt.precision;
+    passes.int8_ranges = opt.int8_ranges;
+    passes.int8_calibration_tag = opt.int8_calibration_tag;
     exe = compile_cached(c.graph, frozen_data, &info, passes);
   } catch (...) {
     abort_values(c, "an HPU graph capture on " + device_.str() + " whose compile failed");

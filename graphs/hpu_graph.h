@@ -49,6 +49,9 @@ struct CaptureOptions {
   // Bf16: the compiled graph runs its matmuls and convolutions in BF16 (graphs/passes.h,
   // PassOptions::precision); inputs and outputs keep their dtypes.
   Precision precision = Precision::Fp32;
+  // Int8: the calibrated input ranges of the INT8 convolutions (PassOptions::int8_ranges).
+  std::shared_ptr<const Int8Ranges> int8_ranges = nullptr;
+  int64_t int8_calibration_tag = 0;  // PassOptions::int8_calibration_tag
 };
 
 struct HPUGraphStats {

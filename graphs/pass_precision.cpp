@@ -13,9 +13,11 @@
 // INT8 (lower_int8 below) is narrower: linears and matmuls by constant weights become
 // matmul_int8, convolutions by constant weights run in INT8 (attrs::Conv::int8; both dynamic
 // quantization); nothing else changes.
+#include <cmath>
 #include <map>
 
 #include "engine/error.h"
+#include "engine/int8_quant.h"
 #include "engine/op_attrs.h"
 #include "engine/ops.h"
 #include "graphs/passes.h"
@@ -45,12 +47,15 @@ Attrs cast_attrs(DType t) { return Attrs{{static_cast<int64_t>(t)}, {}}; }
 
 // Int8: linear(x, w, b) and matmul(x, w[, b]) with a constant 2-D weight and an FP32 x that is not
 // constant become matmul_int8 (engine/int8_ops.cpp): its weights are quantized per output column
-// once, at compile; x with every run. conv2d / conv2d_nobias with constant weights get
-// attrs::Conv::int8 (engine/conv_int8.cpp: the same scheme per output channel).
-int lower_int8(Graph& g) {
+// once, at compile; x with every run. conv2d / conv2d_nobias with constant weights and groups 1
+// get attrs::Conv::int8 (engine/conv_int8.cpp: the same scheme per output channel) and their
+// number in node order; with a range for that number in `ranges` they are static, else dynamic
+// (with `tag`, reporting to the calibration session of that tag).
+int lower_int8(Graph& g, const Int8Ranges* ranges, int64_t tag) {
   const KnownOps& k = known_ops();
   const OpSchema& int8 = op_schema("matmul_int8");
   int count = 0;
+  int64_t convs = 0;  // numbered in node order
   for (Node& n : g.nodes) {
     const bool linear = is_op(n, k.linear), matmul = is_op(n, k.matmul);
     const bool conv = is_op(n, k.conv2d) || is_op(n, k.conv2d_nobias);
@@ -58,7 +63,14 @@ int lower_int8(Graph& g) {
         !is_constant_value(g, n.inputs[0]) && is_constant_value(g, n.inputs[1])) {
       attrs::Conv c = attrs::Conv::of(n.attrs);
       if (c.int8 || c.src_block || c.dst_block || c.groups > 1) continue;
-      c.int8 = true;
+      const int64_t number = convs++;
+      c.int8 = attrs::Conv::kInt8Dynamic;
+      c.calib_id = tag > 0 ? tag << kernels::Int8Calibration::kIdBits | number : -1;
+      if (ranges && static_cast<size_t>(number) < ranges->ranges.size()) {
+        const auto [lo, hi] = ranges->ranges[static_cast<size_t>(number)];
+        if (std::isfinite(lo) && std::isfinite(hi) && lo <= hi)
+          c.int8 = attrs::Conv::kInt8Static, c.lo = lo, c.hi = hi, c.calib_id = -1;
+      }
       n.attrs = c.pack();
       ++count;
       continue;
@@ -93,8 +105,8 @@ int lower_int8(Graph& g) {
 
 }  // namespace
 
-int lower_precision(Graph& g, Precision p) {
-  if (p == Precision::Int8) return lower_int8(g);
+int lower_precision(Graph& g, Precision p, const Int8Ranges* int8_ranges, int64_t int8_calibration_tag) {
+  if (p == Precision::Int8) return lower_int8(g, int8_ranges, int8_calibration_tag);
   if (p != Precision::Bf16) return 0;
   const size_t n = g.nodes.size();
   std::vector<char> lowered(n, 0);

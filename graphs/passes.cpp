@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "engine/error.h"
+#include "engine/hash.h"
 
 namespace hg::graphs {
 
@@ -96,6 +97,10 @@ void run_to_fixed_point(Graph& g, const PassOptions& opt, size_t end, PassReport
 
 }  // namespace
 
+uint64_t Int8Ranges::digest() const {
+  return hash64(std::span(reinterpret_cast<const uint8_t*>(ranges.data()), ranges.size() * sizeof(ranges[0])));
+}
+
 PassReport run_passes(Graph& g, const PassOptions& opt) {
   const auto& passes = all_passes();
   PassReport r;
@@ -104,7 +109,7 @@ PassReport run_passes(Graph& g, const PassOptions& opt) {
     size_t layout = 0;
     while (layout < passes.size() && std::strcmp(passes[layout].name, "layout") != 0) ++layout;
     run_to_fixed_point(g, opt, layout, r);
-    r.applied.emplace_back("precision", lower_precision(g, opt.precision));
+    r.applied.emplace_back("precision", lower_precision(g, opt.precision, opt.int8_ranges.get(), opt.int8_calibration_tag));
   }
   run_to_fixed_point(g, opt, passes.size(), r);
   return r;

@@ -8,6 +8,8 @@
 // constant_fold and algebra are exact and always run. Passes share the rewrite utilities of
 // graphs/rewrite.h (replace_uses, insert_op_before, topo_sort, consumers, random_ops).
 #pragma once
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,11 +24,25 @@ const char* precision_name(Precision p);  // "fp32", "bf16", "int8"
 // "fp32", "bf16" or "int8"; throws InvalidArgument naming the accepted spellings.
 Precision parse_precision(const std::string& s);
 
+// Static INT8: the activation range (min, max) of each INT8 convolution's input, by its number
+// among the convolutions lower_precision lowers (node order), as a calibration run measured them
+// (engine/int8_quant.h Int8Calibration).
+struct Int8Ranges {
+  std::vector<std::pair<float, float>> ranges;
+  uint64_t digest() const;  // hash64 of the values: part of the compile cache keys
+};
+
 struct PassOptions {
   bool fusion = true;
   // Bf16, Int8: once the FP32 passes reach their fixed point, lower_precision lowers the graph's
   // matmuls and convolutions, then the passes run again.
   Precision precision = Precision::Fp32;
+  // Int8: convolutions with a range here run with it (static quantization); the others, and all
+  // of them without ranges, measure their input with every call (dynamic).
+  std::shared_ptr<const Int8Ranges> int8_ranges = nullptr;
+  // Int8, > 0: the dynamic INT8 convolutions get calibration ids (this tag << 20 | their number)
+  // so that a running Int8Calibration session of the tag records their input ranges.
+  int64_t int8_calibration_tag = 0;
 };
 PassOptions default_pass_options();  // honours HG_DISABLE_FUSION
 
@@ -79,10 +95,10 @@ int fuse_residual_norm(Graph& g);
 int fuse_elementwise(Graph& g);
 // Bf16: runs the matmuls and convolutions in BF16, with the values between them where every reader
 // takes it; softmax, norms, reductions and the outputs stay FP32. Int8: linears and matmuls by a
-// constant weight become matmul_int8, convolutions by constant weights run in INT8 (both dynamic
-// quantization); the rest stays FP32.
+// constant weight become matmul_int8, dense convolutions by constant weights run in INT8 (dynamic
+// quantization; static where int8_ranges give their input's range); the rest stays FP32.
 // (graphs/pass_precision.cpp). Fp32: nothing to do. Returns the nodes changed.
-int lower_precision(Graph& g, Precision p);
+int lower_precision(Graph& g, Precision p, const Int8Ranges* int8_ranges = nullptr, int64_t int8_calibration_tag = 0);
 // Convolutions that run best on channel-blocked activations produce them, and the element-wise
 // ops, residual adds and global pools after them keep them; reorders only where a reader needs
 // NCHW (graphs/pass_layout.cpp, engine/ops_layout.h).

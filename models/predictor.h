@@ -50,6 +50,9 @@ struct PredictorOptions {
   // pre-packed at capture; graphs/passes.h). check_precision() measures the cost against FP32. A
   // batch above the largest bucket runs uncaptured, in FP32.
   graphs::Precision precision = graphs::Precision::Fp32;
+  // Int8: the calibrated input ranges of the INT8 convolutions (static quantization); null: they
+  // measure their input with every call. calibrate_int8() sets them.
+  std::shared_ptr<const graphs::Int8Ranges> int8_ranges = nullptr;
 };
 
 // A model with dynamic dimensions: the signatures (distinct input sample shapes) met so far, the
@@ -125,10 +128,21 @@ class Predictor {
   // Runs opt.samples fixed inputs (models/precision.h) through the captured graphs and through
   // the module in FP32, and compares the outputs. A model served in FP32 reports samples = 0.
   PrecisionReport check_precision(const PrecisionCheckOptions& opt = {});
+  // Int8: static quantization. Runs opt.samples inputs (a calibration set: precision_samples_file,
+  // or generated as check_precision's) through the captured graphs with their convolutions
+  // quantizing dynamically, keeps each convolution's input range over all of them, then drops
+  // the captured graphs: the next captures (capture_all) run those convolutions with the fixed
+  // ranges. Returns the number of ranges; 0 for other precisions or a model without INT8
+  // convolutions. Call it before serving (it runs the graphs).
+  size_t calibrate_int8(const PrecisionCheckOptions& opt);
 
  private:
   struct Impl;
+  struct Samples;
   explicit Predictor(std::unique_ptr<Impl> impl);
+  Samples samples(const PrecisionCheckOptions& o);
+  void for_each_chunk(const Samples& s, const std::function<void(const std::vector<const void*>&, int64_t, int64_t)>& each);
+  void release_all();  // every captured graph (calibrate_int8)
   std::unique_ptr<Impl> impl_;
 };
 

@@ -111,6 +111,8 @@ int main(int argc, char** argv) {
       copt.progress = [](size_t done, size_t total, int64_t batch) {
         if (done < total) std::fprintf(stderr, "capturing %zu/%zu: batch %lld\n", done + 1, total, static_cast<long long>(batch));
       };
+    if (const size_t n = hg::server::calibrate_model(*predictor, config, std::filesystem::absolute(model).parent_path()))
+      spdlog::info("int8 calibrated on {}: {} convolution input ranges fixed", config.calibration->inputs, n);
     std::vector<hg::models::BucketInfo> infos = predictor->capture_all(copt);
     // Reduced precision: the agreement with FP32 the server would check at load (and refuse below
     // the config's minimums: the capture fails the same way).

@@ -300,6 +300,15 @@ Padding parse_padding(const Fields& p) {
   return pad;
 }
 
+// A file inside the model's folder: a relative path without "..".
+std::string model_file(const Fields& p, const char* field) {
+  const std::string f = p.string(field).value_or("");
+  const std::filesystem::path path(f);
+  if (f.empty() || path.is_absolute() || std::any_of(path.begin(), path.end(), [](const auto& part) { return part == ".."; }))
+    p.fail(field, "must name a file inside the model's folder (a relative path without \"..\"), got \"" + f + "\"");
+  return f;
+}
+
 PrecisionCheck parse_precision_check(const Fields& p) {
   p.only({"samples", "seed", "min_top1_agreement", "max_relative_error", "inputs"});
   PrecisionCheck c;
@@ -307,12 +316,15 @@ PrecisionCheck parse_precision_check(const Fields& p) {
   if (auto n = p.integer("seed", 0, INT64_MAX)) c.seed = static_cast<uint64_t>(*n);
   if (auto a = p.number("min_top1_agreement", 0, 1)) c.min_top1_agreement = *a;
   if (auto e = p.number("max_relative_error", 0, 1e30)) c.max_relative_error = *e;
-  if (auto f = p.string("inputs")) {
-    const std::filesystem::path path(*f);
-    if (f->empty() || path.is_absolute() || std::any_of(path.begin(), path.end(), [](const auto& part) { return part == ".."; }))
-      p.fail("inputs", "must name a file inside the model's folder (a relative path without \"..\"), got \"" + *f + "\"");
-    c.inputs = *f;
-  }
+  if (p.find("inputs")) c.inputs = model_file(p, "inputs");
+  return c;
+}
+
+Calibration parse_calibration(const Fields& p) {
+  p.only({"inputs", "samples"});
+  Calibration c;
+  c.inputs = model_file(p, "inputs");
+  if (auto n = p.integer("samples", 1, kMaxPrecisionSamples)) c.samples = *n;
   return c;
 }
 
@@ -344,7 +356,7 @@ ModelConfig ModelConfig::parse(const json& j, const std::string& file, const std
   Fields f(j, file, "");
   f.only({"name", "platform", "backend", "max_batch_size", "batch_buckets", "dynamic_batching", "instance_group",
           "version_policy", "model_warmup", "max_signatures", "max_signature_bytes", "padding", "precision",
-          "precision_check", "input", "inputs", "output", "outputs"},
+          "precision_check", "calibration", "input", "inputs", "output", "outputs"},
          {{"sequence_batching", "hgraph serves stateless models"},
           {"ensemble_scheduling", "hgraph has no ensembles"},
           {"preferred_batch_size", "list the batch sizes in batch_buckets"}});
@@ -394,6 +406,11 @@ ModelConfig ModelConfig::parse(const json& j, const std::string& file, const std
     }
   }
   if (f.find("precision_check")) c.precision_check = parse_precision_check(f.object("precision_check"));
+  if (f.find("calibration")) {
+    c.calibration = parse_calibration(f.object("calibration"));
+    if (c.precision != graphs::Precision::Int8)
+      f.fail("calibration", "sets the ranges of INT8 convolutions: it needs \"precision\": \"int8\"");
+  }
   c.inputs = parse_tensors(f, "input", "inputs", c.max_batch_size);
   c.outputs = parse_tensors(f, "output", "outputs", c.max_batch_size);
   if (c.platform == "identity") {
@@ -474,6 +491,7 @@ json ModelConfig::to_json() const {
                           {"min_top1_agreement", precision_check.min_top1_agreement}};
   if (precision_check.max_relative_error) j["precision_check"]["max_relative_error"] = *precision_check.max_relative_error;
   if (!precision_check.inputs.empty()) j["precision_check"]["inputs"] = precision_check.inputs;
+  if (calibration) j["calibration"] = {{"inputs", calibration->inputs}, {"samples", calibration->samples}};
   j["input"] = json::array();
   for (const auto& io : inputs) j["input"].push_back(tensor_json(io, max_batch_size));
   j["output"] = json::array();

@@ -16,6 +16,7 @@
 //    "precision": "bf16",                                 // or "fp32" (the default)
 //    "precision_check": {"samples": 64, "seed": 0, "min_top1_agreement": 0.99, "max_relative_error": 0.05,
 //                        "inputs": "samples.safetensors"},            // optional: the inputs to check on
+//    "calibration": {"inputs": "calibration.safetensors", "samples": 512},  // int8: static ranges
 //    "platform": "hgraph"}                                // or "identity" (with "input"/"output" lists)
 //
 //   ModelConfig c = ModelConfig::parse(json, "repo/m/config.json", "m");   // throws FormatError naming the field
@@ -67,6 +68,16 @@ struct PrecisionCheck {
 };
 inline constexpr int64_t kMaxPrecisionSamples = 4096;
 
+// "precision": "int8" with static quantization: the convolutions' input ranges come from running
+// a calibration set through the model at load (models::Predictor::calibrate_int8) instead of
+// being measured with every request. `inputs`: a safetensors file in the model's folder in
+// precision_check.inputs' format (one tensor per model input, [N, sample shape]); at most
+// `samples` of its N are used.
+struct Calibration {
+  std::string inputs;
+  int64_t samples = kMaxPrecisionSamples;
+};
+
 struct VersionPolicy {
   enum class Kind { Latest, All, Specific } kind = Kind::Latest;
   int64_t num_versions = 1;       // Latest
@@ -101,6 +112,7 @@ struct ModelConfig {
   std::optional<Padding> padding;
   graphs::Precision precision = graphs::Precision::Fp32;  // the arithmetic of the captured graphs
   PrecisionCheck precision_check;
+  std::optional<Calibration> calibration;  // int8 only
   // The tensors, with -1 for the batch dimension when max_batch_size > 0: required for the identity
   // platform (output i echoes input i); for hgraph models they must match the package.
   std::vector<models::IOSpec> inputs, outputs;

@@ -245,6 +245,9 @@ struct ModelRepository::Impl {
         check_declared(config.inputs, predictor->package().spec.inputs, "input");
         check_declared(config.outputs, predictor->package().spec.outputs, "output");
         if (config.padding) check_padding(*config.padding, predictor->package().spec);
+        if (const size_t n = calibrate_model(*predictor, config, dir.parent_path()))
+          log("model '" + config.name + "': int8 calibrated on " + config.calibration->inputs + ": " +
+              std::to_string(n) + " convolution input ranges fixed");
         if (config.warmup) {
           models::CaptureAllOptions copt;  // sequence buckets: every (length bucket, batch bucket)
           if (config.padding) copt.signatures = padding_signatures(*config.padding, predictor->package().spec);

@@ -30,6 +30,13 @@ models::PrecisionReport check_model_precision(models::Predictor& p, const ModelC
   return r;
 }
 
+size_t calibrate_model(models::Predictor& p, const ModelConfig& config, const std::filesystem::path& model_dir) {
+  if (!config.calibration || config.precision != graphs::Precision::Int8) return 0;
+  const models::PrecisionCheckOptions o =
+      models::precision_samples_file(model_dir / config.calibration->inputs, p.package().spec, config.calibration->samples);
+  return p.calibrate_int8(o);
+}
+
 std::string precision_report_line(const ModelConfig& config, const models::PrecisionReport& r) {
   if (r.samples) return "model '" + config.name + "': " + r.summary();
   return "model '" + config.name + "': " + graphs::precision_name(config.precision) +

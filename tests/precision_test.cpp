@@ -391,6 +391,16 @@ TEST(ModelConfigPrecision, FieldsAndErrors) {
               HasSubstr("precision_check.inputs must name a file inside the model's folder"));
   EXPECT_THAT(error(R"({"precision_check": {"inputs": "../other/samples.safetensors"}})"),
               HasSubstr("precision_check.inputs must name a file inside the model's folder"));
+  const ModelConfig q = parse(R"({"precision": "int8", "calibration": {"inputs": "calib.safetensors", "samples": 300}})");
+  ASSERT_TRUE(q.calibration);
+  EXPECT_EQ(q.calibration->inputs, "calib.safetensors");
+  EXPECT_EQ(q.calibration->samples, 300);
+  EXPECT_EQ(ModelConfig::parse(q.to_json(), "config.json", "m").calibration->samples, 300);
+  EXPECT_THAT(error(R"({"precision": "bf16", "calibration": {"inputs": "c.safetensors"}})"),
+              HasSubstr("calibration sets the ranges of INT8 convolutions: it needs \"precision\": \"int8\""));
+  EXPECT_THAT(error(R"({"precision": "int8", "calibration": {}})"), HasSubstr("calibration.inputs must name a file"));
+  EXPECT_THAT(error(R"({"precision": "int8", "calibration": {"inputs": "c", "rows": 3}})"),
+              HasSubstr("calibration.rows is not a known field"));
 }
 
 }  // namespace
