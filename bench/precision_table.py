@@ -5,7 +5,7 @@ Each (runtime, model, batch, threads) keeps its fastest round's median."""
 import json
 import sys
 
-RUNTIMES = ["hgraph_replay", "hgraph_replay_bf16", "hgraph_replay_int8", "ort", "ort_int8"]
+RUNTIMES = ["hgraph_replay", "hgraph_replay_bf16", "hgraph_replay_int8", "hgraph_replay_int8_static", "ort", "ort_int8"]
 
 
 def main(path):
@@ -17,26 +17,27 @@ def main(path):
         elif "median_ms" in j:
             k = (j["model"], j["batch"], j["threads"], j["runtime"])
             lat[k] = min(lat.get(k, float("inf")), j["median_ms"])
-    print("| model | batch | threads | hgraph FP32 ms | BF16 ms (x FP32) | INT8 ms (x FP32) | ORT FP32 ms | ORT INT8 ms "
-          "| ORT FP32 / hgraph FP32 | ORT INT8 / hgraph INT8 |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | batch | threads | hgraph FP32 ms | BF16 ms (x FP32) | INT8 ms (x FP32) | INT8 static ms (x FP32) "
+          "| ORT FP32 ms | ORT INT8 ms | ORT FP32 / hgraph FP32 | ORT INT8 / hgraph INT8 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     cells = sorted({k[:3] for k in lat}, key=lambda c: (c[2], c[0], c[1]))
     for m, b, t in cells:
         v = {r: lat.get((m, b, t, r)) for r in RUNTIMES}
-        f32, bf, i8, o32, o8 = (v[r] for r in RUNTIMES)
+        f32, bf, i8, i8s, o32, o8 = (v[r] for r in RUNTIMES)
 
         def ms(x):
             return f"{x:.3f}" if x is not None else "-"
 
         def ratio(a, c):
             return f"{a / c:.2f}" if a is not None and c else "-"
-        print(f"| {m} | {b} | {t} | {ms(f32)} | {ms(bf)} ({ratio(f32, bf)}x) | {ms(i8)} ({ratio(f32, i8)}x) | {ms(o32)} "
-              f"| {ms(o8)} | {ratio(o32, f32)} | {ratio(o8, i8)} |")
+        print(f"| {m} | {b} | {t} | {ms(f32)} | {ms(bf)} ({ratio(f32, bf)}x) | {ms(i8)} ({ratio(f32, i8)}x) "
+              f"| {ms(i8s)} ({ratio(f32, i8s)}x) | {ms(o32)} | {ms(o8)} | {ratio(o32, f32)} | {ratio(o8, i8)} |")
     print()
     print("| model | runtime | precision | samples | top-1 agreement with FP32 | max relative error |")
     print("|---|---|---|---|---|---|")
     for j in agree:
-        print(f"| {j['model']} | {j.get('runtime', 'hgraph')} | {j['precision']} | {j['samples']} | "
+        precision = j["precision"] + (" static" if j.get("calibration") else "")
+        print(f"| {j['model']} | {j.get('runtime', 'hgraph')} | {precision} | {j['samples']} | "
               f"{100 * j['top1_agreement']:.1f}% | {j['max_rel_err']:.3g} |")
 
 

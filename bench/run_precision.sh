@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Reduced precision in one run: hgraph's replay in FP32, BF16 and INT8 ("precision" in config.json:
-# PredictorOptions::precision) against ONNX Runtime on the same ONNX file in FP32 and on its INT8
+# Reduced precision in one run: hgraph's replay in FP32, BF16 and INT8, dynamic and static (calibrated
+# on 64 generated inputs) ("precision" and "calibration" in config.json: PredictorOptions::precision) against ONNX Runtime on the same ONNX file in FP32 and on its INT8
 # version (bench/quantize_onnx.py: the graph ORT's dynamic quantization makes, with the scales
 # hgraph uses), at batch 1 and 8, 1 and 2 threads; then the agreement of BF16 and INT8 with
 # hgraph's FP32 on fixed inputs (Predictor::check_precision: top-1 and max relative error).
@@ -30,7 +30,8 @@ cells() {  # THREADS
   local s dir m
   for s in "${sets[@]}"; do
     dir=${s%%:*}
-    "$bench" latency "$dir" --models "${s#*:}" --batches 1,8 --seconds "$seconds" --runtimes replay,replay_bf16,replay_int8
+    "$bench" latency "$dir" --models "${s#*:}" --batches 1,8 --seconds "$seconds" \
+      --runtimes replay,replay_bf16,replay_int8,replay_int8_static
     IFS=, read -ra ms <<< "${s#*:}"
     for m in "${ms[@]}"; do
       zoo_ort "$dir" "$m" "$1" 1,8 "$seconds"
@@ -51,6 +52,9 @@ for p in bf16 int8; do
   "$bench" agreement "$build/brought" --models resnet50,bert_base --precision $p --samples $((samples < 200 ? samples : 200)) \
     >> "$out.tmp"
 done
+"$bench" agreement "$build/zoo" --models resnet18 --precision int8 --samples "$samples" --calibrate 64 >> "$out.tmp"
+"$bench" agreement "$build/brought" --models resnet50 --precision int8 --samples $((samples < 200 ? samples : 200)) \
+  --calibrate 64 >> "$out.tmp"
 # The yardstick for the brought models' agreement: PyTorch's own BF16 autocast on the same networks.
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 bench/torch_precision.py resnet50 mobilenet_v2 \
   2> >(grep -v -i warn >&2) >> "$out.tmp"
