@@ -20,10 +20,11 @@ std::map<Key, ProfileRow>& table_rows() {
   return rows;
 }
 
+// The op, with what fusion passes merged into it as the graph dump lists it: "linear[linear+relu]".
 std::string op_label(const Node& node) {
   std::string s = node.op ? node.op->name : "copy";
-  for (const std::string& f : node.fused) s += "+" + f;
-  return s;
+  for (size_t k = 0; k < node.fused.size(); ++k) s += (k ? "+" : "[") + node.fused[k];
+  return node.fused.empty() ? s : s + "]";
 }
 
 std::string fmt(const char* f, double v) {

@@ -17,7 +17,7 @@ namespace hg::graphs {
 class Executable;
 
 struct ProfileRow {
-  std::string op;     // the step's op, with the ops fused into it ("linear+gelu")
+  std::string op;     // the step's op, with what was fused into it as the dump lists it ("linear[linear+gelu]")
   std::string dtype;  // of the step's output
   std::string shape;  // of the step's output
   uint64_t calls = 0;

@@ -12,6 +12,7 @@
 // (the model folder's config, next to the version directory): every sequence bucket times
 // every batch bucket, as the server's warm-up does, within --memory-budget. With a reduced
 // "precision" in config.json it prints the agreement with FP32 the server checks at load.
+// `--profile N` then replays the largest bucket N times and prints where the time goes per op.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -29,6 +30,7 @@
 #include "engine/version.h"
 #include "graphs/disk_cache.h"
 #include "graphs/graph_dump.h"
+#include "graphs/step_profile.h"
 #include "models/buckets.h"
 #include "models/predictor.h"
 #include "server/model_config.h"
@@ -51,11 +53,46 @@ void progress_bar(size_t done, size_t total, int64_t batch) {
   std::fflush(stderr);
 }
 
+// Replays the largest captured bucket `runs` times on generated inputs (models/precision.h: seeded
+// normal floats, integers 1) under graphs::StepProfile and prints the time per op.
+void profile(hg::models::Predictor& p, const std::vector<hg::models::BucketInfo>& infos, int64_t runs) {
+  const hg::models::BucketInfo* b = nullptr;
+  for (const auto& info : infos)
+    if (info.captured) b = &info;
+  if (!b) {
+    std::printf("profile: no captured bucket to replay\n");
+    return;
+  }
+  const auto& spec = p.package().spec;
+  std::vector<hg::DType> types;
+  std::vector<int64_t> elements, rows;
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    types.push_back(p.input_dtype(i));
+    elements.push_back(b->signature.empty() ? p.input_size(i) : hg::numel(b->signature[i]));
+    rows.push_back(0);
+  }
+  const auto inputs = hg::models::precision_sample_inputs(types, elements, rows, b->batch, 0);
+  const std::vector<hg::Shape> out_shapes = p.output_shapes(b->signature);
+  std::vector<std::vector<uint8_t>> outputs;
+  for (size_t j = 0; j < out_shapes.size(); ++j)
+    outputs.emplace_back(static_cast<size_t>(b->batch * hg::numel(out_shapes[j])) * hg::dtype_size(p.output_dtype(j)));
+  std::vector<const void*> in;
+  std::vector<void*> out;
+  for (const auto& x : inputs) in.push_back(x.data());
+  for (auto& y : outputs) out.push_back(y.data());
+  hg::graphs::StepProfile::start();
+  for (int64_t r = 0; r < runs; ++r) p.run(in, b->batch, out, b->signature);
+  const auto table = hg::graphs::StepProfile::stop();
+  std::printf("profile: bucket %lld, %lld runs\n%s", static_cast<long long>(b->batch), static_cast<long long>(runs),
+              hg::graphs::StepProfile::table(table, 15).c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string model, buckets = "1,2,4,8", device = "hpu:0", cache, dump;
   double budget_mb = 0;
+  int64_t profile_runs = 0;
   bool no_progress = false;
   po::options_description desc("hgraph-capture options");
   desc.add_options()
@@ -68,6 +105,8 @@ int main(int argc, char** argv) {
       ("cache", po::value(&cache), "disk graph cache to write, DIR[,MAX_MB] (default: HG_GRAPH_CACHE)")
       ("memory-budget", po::value(&budget_mb), "MB of arenas + constants to spend; larger buckets are left out")
       ("dump-graph", po::value(&dump), "append every compiled graph's dump to FILE (- for stderr)")
+      ("profile", po::value(&profile_runs),
+       "then replay the largest captured bucket N times on generated inputs and print the time per op")
       ("no-progress", po::bool_switch(&no_progress), "no progress bar on stderr");
   try {
     po::variables_map vm;
@@ -83,6 +122,7 @@ int main(int argc, char** argv) {
     po::notify(vm);
     if (vm.count("buckets") && vm.count("batch-sizes")) throw po::error("give --buckets or --batch-sizes, not both");
     if (budget_mb < 0) throw po::error("--memory-budget must not be negative");
+    if (profile_runs < 0 || profile_runs > 100000) throw po::error("--profile must be in [0, 100000]");
   } catch (const std::exception& e) {
     std::cerr << "hgraph-capture: " << e.what() << "\n" << desc << "\n";
     return 2;
@@ -159,6 +199,7 @@ int main(int argc, char** argv) {
     if (infos.empty() && predictor->input_size(0) < 0)
       std::printf("the model has dynamic dimensions and its config.json names no \"padding\": nothing to capture "
                   "ahead (signatures are captured on first use)\n");
+    if (profile_runs > 0) profile(*predictor, infos, profile_runs);
     if (auto dc = hg::graphs::disk_cache()) {
       const auto s = dc->stats();
       std::printf("graph cache %s: %llu hits, %llu written, %llu invalid removed, %.3f MB on disk\n",

@@ -217,9 +217,14 @@ TEST(BucketsCaptureTool, CapturesEveryBucketWritesTheCacheAndStartsWarm) {
   const std::string progress((std::istreambuf_iterator<char>(e)), std::istreambuf_iterator<char>());
   EXPECT_THAT(progress, HasSubstr("capturing"));
 
-  const std::string warm = run_command(base + " --batch-sizes 1,2,4,8 --no-progress", &status);
+  const std::string warm = run_command(base + " --batch-sizes 1,2,4,8 --no-progress --profile 5", &status);
   ASSERT_EQ(status, 0) << warm;
   EXPECT_THAT(warm, HasSubstr("captured 4/4 buckets"));
+  // The profile of the largest bucket: the MLP's linears (with their fused ReLU), per op and per shape.
+  EXPECT_THAT(warm, HasSubstr("profile: bucket 8, 5 runs"));
+  EXPECT_TRUE(std::regex_search(warm, std::regex(R"(\n +[0-9.]+%  linear\[linear\+relu\] F32\n)"))) << warm;
+  EXPECT_TRUE(std::regex_search(warm, std::regex(R"(\n +[0-9.]+% +[0-9.]+ us  linear\[linear\+relu\] F32 \[8, 64\] x5\n)")))
+      << warm;
   EXPECT_TRUE(std::regex_search(warm, std::regex(R"(\n +8 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +yes\n)"))) << warm;
   EXPECT_THAT(warm, HasSubstr("4 hits, 0 written"));
 

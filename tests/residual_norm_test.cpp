@@ -104,14 +104,14 @@ TEST(StepProfile, NamesFusedStepsAndCountsCalls) {
   for (const auto& r : rows) {
     EXPECT_GE(r.seconds, 0.0) << r.op;
     EXPECT_GT(r.calls, 0u) << r.op;
-    if (r.op == "layer_norm+add") {
+    if (r.op == "layer_norm[add]") {
       EXPECT_EQ(r.dtype, "F32");
       EXPECT_EQ(r.shape, "[10, 48]");
       norm_calls += r.calls;
     }
   }
   EXPECT_EQ(norm_calls, 6u) << "two fused norms per run, three runs";
-  EXPECT_THAT(graphs::StepProfile::table(rows, 3), HasSubstr("layer_norm+add F32"));
+  EXPECT_THAT(graphs::StepProfile::table(rows, 3), HasSubstr("layer_norm[add] F32"));
   run_graph(g, data, true);
   EXPECT_TRUE(graphs::StepProfile::stop().empty()) << "off after stop: nothing recorded";
 }
