@@ -34,6 +34,7 @@ namespace hg {
 namespace {
 
 using graphs::Graph;
+using test::fusion::max_rel;
 using test::fusion::run_graph;
 using ::testing::HasSubstr;
 
@@ -174,13 +175,8 @@ TEST(ConvInt8, EagerCallsQuantizeTheirWeightsWithEveryCallAndCheckTheDtype) {
   c.int8 = true;
   const std::vector<float> int8 = dispatch("conv2d", {x, w, b}, c.pack()).to_vector();
   ASSERT_EQ(int8.size(), fp32.size());
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < fp32.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(int8[i])) << i;
-    err = std::max(err, static_cast<double>(std::abs(int8[i] - fp32[i])));
-    scale = std::max(scale, static_cast<double>(std::abs(fp32[i])));
-  }
-  EXPECT_LT(err / scale, 3e-2);
+  const double err = max_rel({int8}, {fp32});
+  EXPECT_LT(err, 3e-2);
   EXPECT_GT(err, 0) << "INT8 rounding must show";
   EXPECT_THAT(test::error_of<ShapeError>([&] { dispatch("conv2d", {x.to(DType::BF16), w.to(DType::BF16), b.to(DType::BF16)}, c.pack()); }),
               HasSubstr("an INT8 convolution takes F32 x and weights"));
@@ -230,16 +226,6 @@ std::vector<attrs::Conv> convs_of(const Graph& g) {
   return r;
 }
 
-double max_rel(const std::vector<float>& got, const std::vector<float>& want) {
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    err = std::max(err, static_cast<double>(std::abs(got[i] - want[i])));
-    scale = std::max(scale, static_cast<double>(std::abs(want[i])));
-  }
-  return err / scale;
-}
-
 // The three convolutions run in INT8 on NHWC activations and the answers stay near FP32's.
 TEST(PassesPrecision, Int8LowersConvolutionsByConstantWeights) {
   const ResidualCnn m;
@@ -254,7 +240,7 @@ TEST(PassesPrecision, Int8LowersConvolutionsByConstantWeights) {
     EXPECT_EQ(c.calib_id, -1) << "no calibration asked for";
   }
   EXPECT_EQ(nhwc, 3) << opt.dump();
-  const double err = max_rel(run_graph(opt, m.data)[0], run_graph(m.g, m.data)[0]);
+  const double err = max_rel(run_graph(opt, m.data), run_graph(m.g, m.data));
   EXPECT_LT(err, 5e-2);
   EXPECT_GT(err, 0) << "INT8 rounding must show";
 }

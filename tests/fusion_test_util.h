@@ -9,6 +9,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -94,6 +95,18 @@ inline void expect_near(const std::vector<std::vector<float>>& got, const std::v
       ASSERT_TRUE(matches_reference(got[k][i], want[k][i], rtol, atol))
           << "output " << k << " element " << i << ": got " << got[k][i] << " want " << want[k][i];
   }
+}
+
+// max |a - b| / max |b| over all outputs; NaN or Inf in either is infinite.
+inline double max_rel(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  double err = 0, scale = 0;
+  for (size_t k = 0; k < a.size(); ++k)
+    for (size_t i = 0; i < a[k].size(); ++i) {
+      if (!std::isfinite(a[k][i]) || !std::isfinite(b[k][i])) return INFINITY;
+      err = std::max(err, std::abs(static_cast<double>(a[k][i]) - b[k][i]));
+      scale = std::max(scale, std::abs(static_cast<double>(b[k][i])));
+    }
+  return err / scale;
 }
 
 inline int count_ops(const graphs::Graph& g, const std::string& name) {

@@ -30,6 +30,7 @@ namespace {
 using graphs::Graph;
 using graphs::Precision;
 using test::fusion::count_ops;
+using test::fusion::max_rel;
 using test::fusion::random_inputs;
 using test::fusion::run_graph;
 using ::testing::HasSubstr;
@@ -86,18 +87,6 @@ Graph optimized_bf16(Graph g) {
   passes.precision = Precision::Bf16;
   graphs::run_passes(g, passes);
   return g;
-}
-
-// max |a - b| / max |b| over all outputs; NaN or Inf in either is infinite.
-double max_rel(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  double err = 0, scale = 0;
-  for (size_t k = 0; k < a.size(); ++k)
-    for (size_t i = 0; i < a[k].size(); ++i) {
-      if (!std::isfinite(a[k][i]) || !std::isfinite(b[k][i])) return INFINITY;
-      err = std::max(err, std::abs(static_cast<double>(a[k][i]) - b[k][i]));
-      scale = std::max(scale, std::abs(static_cast<double>(b[k][i])));
-    }
-  return err / scale;
 }
 
 DType dtype_of_first(const Graph& g, const std::string& op) {
