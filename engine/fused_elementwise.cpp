@@ -273,6 +273,7 @@ void register_fused_ops() {
   s.inplace = true;
   register_op(s);
   register_sdpa_op();
+  register_squeeze_excite_op();
 }
 
 }  // namespace hg

@@ -1,6 +1,6 @@
-// Ops that graph fusion passes create (graphs/pass_fuse_elementwise.cpp and
-// graphs/pass_fuse_attention.cpp); they run in eager mode too. F32 only. fused_elementwise
-// has no backward; sdpa's is engine/sdpa_backward.h.
+// Ops that graph fusion passes create (graphs/pass_fuse_elementwise.cpp, pass_fuse_attention.cpp
+// and pass_squeeze_excite.cpp); they run in eager mode too. fused_elementwise is F32 only;
+// fused_elementwise and squeeze_excite have no backward; sdpa's is engine/sdpa_backward.h.
 //
 // fused_elementwise: a small program over inputs x0..x(n-1) (n <= 16; F32, or BOOL as a
 // condition), each broadcast to the output shape (the broadcast of all inputs). Registers
@@ -21,6 +21,16 @@
 // before the mask, 2 after it. floats {scale, causal value, masked_fill value}. Output [..., L, Dv].
 //
 //   hg::Tensor o = hg::dispatch("sdpa", {q, k, v}, hg::Attrs{{hg::sdpa::kNoMask, 2, 0}, {0.125, -INFINITY, 0}});
+//
+// squeeze_excite: x * sigmoid(w2 act(w1 mean_hw(x) + b1) + b2), the squeeze-and-excitation
+// block of MobileNetV3 / EfficientNet, per image in one kernel (engine/squeeze_excite.cpp). x F32
+// or BF16, [N, C, H, W], or channel-blocked [N, C/b, H, W, b] with ints[2] = b (engine/ops_layout.h);
+// w1 [Cr, C] or [Cr, C, 1, 1], w2 [C, Cr] or [C, Cr, 1, 1], b1 [Cr], b2 [C], all F32. ints {act
+// (a FusedAct code, engine/post_ops.h), bias mask (1: b1 is given, 2: b2), block}; inputs x, w1,
+// w2, then the biases the mask names. Output: x's meta (F32 sums and layers, x's dtype out).
+//
+//   hg::Tensor y = hg::dispatch("squeeze_excite", {x, w1, w2, b1, b2},
+//                               hg::Attrs{{static_cast<int64_t>(hg::FusedAct::Silu), 3, 0}, {}});
 #pragma once
 #include <cstdint>
 
@@ -58,5 +68,6 @@ enum Causal : int64_t { kNotCausal = 0, kCausalBeforeMask = 1, kCausalAfterMask 
 }  // namespace sdpa
 
 void register_sdpa_op();  // internal: sdpa_kernel.cpp, called by register_fused_ops (engine/op_families.h)
+void register_squeeze_excite_op();  // internal: squeeze_excite.cpp, likewise
 
 }  // namespace hg

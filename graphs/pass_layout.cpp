@@ -6,7 +6,7 @@
 //     squeeze-and-excitation's channel weights);
 //   - residual inputs of later blocked convolutions; slices along N, H or W;
 //   - pools: max_pool2d and avg_pool2d in the layout, a global average pool (adaptive_avg_pool2d
-//     to 1x1) as a mean over H and W.
+//     to 1x1) as a mean over H and W; squeeze_excite blocks (their x).
 // Each plain value becomes a blocked twin; a reader that needs NCHW (a reshape, a concat, a conv
 // that prefers NCHW, a graph output) reads one from_blocked of it, and a blocked conv whose input
 // has no twin reads one to_blocked of it. The replaced nodes die (DCE). A graph where no blocked
@@ -71,6 +71,7 @@ class Propagation {
       else if (is_op(g_.nodes[i], known_ops().max_pool2d) || is_op(g_.nodes[i], known_ops().avg_pool2d))
         window_pool(static_cast<int>(i));
       else if (is_op(g_.nodes[i], known_ops().slice)) spatial_slice(static_cast<int>(i));
+      else if (is_op(g_.nodes[i], known_ops().squeeze_excite)) squeeze_excite(static_cast<int>(i));
       else elementwise(static_cast<int>(i));
     }
     if (convs == 0 || !chained()) {  // nothing gained: drop what was appended, as it was
@@ -174,6 +175,18 @@ class Propagation {
     Attrs a = n.attrs;
     a.ints[0] = d;
     set_twin(i, g_.add_op(*n.op, {twin_[x]}, a), block_[x]);
+  }
+
+  // squeeze_excite scales x per channel: it runs on x's blocked twin (its layers stay as they are).
+  void squeeze_excite(int i) {
+    const Node n = g_.nodes[i];
+    const int x = n.inputs[0];
+    if (twin_[x] < 0 || n.meta.shape.size() != 4) return;
+    std::vector<int> inputs = n.inputs;
+    inputs[0] = twin_[x];
+    Attrs a = n.attrs;
+    a.ints[2] = block_[x];
+    set_twin(i, g_.add_op(*n.op, inputs, a), block_[x]);
   }
 
   void elementwise(int i) {

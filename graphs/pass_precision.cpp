@@ -5,7 +5,7 @@
 //     their constant inputs (weights, bias) become BF16 constants, computed once at compile and
 //     pre-packed; other FP32 inputs get a cast;
 //   - shape and element-wise ops (activations, clamp, scale, binary, pools, reshape, permute,
-//     slice, concat, layout reorders) run in BF16 when one input already is BF16 and the others are
+//     slice, concat, layout reorders, squeeze_excite's x) run in BF16 when one input already is BF16 and the others are
 //     BF16 or constant: a chain conv -> relu -> pool -> conv never leaves BF16;
 //   - softmax, normalisations, reductions, fused element-wise programs and anything else read FP32
 //     (a cast where a BF16 value reaches them), as do the graph's outputs.
@@ -35,13 +35,16 @@ Role role(const Node& n) {
     if (n.op == op) return Role::Compute;
   for (const OpSchema* op : {k.relu, k.silu, k.sigmoid, k.tanh, k.gelu, k.clamp, k.scale, k.binary, k.max_pool2d,
                              k.avg_pool2d, k.adaptive_avg_pool2d, k.reshape, k.permute, k.slice, k.concat,
-                             k.contiguous, k.expand, k.to_blocked, k.from_blocked})
+                             k.contiguous, k.expand, k.to_blocked, k.from_blocked, k.squeeze_excite})
     if (n.op == op) return Role::Follow;
   return Role::None;
 }
 
-// Inputs that keep their dtype whatever the node's precision: sdpa's mask (BOOL or F32).
-bool exempt(const Node& n, size_t i) { return n.op == known_ops().sdpa && i >= 3; }
+// Inputs that keep their dtype whatever the node's precision: sdpa's mask (BOOL or F32),
+// squeeze_excite's layers (F32: it reads BF16 x, runs its small layers in F32).
+bool exempt(const Node& n, size_t i) {
+  return (n.op == known_ops().sdpa && i >= 3) || (n.op == known_ops().squeeze_excite && i >= 1);
+}
 
 Attrs cast_attrs(DType t) { return Attrs{{static_cast<int64_t>(t)}, {}}; }
 

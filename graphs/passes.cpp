@@ -68,6 +68,7 @@ const std::vector<Pass>& all_passes() {
       {"fuse_attention", true, fuse_attention},
       {"attention_views", true, fuse_attention_views},
       {"fuse_residual_norm", true, fuse_residual_norm},
+      {"squeeze_excite", true, fuse_squeeze_excite},
       {"fuse_elementwise", true, fuse_elementwise},
       {"layout", true, propagate_layouts},
   };
@@ -105,12 +106,14 @@ PassReport run_passes(Graph& g, const PassOptions& opt) {
   const auto& passes = all_passes();
   PassReport r;
   for (const Pass& p : passes) r.applied.emplace_back(p.name, 0);
-  if (opt.precision != Precision::Fp32) {
-    size_t layout = 0;
-    while (layout < passes.size() && std::strcmp(passes[layout].name, "layout") != 0) ++layout;
-    run_to_fixed_point(g, opt, layout, r);
+  // The layout pass sees the graph once every fusion has run: a fusion that needs a later round
+  // (an activation the post-op pass takes once DCE has dropped a dead reader) must not meet the
+  // blocked twins of its nodes instead.
+  size_t layout = 0;
+  while (layout < passes.size() && std::strcmp(passes[layout].name, "layout") != 0) ++layout;
+  run_to_fixed_point(g, opt, layout, r);
+  if (opt.precision != Precision::Fp32)
     r.applied.emplace_back("precision", lower_precision(g, opt.precision, opt.int8_ranges.get(), opt.int8_calibration_tag));
-  }
   run_to_fixed_point(g, opt, passes.size(), r);
   return r;
 }

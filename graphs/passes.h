@@ -51,9 +51,9 @@ struct Pass {
   bool fusion;            // skipped when PassOptions::fusion is false
   int (*run)(Graph& g);   // number of rewrites made
 };
-// Every pass in the order run_passes applies them. With PassOptions::precision set, the passes
-// before "layout" first run to their fixed point in FP32, then "precision" lowers the graph, then
-// every pass runs again to its fixed point.
+// Every pass in the order run_passes applies them. The passes before "layout" first run to their
+// fixed point (in FP32), then, with PassOptions::precision set, "precision" lowers the graph, then
+// every pass runs again to its fixed point, "layout" included.
 const std::vector<Pass>& all_passes();
 
 struct PassReport {
@@ -90,6 +90,9 @@ int fuse_attention_views(Graph& g);
 // layer_norm(a + b) becomes layer_norm with b as its residual input: one pass over the rows
 // (graphs/pass_residual_norm.cpp).
 int fuse_residual_norm(Graph& g);
+// Squeeze-and-excitation blocks (global mean -> 1x1 conv + act -> 1x1 conv + sigmoid -> mul by
+// x) become one squeeze_excite node (graphs/pass_squeeze_excite.cpp, engine/fused_ops.h).
+int fuse_squeeze_excite(Graph& g);
 // Chains of element-wise ops become one fused_elementwise node; after fuse_post_ops, which
 // takes the activations of linear/matmul/conv2d first (graphs/pass_fuse_elementwise.cpp).
 int fuse_elementwise(Graph& g);

@@ -118,7 +118,7 @@ const KnownOps& known_ops() {
                     s("causal_fill"), s("clamp"), s("concat"), s("contiguous"), s("conv2d"), s("conv2d_nobias"),
                     s("dropout"), s("embedding"), s("expand"), s("from_blocked"), s("fused_elementwise"), s("gelu"),
                     s("layer_norm"), s("linear"), s("masked_fill"), s("matmul"), s("max_pool2d"), s("permute"), s("reduce"), s("relu"),
-                    s("reshape"), s("scale"), s("sdpa"), s("sigmoid"), s("silu"), s("slice"), s("softmax"), s("sum_to"),
+                    s("reshape"), s("scale"), s("sdpa"), s("sigmoid"), s("silu"), s("slice"), s("softmax"), s("squeeze_excite"), s("sum_to"),
                     s("tanh"), s("to_blocked"), s("unary_math"), s("where")};
   }();
   return ops;

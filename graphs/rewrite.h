@@ -51,7 +51,7 @@ struct KnownOps {
   const OpSchema *adaptive_avg_pool2d, *avg_pool2d, *batch_norm_eval, *binary, *bmm, *cast, *causal_fill, *clamp,
       *concat, *contiguous, *conv2d, *conv2d_nobias, *dropout, *embedding, *expand, *from_blocked, *fused_elementwise,
       *gelu, *layer_norm, *linear, *masked_fill, *matmul, *max_pool2d, *permute, *reduce, *relu, *reshape, *scale, *sdpa, *sigmoid,
-      *silu, *slice, *softmax, *sum_to, *tanh, *to_blocked, *unary_math, *where;
+      *silu, *slice, *softmax, *squeeze_excite, *sum_to, *tanh, *to_blocked, *unary_math, *where;
 };
 const KnownOps& known_ops();
 inline bool is_op(const Node& n, const OpSchema* op) { return n.kind == Node::Kind::Op && n.op == op; }

@@ -31,6 +31,7 @@ const std::map<std::string, std::string> kNotDifferentiable = {
     {"argmax", "integer output"},
     {"batch_norm_update_stats", "running statistics, updated outside autograd"},
     {"fused_elementwise", "produced only by the fusion pass on graphs without autograd history"},
+    {"squeeze_excite", "produced only by the fusion pass on graphs without autograd history"},
     {"to_blocked", "inference only: the layout pass inserts it into compiled graphs with frozen weights"},
     {"from_blocked", "inference only: the layout pass inserts it into compiled graphs with frozen weights"},
     {"matmul_int8", "inference only: the INT8 precision pass puts it into compiled graphs with frozen weights"},

@@ -62,6 +62,20 @@ inline std::vector<Buffer> random_inputs(const graphs::Graph& g, uint32_t seed) 
   return data;
 }
 
+// random_inputs with every frozen weight of rank >= 2 scaled by 1 / sqrt(fan-in) (numel / its
+// first dimension), as nn.Linear's and nn.Conv2d's init do: activations stay near 1 through the
+// layers, so a relative tolerance means what it says.
+inline std::vector<Buffer> scaled_inputs(const graphs::Graph& g, uint32_t seed) {
+  auto data = random_inputs(g, seed);
+  for (const auto& n : g.nodes) {
+    if (n.kind != graphs::Node::Kind::Input || !n.frozen || n.meta.shape.size() < 2) continue;
+    const float s = 1.0f / std::sqrt(static_cast<float>(n.meta.numel() / n.meta.shape[0]));
+    auto* v = reinterpret_cast<float*>(data[n.input_index].data());
+    for (int64_t i = 0; i < n.meta.numel(); ++i) v[i] *= s;
+  }
+  return data;
+}
+
 // Runs `g` with no passes (the graph exactly as given), or with them (`optimize`), and returns
 // its F32 outputs. Frozen inputs are given at compile, as a Predictor gives its weights.
 inline std::vector<std::vector<float>> run_graph(const graphs::Graph& g, const std::vector<Buffer>& data,

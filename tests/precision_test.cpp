@@ -31,7 +31,6 @@ using graphs::Graph;
 using graphs::Precision;
 using test::fusion::count_ops;
 using test::fusion::max_rel;
-using test::fusion::random_inputs;
 using test::fusion::run_graph;
 using ::testing::HasSubstr;
 
@@ -69,18 +68,6 @@ Graph ffn_block() {
   return b.g;
 }
 
-// Weights scaled by 1 / sqrt(fan-in), so that values stay near 1 and a relative bound means what it says.
-std::vector<test::fusion::Buffer> scaled_inputs(const Graph& g) {
-  auto data = random_inputs(g, 3);
-  for (const auto& n : g.nodes) {
-    if (n.kind != graphs::Node::Kind::Input || !n.frozen || n.meta.shape.size() < 2) continue;
-    const float s = 1.0f / std::sqrt(static_cast<float>(n.meta.numel() / n.meta.shape[0]));
-    auto* v = reinterpret_cast<float*>(data[n.input_index].data());
-    for (int64_t i = 0; i < n.meta.numel(); ++i) v[i] *= s;
-  }
-  return data;
-}
-
 // Every pass, with the precision pass in BF16.
 Graph optimized_bf16(Graph g) {
   graphs::PassOptions passes;
@@ -113,7 +100,7 @@ TEST(PassesPrecision, Fp32LeavesTheGraphAlone) {
 
 TEST(PassesPrecision, Bf16AnswersNearFp32) {
   for (const Graph& g : {residual_head(), ffn_block()}) {
-    const auto data = scaled_inputs(g);
+    const auto data = test::fusion::scaled_inputs(g, 3);
     const Graph opt = optimized_bf16(g);
     const auto low = run_graph(opt, data);  // already optimized: run as it is
     const auto want = run_graph(g, data);
@@ -243,7 +230,7 @@ TEST(MatmulInt8, MatchesTheQuantizedDefinitionAndStaysNearFp32) {
 
 TEST(PassesPrecision, Int8LowersLinearsByConstantWeightsOnly) {
   Graph g = ffn_block();
-  const auto data = scaled_inputs(g);
+  const auto data = test::fusion::scaled_inputs(g, 3);
   graphs::PassOptions passes;
   passes.precision = Precision::Int8;
   Graph opt = g;
