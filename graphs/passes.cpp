@@ -65,6 +65,7 @@ const std::vector<Pass>& all_passes() {
       {"flatten_matmul", true, flatten_matmul},
       {"fuse_silu", true, fuse_silu},
       {"fuse_post_ops", true, fuse_post_ops},
+      {"merge_projections", true, merge_projections},
       {"fuse_attention", true, fuse_attention},
       {"attention_views", true, fuse_attention_views},
       {"fuse_residual_norm", true, fuse_residual_norm},

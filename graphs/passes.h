@@ -82,6 +82,10 @@ int fuse_silu(Graph& g);
 // linear / matmul / conv2d followed by a bias add, a residual add (conv) or an activation
 // become one node with oneDNN post-ops (graphs/pass_fuse_postops.cpp).
 int fuse_post_ops(Graph& g);
+// Linears / 2-D matmuls reading the same activations with constant weights (separate q, k and v
+// projections) become one with the weights concatenated, the old nodes slices of its output
+// (graphs/pass_merge_projections.cpp).
+int merge_projections(Graph& g);
 // bmm -> scale -> mask -> softmax -> bmm becomes one sdpa node (graphs/pass_fuse_attention.cpp).
 int fuse_attention(Graph& g);
 // sdpa reads q, k, v in place from the buffer their slice/reshape/permute chains start from and
