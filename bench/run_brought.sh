@@ -3,7 +3,8 @@
 # file) against ONNX Runtime (onnxruntime-node, CPU, the same file) and PyTorch eager, on PyTorch
 # exports (torch 1.13 / torchvision 0.14, seeded random weights, opset 17, dynamic batch) of
 # ResNet-50, MobileNetV3-Large, EfficientNet-B0 and ViT-B/16 (224x224), a BERT-base-sized encoder
-# (token ids, exported with a dynamic sequence axis, run at 128) and a 2-layer LSTM (64 steps),
+# (token ids, exported with a dynamic sequence axis, run at 128), the same BERT-base written as
+# Hugging Face's modeling_bert is (separate q/k/v projections) and a 2-layer LSTM (64 steps),
 # at batch 1 and 8, with 1 and 2 threads (OMP_NUM_THREADS, HG_HPU_THREADS,
 # torch.set_num_threads, ORT's intraOpNumThreads).
 #   bash bench/run_brought.sh [SECONDS] [BUILD_DIR] [THREADS...]
@@ -21,7 +22,7 @@ source bench/zoo_lib.sh
 zoo_args "$@"
 rounds=${BROUGHT_ROUNDS:-2}
 data=$build/brought
-models=(resnet50 mobilenet_v2 mobilenet_v3_large efficientnet_b0 vit_b_16 bert_base lstm)
+models=(resnet50 mobilenet_v2 mobilenet_v3_large efficientnet_b0 vit_b_16 bert_base bert_base_hf lstm)
 model_list=$(IFS=,; echo "${models[*]}")
 batches=1,8
 

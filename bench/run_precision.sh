@@ -6,7 +6,8 @@
 # hgraph's FP32 on fixed inputs (Predictor::check_precision: top-1 and max relative error).
 #   bash bench/run_precision.sh [SECONDS] [BUILD_DIR] [THREADS...]
 # Models: the zoo's ResNet-18 and BERT-style encoder (bench/run_zoo.sh's data) and the PyTorch
-# exports of bench/run_brought.sh (ResNet-50, MobileNetV2, EfficientNet-B0, ViT-B/16, BERT-base).
+# exports of bench/run_brought.sh (ResNet-50, MobileNetV2, EfficientNet-B0, ViT-B/16, BERT-base, and
+# BERT-base with separate q/k/v projections as Hugging Face writes it).
 # PRECISION_ROUNDS (default 1) repeats the latency runs; AGREEMENT_SAMPLES (default 1000; the
 # brought models 200) sets the check. Writes BUILD_DIR/precision.jsonl and prints the tables.
 set -euo pipefail
@@ -17,7 +18,7 @@ rounds=${PRECISION_ROUNDS:-1}
 samples=${AGREEMENT_SAMPLES:-1000}
 zoo_prepare "$build/zoo" zoo
 zoo_prepare "$build/brought" brought
-sets=("$build/zoo:resnet18,bert" "$build/brought:resnet50,mobilenet_v2,efficientnet_b0,vit_b_16,bert_base")
+sets=("$build/zoo:resnet18,bert" "$build/brought:resnet50,mobilenet_v2,efficientnet_b0,vit_b_16,bert_base,bert_base_hf")
 for s in "${sets[@]}"; do  # the INT8 ONNX files ORT runs (models without a linear layer get none)
   IFS=, read -ra ms <<< "${s#*:}"
   for m in "${ms[@]}"; do

@@ -27,7 +27,9 @@ The brought set, the models users bring: torchvision's resnet50, mobilenet_v2, m
 efficientnet_b0 and vit_b_16 [N, 3, 224, 224] (random weights, seeded; BatchNorm statistics of
 random images and ViT's zero head made random, as scripts/onnx_exports.py does), bert_base =
 BertClassifier at BERT-base size (12 layers, d_model 768, 12 heads, ff 3072, vocab 30522) on
-token ids [N, 128] exported with a dynamic sequence axis, lstm = a 2-layer LSTM (batch first, 64
+token ids [N, 128] exported with a dynamic sequence axis, bert_base_hf = the same sizes written as
+Hugging Face's modeling_bert is (separate q/k/v Linear layers, heads by view + permute, attention
+by torch.matmul + softmax), lstm = a 2-layer LSTM (batch first, 64
 features, hidden 256) over [N, 64, 64] with a linear head on its last step.
 
 run prints one JSON line per (runtime, model, batch): runtime "pytorch" (eager, inference_mode)
@@ -111,6 +113,64 @@ def bert_base():
     return perturb(net)
 
 
+class HfSelfAttention(torch.nn.Module):
+    """Self-attention as Hugging Face's BertSelfAttention writes it: separate query, key and value
+    Linear layers, heads split by view + permute, softmax(q k^T / sqrt(d)) v by torch.matmul."""
+
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads, self.dh = heads, d // heads
+        self.query, self.key, self.value = (torch.nn.Linear(d, d) for _ in range(3))
+
+    def forward(self, x):  # x [B, S, d]
+        b, s, _ = x.shape
+
+        def split(t):
+            return t.view(b, s, self.heads, self.dh).permute(0, 2, 1, 3)
+
+        q, k, v = split(self.query(x)), split(self.key(x)), split(self.value(x))
+        p = (torch.matmul(q, k.transpose(-1, -2)) / self.dh ** 0.5).softmax(-1)
+        return torch.matmul(p, v).permute(0, 2, 1, 3).reshape(b, s, -1)
+
+
+class HfLayer(torch.nn.Module):
+    """BertLayer: attention, output dense, residual + LayerNorm, GELU feed-forward, residual +
+    LayerNorm (post-norm)."""
+
+    def __init__(self, d, heads, ff):
+        super().__init__()
+        self.attention = HfSelfAttention(d, heads)
+        self.attn_out = torch.nn.Linear(d, d)
+        self.norm1 = torch.nn.LayerNorm(d, eps=1e-12)
+        self.intermediate = torch.nn.Linear(d, ff)
+        self.output = torch.nn.Linear(ff, d)
+        self.norm2 = torch.nn.LayerNorm(d, eps=1e-12)
+
+    def forward(self, x):
+        h = self.norm1(x + self.attn_out(self.attention(x)))
+        return self.norm2(h + self.output(torch.nn.functional.gelu(self.intermediate(h))))
+
+
+class HfBert(torch.nn.Module):
+    """BERT-base written the way Hugging Face's modeling_bert is (separate q/k/v projections; no
+    padding mask), token ids in, a linear head on the first token's state."""
+
+    def __init__(self, vocab=30522, d=768, heads=12, layers=12, ff=3072, max_len=512, classes=2):
+        super().__init__()
+        self.tok_emb = torch.nn.Embedding(vocab, d)
+        self.pos_emb = torch.nn.Embedding(max_len, d)
+        self.norm = torch.nn.LayerNorm(d, eps=1e-12)
+        self.layers = torch.nn.ModuleList(HfLayer(d, heads, ff) for _ in range(layers))
+        self.head = torch.nn.Linear(d, classes)
+
+    def forward(self, ids):  # ids I64 [N, S]
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        h = self.norm(self.tok_emb(ids) + self.pos_emb(pos))
+        for layer in self.layers:
+            h = layer(h)
+        return self.head(h[:, 0])
+
+
 class LSTMHead(torch.nn.Module):
     """A 2-layer LSTM (batch first) over the sequence, a linear head on its last step."""
 
@@ -138,6 +198,8 @@ BROUGHT = {
     "efficientnet_b0": (lambda: torchvision_model("efficientnet_b0"), 22, image, False),
     "vit_b_16": (lambda: torchvision_model("vit_b_16"), 23, image, False),
     "bert_base": (bert_base, 24, lambda g: torch.randint(0, 30522, (BROUGHT_BATCH, 128), generator=g), True),
+    "bert_base_hf": (lambda: perturb(HfBert()), 27, lambda g: torch.randint(0, 30522, (BROUGHT_BATCH, 128), generator=g),
+                     True),
     "lstm": (LSTMHead, 25, lambda g: torch.randn(BROUGHT_BATCH, 64, 64, generator=g), False),
 }
 # set -> (models, the scripts (in scripts/) its data comes from)
@@ -177,6 +239,9 @@ def flops_per_sample(net, x):
             e = m.embed_dim
             s = out[0].numel() // e
             total[0] += 4 * s * e * e + 2 * s * s * e  # q, k, v, out; q k^T and attn v
+        elif isinstance(m, HfSelfAttention):  # its projections are Linear calls, the products not
+            s, e = out.shape[1], out.shape[2]
+            total[0] += 2 * s * s * e  # q k^T and attn v
         elif isinstance(m, torch.nn.LSTM):
             steps = inputs[0].shape[1 if m.batch_first else 0]
             sizes = [m.input_size] + [m.hidden_size] * (m.num_layers - 1)

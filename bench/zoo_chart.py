@@ -29,7 +29,7 @@ PEERS = [("hgraph_replay_zoo", "replay zoo"), ("hgraph_eager", "eager"), ("hgrap
          ("pytorch", "PyTorch"), ("torchscript", "TorchScript"), ("ort", "ORT"), ("ort_net", "ORT net")]
 # The models users bring (bench/run_brought.sh): model -> name, and its runtimes and peers.
 BROUGHT_NAMES = {"resnet50": "ResNet-50 224", "mobilenet_v2": "MobileNetV2 224", "mobilenet_v3_large": "MobileNetV3-L 224",
-                 "efficientnet_b0": "EfficientNet-B0 224", "vit_b_16": "ViT-B/16 224", "bert_base": "BERT-base s128",
+                 "efficientnet_b0": "EfficientNet-B0 224", "vit_b_16": "ViT-B/16 224", "bert_base": "BERT-base s128", "bert_base_hf": "BERT-base (HF) s128",
                  "lstm": "LSTM 2x256, 64 steps"}
 BROUGHT_RUNTIMES = [("hgraph_replay", "hgraph replay"), ("ort", "ORT"), ("pytorch", "PyTorch")]
 BROUGHT_PEERS = [("ort", "ORT"), ("pytorch", "PyTorch")]

@@ -5,7 +5,10 @@
 // input projection on [S, B, E]: at batch 1 that was 128 matmuls of one row each), and the
 // weight can be pre-packed like a linear's. A bias add of an [N] / [1, N] vector that is the
 // bmm's only reader goes into the matmul as its bias. Not exact to the bit (a different
-// summation order), so it is a fusion pass; the reshapes are planned in place (no copies).
+// summation order), so it is a fusion pass; the reshapes are planned in place (no copies), one per
+// activation however many bmms read it (separate q, k, v projections then share their input).
+#include <map>
+
 #include "engine/kernels.h"
 #include "engine/op_attrs.h"
 #include "graphs/passes.h"
@@ -55,11 +58,14 @@ int flatten_matmul(Graph& g) {
       if (int vec; is_bias_add(g, g.nodes[users[i][0]], m.bmm, &vec)) m.bias_add = users[i][0], m.bias = vec;
     matches.push_back(m);
   }
+  std::map<int, int> flat_of;  // one reshape per activation that several bmms read (q, k, v)
   for (const Match& m : matches) {
     const Node bmm = g.nodes[m.bmm];  // a copy: add_op below may reallocate the node list
     const Shape& as = g.nodes[bmm.inputs[0]].meta.shape;
     const int64_t k = as.back(), rows = g.nodes[bmm.inputs[0]].meta.numel() / k;
-    const int flat = g.add_op(*known_ops().reshape, {bmm.inputs[0]}, Attrs{{rows, k}, {}});
+    auto [it, fresh] = flat_of.try_emplace(bmm.inputs[0], -1);
+    if (fresh) it->second = g.add_op(*known_ops().reshape, {bmm.inputs[0]}, Attrs{{rows, k}, {}});
+    const int flat = it->second;
     std::vector<int> mm_in{flat, bmm.inputs[1]};
     if (m.bias >= 0) mm_in.push_back(m.bias);
     const attrs::Matmul mm_attrs{.trans_b = attrs::Bmm::of(bmm.attrs).trans_b};
