@@ -3,11 +3,12 @@
 // activations and softmax: hgraph eager against our own loop kernels and oneDNN's eltwise /
 // softmax primitives called as bare kernels (what the dispatch chooses between).
 //
-//   OMP_NUM_THREADS=1 ./build/bench/hg_bench --benchmark_filter='Dispatch|Matmul|Conv|Eltwise'
+//   OMP_NUM_THREADS=1 ./build/bench/hg_bench --benchmark_filter='Dispatch|Matmul|Conv|Eltwise|PointwiseDepthwise'
 //   (bench/run_ops.sh adds PyTorch and prints the ratios)
 #include <benchmark/benchmark.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
+#include <algorithm>
 #include <random>
 #include <unordered_map>
 
@@ -134,7 +135,76 @@ void conv_onednn(benchmark::State& st, ConvShape c) {
   set_conv_flops(st, c);
 }
 
+// A MobileNetV2 expansion (1x1 conv + ReLU6) followed by its 3x3 depthwise conv (+ ReLU6), batch 1,
+// channels as oneDNN prefers them: two primitives, or one with oneDNN's depthwise post-op
+// (append_dw: the 1x1's output rows go to the depthwise kernel without a round trip through
+// memory). The label names the implementation oneDNN picked: the graph compiler would fuse only
+// where that one is faster.
+struct PwDwShape {
+  const char* name;
+  int64_t in, expanded, hw, stride;
+};
+constexpr PwDwShape kPwDwShapes[] = {{"16x96_112_s2", 16, 96, 112, 2},
+                                     {"24x144_56_s1", 24, 144, 56, 1},
+                                     {"24x144_56_s2", 24, 144, 56, 2},
+                                     {"32x192_28_s1", 32, 192, 28, 1}};
+
+void pointwise_depthwise(benchmark::State& st, PwDwShape c, bool fused) {
+  using namespace dnnl;
+  using tag = memory::format_tag;
+  using dt = memory::data_type;
+  engine eng(engine::kind::cpu, 0);
+  stream s(eng);
+  const int64_t h = c.hw, ho = (h + 2 - 3) / c.stride + 1;
+  const memory::desc src({1, c.in, h, h}, dt::f32, tag::any), w1({c.expanded, c.in, 1, 1}, dt::f32, tag::any),
+      b({c.expanded}, dt::f32, tag::x), mid({1, c.expanded, h, h}, dt::f32, tag::any),
+      w2({c.expanded, 1, 1, 3, 3}, dt::f32, tag::any), dst({1, c.expanded, ho, ho}, dt::f32, tag::any);
+  auto relu6 = [](post_ops& po) { po.append_eltwise(1.f, algorithm::eltwise_clip, 0.f, 6.f); };
+  auto conv_desc = [&](const memory::desc& in, const memory::desc& w, const memory::desc& out, int64_t stride,
+                       int64_t pad) {
+    return convolution_forward::desc(prop_kind::forward_inference, algorithm::convolution_direct, in, w, b, out,
+                                     {stride, stride}, {pad, pad}, {pad, pad});
+  };
+  primitive_attr a1, a2;
+  post_ops p1, p2;
+  relu6(p1);
+  relu6(p2);
+  if (fused) {
+    p1.append_dw(dt::f32, dt::f32, dt::f32, 3, c.stride, 1, 0, {1.f});
+    relu6(p1);
+  }
+  a1.set_post_ops(p1);
+  a2.set_post_ops(p2);
+  const convolution_forward::primitive_desc pd1(conv_desc(src, w1, mid, 1, 0), a1, eng);
+  // fused: pd1's output is the depthwise one; the depthwise weights keep the separate layout
+  const convolution_forward::primitive_desc pd2(conv_desc(fused ? mid : pd1.dst_desc(), w2, dst, c.stride, 1), a2, eng);
+  memory x(pd1.src_desc(), eng), wp(pd1.weights_desc(), eng), bias(b, eng), y(pd1.dst_desc(), eng),
+      wd(pd2.weights_desc(), eng), z(pd2.dst_desc(), eng), dw_src(pd2.src_desc(), eng);
+  for (memory* m : {&x, &wp, &bias, &wd})
+    std::fill_n(static_cast<float*>(m->get_data_handle()), m->get_desc().get_size() / sizeof(float), 0.01f);
+  const convolution_forward first(pd1), second(pd2);
+  std::unordered_map<int, memory> args1{{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, wp}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, y}};
+  if (fused) {
+    args1[DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS] = wd;
+    args1[DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS] = bias;
+  }
+  const std::unordered_map<int, memory> args2{{DNNL_ARG_SRC, fused ? dw_src : y}, {DNNL_ARG_WEIGHTS, wd}, {DNNL_ARG_BIAS, bias},
+                                              {DNNL_ARG_DST, z}};
+  for (auto _ : st) {
+    first.execute(s, args1);
+    if (!fused) second.execute(s, args2);
+    s.wait();
+  }
+  st.SetLabel(fused ? pd1.impl_info_str() : std::string(pd1.impl_info_str()) + " + " + pd2.impl_info_str());
+}
+
 const bool kConvRegistered = [] {
+  for (const PwDwShape& c : kPwDwShapes)
+    for (bool fused : {false, true})
+      benchmark::RegisterBenchmark((std::string("BM_PointwiseDepthwise/") + (fused ? "fused/" : "separate/") + c.name).c_str(),
+                                   pointwise_depthwise, c, fused)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
   for (const ConvShape& c : kConvShapes) {
     benchmark::RegisterBenchmark((std::string("BM_ConvHgraph/") + c.name).c_str(), conv_hgraph, c)
         ->UseRealTime()
