@@ -1,8 +1,9 @@
 // fused_elementwise (engine/fused_ops.h): a chain of element-wise ops run as one pass over the
 // output. The output is cut into blocks of kBlock elements; each instruction of the program runs
-// over a whole block (4 lanes at a time, act_math.h) before the next, so every loop is a tight
-// vector loop and the intermediates stay in a per-thread scratch of a few KB. The math is the
-// unfused kernels': act_math.h's SIMD functions for the activations (as kernels_act.cpp's loops),
+// over a whole block (16 lanes at a time for the arithmetic, 4 for the activations, act_math.h)
+// before the next, so every loop is a tight vector loop and the intermediates stay in a
+// per-thread scratch of a few KB. The math is the unfused kernels': act_math.h's SIMD functions
+// for the activations (as kernels_act.cpp's loops),
 // SSE's correctly rounded sqrt, libm for erf, exp and pow (as math_ops.cpp), plain float
 // arithmetic for the rest.
 #include <immintrin.h>
@@ -191,15 +192,64 @@ void gather(const Source& s, const T* x, const Shape& out, int64_t base, int64_t
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 constexpr double kGeluC = 0.044715;
 
+// The arithmetic opcodes (add, sub, mul, div, scale, relu) in 16-lane vectors (GCC vector
+// extensions; AVX-512 when the CPU has it, picked at load by target_clones, else four SSE
+// operations per vector), the tail element by element with the same operations. Unaligned loads
+// and stores through a may_alias type; y may be a or b (element i is read before it is written).
+using f32x16 = float __attribute__((vector_size(64), aligned(4), may_alias));
+constexpr int64_t kLanes16 = 16;
+
+__attribute__((target_clones("avx512f", "default"))) void exec_arith(int64_t op, const float* a, const float* b,
+                                                                     float k, float* y, int64_t m) {
+  int64_t i = 0;
+#define HG_LOOP(load_v, load_s, expr)                                                       \
+  for (; i + kLanes16 <= m; i += kLanes16) {                                                \
+    const f32x16 u = *reinterpret_cast<const f32x16*>(a + i);                              \
+    load_v;                                                                                 \
+    *reinterpret_cast<f32x16*>(y + i) = (expr);                                            \
+  }                                                                                         \
+  for (; i < m; ++i) {                                                                      \
+    const float u = a[i];                                                                   \
+    load_s;                                                                                 \
+    y[i] = (expr);                                                                          \
+  }
+#define HG_BINARY(expr) HG_LOOP(const f32x16 v = *reinterpret_cast<const f32x16*>(b + i), const float v = b[i], expr)
+  const f32x16 kv = f32x16{} + k;
+  switch (op) {
+    case ew::Add: HG_BINARY(u + v) break;
+    case ew::Sub: HG_BINARY(u - v) break;
+    case ew::Mul: HG_BINARY(u * v) break;
+    case ew::Div: HG_BINARY(u / v) break;
+    case ew::Scale: {
+      for (; i + kLanes16 <= m; i += kLanes16)
+        *reinterpret_cast<f32x16*>(y + i) = *reinterpret_cast<const f32x16*>(a + i) * kv;
+      for (; i < m; ++i) y[i] = a[i] * k;
+      break;
+    }
+    case ew::Relu: {  // u < 0 ? 0 : u: NaN stays NaN
+      const f32x16 zero{};
+      for (; i + kLanes16 <= m; i += kLanes16) {
+        const f32x16 u = *reinterpret_cast<const f32x16*>(a + i);
+        *reinterpret_cast<f32x16*>(y + i) = u < zero ? zero : u;
+      }
+      for (; i < m; ++i) y[i] = a[i] < 0.0f ? 0.0f : a[i];
+      break;
+    }
+    default: break;
+  }
+#undef HG_BINARY
+#undef HG_LOOP
+}
+
 void exec(const Instr& s, const float* const* reg, float* y, int64_t m) {
   const float *a = reg[s.a], *b = reg[s.b], *c = reg[s.c];
   switch (s.op) {
-    case ew::Add: return act::map4(a, b, y, m, [](f32x4 u, f32x4 v) { return u + v; });
-    case ew::Sub: return act::map4(a, b, y, m, [](f32x4 u, f32x4 v) { return u - v; });
-    case ew::Mul: return act::map4(a, b, y, m, [](f32x4 u, f32x4 v) { return u * v; });
-    case ew::Div: return act::map4(a, b, y, m, [](f32x4 u, f32x4 v) { return u / v; });
-    case ew::Scale: return act::map4(a, y, m, [k = splat4(s.k)](f32x4 u) { return u * k; });
-    case ew::Relu: return act::map4(a, y, m, [](f32x4 u) { return u < splat4(0.0f) ? splat4(0.0f) : u; });
+    case ew::Add:
+    case ew::Sub:
+    case ew::Mul:
+    case ew::Div: return exec_arith(s.op, a, b, 0.0f, y, m);
+    case ew::Scale:
+    case ew::Relu: return exec_arith(s.op, a, nullptr, s.k, y, m);
     case ew::GeluErf: return act::map4(a, y, m, [](f32x4 u) { return u * act::normal_cdf4(u); });
     case ew::GeluTanh:
       return act::map4(a, y, m, [](f32x4 u) {

@@ -228,6 +228,43 @@ TEST(FusionElementwise, KernelRunsInPlaceAndEagerly) {
   EXPECT_EQ(dispatch("fused_elementwise", {t, b}, prog).to_vector(), (std::vector<float>{9, 0, 10, 0}));
 }
 
+// The arithmetic opcodes run 16 lanes at a time with a scalar tail: every element equals the
+// plain float operation, at lengths on and off the vectors, in place, with NaN through relu.
+TEST(FusionElementwise, ArithmeticMatchesFloatOnVectorsAndTails) {
+  const OpSchema& fe = op("fused_elementwise");
+  for (int64_t n : {1, 15, 16, 17, 512, 515, 1043}) {
+    std::vector<float> a(static_cast<size_t>(n)), b(a.size());
+    for (int64_t i = 0; i < n; ++i) {
+      a[i] = std::sin(static_cast<float>(i) * 0.7f) * 3.0f;
+      b[i] = std::cos(static_cast<float>(i) * 0.3f) + 1.5f;
+    }
+    a[0] = NAN;
+    const TensorMeta m{{n}, DType::F32};
+    struct Case {
+      int64_t op;
+      float k;
+      float (*f)(float, float, float);
+    };
+    const Case cases[] = {{ew::Add, 0, [](float u, float v, float) { return u + v; }},
+                          {ew::Sub, 0, [](float u, float v, float) { return u - v; }},
+                          {ew::Mul, 0, [](float u, float v, float) { return u * v; }},
+                          {ew::Div, 0, [](float u, float v, float) { return u / v; }},
+                          {ew::Scale, 0.37f, [](float u, float, float k) { return u * k; }},
+                          {ew::Relu, 0, [](float u, float, float) { return u < 0.0f ? 0.0f : u; }}};
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(ew::opcode_name(c.op)) + " n = " + std::to_string(n));
+      std::vector<float> y = a;  // in place of input 0
+      const void* in[] = {y.data(), b.data()};
+      fe.prepare({m, m}, m, Attrs{{c.op, 0, 1, 0}, {c.k}})(in, y.data());
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = c.f(a[i], b[i], c.k);
+        if (std::isnan(want)) ASSERT_TRUE(std::isnan(y[i])) << i;
+        else ASSERT_EQ(y[i], want) << i;
+      }
+    }
+  }
+}
+
 // erf and the SIMD sqrt give libm's values.
 TEST(FusionElementwise, ErfAndSqrtMatchLibm) {
   const OpSchema& fe = op("fused_elementwise");
