@@ -3,7 +3,7 @@
 // activations and softmax: hgraph eager against our own loop kernels and oneDNN's eltwise /
 // softmax primitives called as bare kernels (what the dispatch chooses between).
 //
-//   OMP_NUM_THREADS=1 ./build/bench/hg_bench --benchmark_filter='Dispatch|Matmul|Conv|Eltwise|PointwiseDepthwise'
+//   OMP_NUM_THREADS=1 ./build/bench/hg_bench --benchmark_filter='Dispatch|Matmul|Conv|Eltwise|PointwiseDepthwise|SmallGemm'
 //   (bench/run_ops.sh adds PyTorch and prints the ratios)
 #include <benchmark/benchmark.h>
 
@@ -75,6 +75,59 @@ void BM_MatmulOneDnnDirect(benchmark::State& st) {
 }
 
 }  // namespace
+
+// The small-batch GEMM (engine/small_gemm.cpp) against a oneDNN matmul with pre-packed weights
+// (what the linear prepack made before it): batch 1-4 rows of the digits MLP, LeNet-5, a
+// classifier head. Arguments: rows, in features, out features.
+namespace {
+
+void BM_SmallGemmHgraph(benchmark::State& st) {
+  const int64_t m = st.range(0), k = st.range(1), n = st.range(2);
+  const hg::Tensor x = rand_tensor({m, k}), w = rand_tensor({n, k}), b = rand_tensor({n});
+  hg::Tensor y = rand_tensor({m, n});
+  const hg::OpSchema& op = hg::op_schema("linear");
+  const std::vector<hg::TensorMeta> metas{{{m, k}, hg::DType::F32}, {{n, k}, hg::DType::F32}, {{n}, hg::DType::F32}};
+  const hg::Kernel kern = op.prepack(metas, {{m, n}, hg::DType::F32}, hg::Attrs{{0}, {}}, {nullptr, w.raw_data(), nullptr});
+  st.SetLabel(hg::kernels::take_kernel_choice());
+  const void* in[] = {x.raw_data(), w.raw_data(), b.raw_data()};
+  for (auto _ : st) kern(in, y.raw_data());
+}
+
+void BM_SmallGemmOneDnnDirect(benchmark::State& st) {
+  const int64_t m = st.range(0), k = st.range(1), n = st.range(2);
+  using namespace dnnl;
+  using tag = memory::format_tag;
+  engine eng(engine::kind::cpu, 0);
+  stream s(eng);
+  const memory::desc a_md({m, k}, memory::data_type::f32, tag::ab), w_plain({k, n}, memory::data_type::f32, tag::ba),
+      w_any({k, n}, memory::data_type::f32, tag::any), b_md({1, n}, memory::data_type::f32, tag::ab),
+      c_md({m, n}, memory::data_type::f32, tag::ab);
+  const matmul::primitive_desc pd(matmul::desc(a_md, w_any, b_md, c_md), eng);
+  hg::Tensor x = rand_tensor({m, k}), w = rand_tensor({n, k}), b = rand_tensor({n}), y = rand_tensor({m, n});
+  memory user_w(w_plain, eng, w.raw_data()), packed(pd.weights_desc(), eng);
+  reorder(user_w, packed).execute(s, user_w, packed);
+  const std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(a_md, eng, x.raw_data())},
+                                             {DNNL_ARG_WEIGHTS, packed},
+                                             {DNNL_ARG_BIAS, memory(b_md, eng, b.raw_data())},
+                                             {DNNL_ARG_DST, memory(c_md, eng, y.raw_data())}};
+  const matmul prim(pd);
+  for (auto _ : st) {
+    prim.execute(s, args);
+    s.wait();
+  }
+  st.SetLabel(pd.impl_info_str());
+}
+
+void small_gemm_shapes(benchmark::internal::Benchmark* b) {
+  for (const auto& s : std::vector<std::vector<int64_t>>{{1, 64, 64}, {4, 64, 64}, {1, 400, 120}, {4, 400, 120},
+                                                         {1, 120, 84}, {1, 768, 2}, {1, 512, 512}})
+    b->Args(s);
+}
+
+}  // namespace
+
+BENCHMARK(BM_SmallGemmHgraph)->Apply(small_gemm_shapes)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SmallGemmOneDnnDirect)->Apply(small_gemm_shapes)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_MatmulHgraph)->RangeMultiplier(2)->Range(64, 2048)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MatmulOneDnnDirect)->RangeMultiplier(2)->Range(64, 2048)->UseRealTime()->Unit(benchmark::kMicrosecond);

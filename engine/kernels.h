@@ -3,7 +3,10 @@
 //   hg::Kernel k = hg::kernels::prepare_linear(in_metas, out_meta, attrs);  // oneDNN primitive
 //   k(inputs, output);
 #pragma once
+#include <string>
+
 #include "engine/op.h"
+#include "engine/post_ops.h"
 
 namespace hg::kernels {
 
@@ -15,6 +18,21 @@ Kernel prepack_matmul(const std::vector<TensorMeta>& in, const TensorMeta& out, 
                       const std::vector<const void*>& constant);
 Kernel prepack_linear(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a,
                       const std::vector<const void*>& constant);
+// The small-batch GEMM (small_gemm.cpp): y = act(x w^T + bias) for at most kSmallGemmRows rows,
+// F32, w constant ([n, k], or [k, n] when !w_is_nk: copied as rows once), act none, relu or relu6.
+// prepack_matmul / prepack_linear pick it over oneDNN when small_gemm_fits: up to kSmallGemmWeights
+// weights (128 KB) the primitive call costs more than the arithmetic; beyond, both stream the
+// weights from L2 at the same speed (bench/ops_bench.cpp BM_SmallGemm).
+constexpr int64_t kSmallGemmRows = 4;
+constexpr int64_t kSmallGemmWeights = int64_t{1} << 15;
+bool small_gemm_fits(DType t, int64_t m, int64_t k, int64_t n, FusedAct act);
+Kernel small_gemm(int64_t m, int64_t k, int64_t n, const float* w, bool w_is_nk, bool bias, FusedAct act);
+
+// A kernel choice worth showing in the graph dump ("small-batch GEMM: ..."): a prepare or prepack
+// function notes it on the calling thread, the graph compiler takes it (and clears it) after each
+// node's kernel (graphs/executable.cpp).
+void note_kernel_choice(std::string why);
+std::string take_kernel_choice();
 
 // element-wise (kernels_pointwise.cpp)
 Kernel prepare_binary(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // a.ints[0]: BinaryOp

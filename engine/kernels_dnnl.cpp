@@ -1,7 +1,10 @@
 // matmul and linear through oneDNN primitives (created once per prepared kernel), with their
 // post-ops (bias, activation: engine/post_ops.h) and, for constant weights, the weights
-// reordered once into the layout the primitive chose (prepack).
+// reordered once into the layout the primitive chose (prepack); with constant weights and at
+// most four rows, the small-batch GEMM of small_gemm.cpp instead.
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -20,6 +23,8 @@ using dt = dnnl::memory::data_type;
 // digits MLP's 32x64x64 layers take 3.5 us per forward on one thread and 88 us on two,
 // while 64^3 and above gain from two threads).
 constexpr int64_t kSingleThreadWork = int64_t{1} << 18;
+
+thread_local std::string t_kernel_choice;
 
 // C = act(op(A) op(B) + bias): A is input 0, B input 1, the bias [n] input 2.
 struct MatmulSpec {
@@ -54,6 +59,11 @@ Kernel make_matmul_f64(const MatmulSpec& s) {
 // primitive prefers); null: B arrives with every call in its plain layout.
 Kernel make_matmul(const MatmulSpec& s, const void* packed_from) {
   if (s.type == DType::F64) return make_matmul_f64(s);
+  if (packed_from && !s.ta && small_gemm_fits(s.type, s.m, s.k, s.n, s.act)) {
+    note_kernel_choice("small-batch GEMM (" + std::to_string(s.m) + " rows <= " + std::to_string(kSmallGemmRows) + ", " +
+                       std::to_string(s.m * s.k * s.n) + " multiply-adds)");
+    return small_gemm(s.m, s.k, s.n, static_cast<const float*>(packed_from), s.tb, s.bias, s.act);
+  }
   const dt t = dnnl_dtype(s.type);
   const auto a_md = matrix_md(s.m, s.k, s.ta, t), b_md = matrix_md(s.k, s.n, s.tb, t),
              c_md = matrix_md(s.m, s.n, false, t);
@@ -133,6 +143,10 @@ const void* constant_input(const std::vector<const void*>& constant, size_t i) {
 }
 
 }  // namespace
+
+void note_kernel_choice(std::string why) { t_kernel_choice = std::move(why); }
+
+std::string take_kernel_choice() { return std::exchange(t_kernel_choice, std::string()); }
 
 Kernel prepare_matmul(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
   return matmul_kernel(matmul_spec(in, out, a), nullptr);

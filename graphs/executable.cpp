@@ -7,6 +7,7 @@
 #include <new>
 
 #include "engine/error.h"
+#include "engine/kernels.h"
 #include "graphs/graph_dump.h"
 #include "graphs/graph_serialize.h"
 #include "graphs/step_profile.h"
@@ -55,6 +56,7 @@ std::shared_ptr<const Executable> Executable::compile(Graph g, const CompileOpti
   std::vector<Loc> loc(n, Loc{Where::Arena, 0});
   std::vector<int> inplace_of(n, -1), node_step(n, -1);
   std::vector<char> prepacked(n, 0);
+  std::vector<std::string> choices(n);
   auto pointers_and_metas = [&](const Node& node, std::vector<const void*>& ptrs, std::vector<TensorMeta>& metas) {
     ptrs.clear();
     metas.clear();
@@ -208,12 +210,14 @@ std::shared_ptr<const Executable> Executable::compile(Graph g, const CompileOpti
     for (int in : node.inputs) s.ins.push_back(loc[in]);
     s.out = loc[i];
     const bool any_constant = std::any_of(ptrs.begin(), ptrs.end(), [](const void* p) { return p != nullptr; });
+    kernels::take_kernel_choice();  // nothing noted before this node's kernel counts for it
     if (any_constant && node.op->prepack) {
       s.kernel = node.op->prepack(metas, node.meta, node.attrs, ptrs);
       prepacked[i] = 1;
     } else {
       s.kernel = node.op->prepare(metas, node.meta, node.attrs);
     }
+    choices[i] = kernels::take_kernel_choice();
     exe->steps_.push_back(std::move(s));
   }
   // Outputs that are inputs or constants, or that repeat an earlier output, are filled by copies.
@@ -225,6 +229,7 @@ std::shared_ptr<const Executable> Executable::compile(Graph g, const CompileOpti
   exe->node_loc_ = std::move(loc);
   exe->inplace_of_ = std::move(inplace_of);
   exe->prepacked_ = std::move(prepacked);
+  exe->kernel_choice_ = std::move(choices);
   exe->node_step_ = std::move(node_step);
   exe->graph_ = std::move(g);
   append_graph_dump(*exe);
@@ -263,6 +268,7 @@ std::string Executable::dump() const {
         break;
     }
     if (prepacked_[i]) s += ", prepacked";
+    if (!kernel_choice_[i].empty()) s += ", " + kernel_choice_[i];
   }
   std::string s = graph_.dump(notes);
   const size_t buffers = plan_.offsets.size();

@@ -110,6 +110,7 @@ class Executable {
   std::vector<Loc> node_loc_;
   std::vector<int> inplace_of_;
   std::vector<char> prepacked_;
+  std::vector<std::string> kernel_choice_;  // per node: a kernel choice to show in the dump (kernels::take_kernel_choice)
   std::vector<int> node_step_;
 };
 

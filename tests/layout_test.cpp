@@ -183,7 +183,9 @@ TEST(PassesLayout, LeavesWhatMustStayPlainAlone) {
     const Graph after = optimized(b.g);
     EXPECT_GE(count_ops(after, "from_blocked"), 1);
     for (const auto& n : after.nodes)
-      if (n.kind == graphs::Node::Kind::Op && n.op->name == "binary") EXPECT_EQ(n.meta.shape.size(), 4u);
+      if (n.kind == graphs::Node::Kind::Op && n.op->name == "binary") {
+        EXPECT_EQ(n.meta.shape.size(), 4u);
+      }
     expect_same_answers(b.g);
   }
 }

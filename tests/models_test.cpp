@@ -119,7 +119,9 @@ TEST(Predictor, BucketedReplaysMatchEager) {
     pred->run({x.data()}, batch, {out.data()});
     NoGradGuard g;
     const auto eager = net->forward(Tensor::from_vector(x, {batch, 64})).to_vector();
-    test::expect_close(out, eager, 1e-6, "batch " + std::to_string(batch), 0);
+    // A replay may run another GEMM kernel than eager (the small-batch one at 4 rows and below):
+    // the same sums in another order.
+    test::expect_close(out, eager, 1e-5, "batch " + std::to_string(batch), 1e-6);
     // The staged form: the samples go straight into the bucket's buffers (room for the bucket,
     // the padding zeroed by the Predictor) and the outputs are read from its own buffers.
     std::vector<float> staged(static_cast<size_t>(batch * 10), NAN);
@@ -137,7 +139,7 @@ TEST(Predictor, BucketedReplaysMatchEager) {
         });
     ASSERT_NE(written_to, nullptr);
     EXPECT_NE(written_to, static_cast<const void*>(x.data()));
-    test::expect_close(staged, eager, 1e-6, "staged batch " + std::to_string(batch), 0);
+    test::expect_close(staged, eager, 1e-5, "staged batch " + std::to_string(batch), 1e-6);
   }
   std::filesystem::remove_all(dir);
 }

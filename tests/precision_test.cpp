@@ -120,8 +120,9 @@ TEST(PassesPrecision, NormsSoftmaxAndMixedReadersStayFp32) {
   // The residual add reads x, an FP32 graph input that is not constant: it stays FP32.
   EXPECT_EQ(dtype_of_first(g, "binary"), DType::F32);
   for (const auto& n : g.nodes)
-    if (n.kind == graphs::Node::Kind::Op && n.op->name == "layer_norm")
+    if (n.kind == graphs::Node::Kind::Op && n.op->name == "layer_norm") {
       for (int in : n.inputs) EXPECT_EQ(g.nodes[in].meta.dtype, DType::F32);
+    }
   Graph r = residual_head();
   graphs::lower_precision(r, Precision::Bf16);
   EXPECT_EQ(dtype_of_first(r, "softmax"), DType::F32);

@@ -85,8 +85,9 @@ TEST(SqueezeExcite, GoldenAndOptimizedEqualsUnoptimized) {
     EXPECT_EQ(count_ops(opt, "adaptive_avg_pool2d") + count_ops(opt, "reduce") + count_ops(opt, "binary"), 0) << opt.dump();
     if (s.convs_around) {
       for (const auto& n : opt.nodes)
-        if (n.kind == graphs::Node::Kind::Op && n.op->name == "squeeze_excite")
+        if (n.kind == graphs::Node::Kind::Op && n.op->name == "squeeze_excite") {
           EXPECT_GT(n.attrs.i(2), 0) << "x stays channel-blocked through the block\n" << opt.dump();
+        }
     }
     test::fusion::expect_near(run_graph(opt, data), run_graph(gs, data), 1e-5, 1e-5);
   }
