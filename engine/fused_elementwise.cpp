@@ -20,6 +20,7 @@
 #include "engine/kernels.h"
 #include "engine/op_families.h"
 #include "engine/schema_util.h"
+#include "engine/vec16.h"
 
 namespace hg {
 
@@ -194,10 +195,8 @@ constexpr double kGeluC = 0.044715;
 
 // The arithmetic opcodes (add, sub, mul, div, scale, relu) in 16-lane vectors (GCC vector
 // extensions; AVX-512 when the CPU has it, picked at load by target_clones, else four SSE
-// operations per vector), the tail element by element with the same operations. Unaligned loads
-// and stores through a may_alias type; y may be a or b (element i is read before it is written).
-using f32x16 = float __attribute__((vector_size(64), aligned(4), may_alias));
-constexpr int64_t kLanes16 = 16;
+// operations per vector; engine/vec16.h), the tail element by element with the same operations;
+// y may be a or b (element i is read before it is written).
 
 __attribute__((target_clones("avx512f", "default"))) void exec_arith(int64_t op, const float* a, const float* b,
                                                                      float k, float* y, int64_t m) {

@@ -6,6 +6,7 @@
 #include "engine/dtype_dispatch.h"
 #include "engine/error.h"
 #include "engine/kernels_nn.h"
+#include "engine/vec16.h"
 
 namespace hg::kernels::nn {
 
@@ -172,10 +173,7 @@ void row_stats(const T* x, int64_t d, double eps, double& mean, double& rstd) {
 // by target_clones, else four SSE operations per vector). y = (x [+ r] - mean) * rstd * w + b with
 // the mean and the variance accumulated in F32 over 16 lanes, two passes over the row (which sits
 // in L1), as PyTorch's CPU kernel accumulates in F32. With r, x + r is written to y first.
-// Unaligned 16-float loads and stores through a may_alias vector type (no helper functions: a
-// 64-byte vector passed or returned by value changes the ABI between the clones).
-using f32x16 = float __attribute__((vector_size(64), aligned(4), may_alias));
-constexpr int64_t kLanes16 = 16;
+// Unaligned 16-float loads and stores through engine/vec16.h's f32x16.
 #define HG_V16(p) (*reinterpret_cast<f32x16*>(p))
 #define HG_CV16(p) (*reinterpret_cast<const f32x16*>(p))
 

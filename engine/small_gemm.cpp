@@ -12,13 +12,13 @@
 #include <vector>
 
 #include "engine/kernels.h"
+#include "engine/vec16.h"
 
 namespace hg::kernels {
 
 namespace {
 
-using f32x16 = float __attribute__((vector_size(64), aligned(4), may_alias));
-constexpr int64_t kLanes = 16;
+constexpr int64_t kLanes = kLanes16;
 constexpr int64_t kBlockVectors = 4;  // 64 outputs per pass over x: four independent FMA chains per row
 
 constexpr int64_t kDotOutputs = 32;  // up to here w is kept as rows (dot_rows), beyond as columns

@@ -17,6 +17,7 @@
 #include "engine/kernels.h"
 #include "engine/post_ops.h"
 #include "engine/schema_util.h"
+#include "engine/vec16.h"
 
 namespace hg {
 
@@ -24,7 +25,7 @@ namespace {
 
 using namespace schema;
 
-constexpr int64_t kLanes = 16;
+constexpr int64_t kLanes = kLanes16;
 
 template <class T>
 [[gnu::always_inline]] inline float ld(const T& v) {

@@ -36,6 +36,15 @@ std::unique_ptr<LRScheduler> make(training::Optimizer& opt, const std::string& n
   if (name == "CosineAnnealingLR") return std::make_unique<CosineAnnealingLR>(opt, integer("t_max"), num("eta_min"));
   if (name == "LinearLR")
     return std::make_unique<LinearLR>(opt, num("start_factor"), num("end_factor"), integer("total_iters"));
+  if (name == "ExponentialLR") return std::make_unique<ExponentialLR>(opt, num("gamma"));
+  if (name == "LambdaLR") {  // (t + 1) / warmup during the warm-up, then decay^(t - warmup)
+    const int64_t warmup = integer("warmup");
+    const double decay = num("decay");
+    return std::make_unique<LambdaLR>(opt, std::vector<LambdaLR::Fn>{[warmup, decay](int64_t t) {
+      return t < warmup ? static_cast<double>(t + 1) / static_cast<double>(warmup)
+                        : std::pow(decay, static_cast<double>(t - warmup));
+    }});
+  }
   if (name == "SequentialLR") {
     auto warm = std::make_shared<LinearLR>(opt, 0.1, 1.0, integer("warmup"));
     auto cos = std::make_shared<CosineAnnealingLR>(opt, integer("t_max"), 0.0);
@@ -67,7 +76,7 @@ void step(LRScheduler& s, const nlohmann::json& c, size_t k) {
 
 TEST(Scheduler, LrTrajectoriesMatchTorch) {
   const auto cases = test::load_json("optim_sched.json");
-  ASSERT_EQ(cases.size(), 8u);
+  ASSERT_EQ(cases.size(), 10u);
   for (const auto& c : cases) {
     const std::string name = c["name"];
     TwoGroups t;
@@ -146,6 +155,15 @@ TEST(Scheduler, MisuseIsRejected) {
   EXPECT_THAT(test::error_of<InvalidArgument>([&] { step.step(0.5); }), HasSubstr("StepLR: step(metric)"));
   EXPECT_THAT(test::error_of<InvalidArgument>([&] { training::LinearLR(t.opt, 0.0, 1.0, 5); }),
               HasSubstr("start_factor"));
+  EXPECT_THAT(test::error_of<InvalidArgument>([&] { training::ExponentialLR(t.opt, 0.0); }),
+              HasSubstr("ExponentialLR: gamma 0.000000 must be > 0"));
+  auto one = [](int64_t) { return 1.0; };
+  EXPECT_THAT(test::error_of<InvalidArgument>([&] { training::LambdaLR(t.opt, {one, one, one}); }),
+              HasSubstr("LambdaLR: 3 functions for 2 param groups"));
+  training::LambdaLR nan_at_2(t.opt, {[](int64_t s) { return s == 2 ? NAN : 1.0; }});
+  nan_at_2.step();
+  EXPECT_THAT(test::error_of<InvalidArgument>([&] { nan_at_2.step(); }),
+              HasSubstr("LambdaLR: the function of group 0 returned nan at step 2"));
   EXPECT_THAT(test::error_of<InvalidArgument>(
                   [&] { training::ReduceLROnPlateau(t.opt, {.mode = "up"}); }),
               HasSubstr("mode 'up'"));

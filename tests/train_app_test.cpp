@@ -397,6 +397,15 @@ TEST(TrainConfigTest, OptimizerConfigBuildsOptimizersAndSchedulers) {
   auto step = make_optimizer_config({{"name", "sgd"}, {"lr", 1.0}, {"scheduler", {{"name", "multistep"}, {"milestones", {1, 3}}, {"gamma", 0.5}}}}, params);
   step.scheduler->step();
   EXPECT_DOUBLE_EQ(step.optimizer->param_groups()[0].lr(), 0.5);
+  auto expo = make_optimizer_config({{"name", "sgd"}, {"lr", 1.0}, {"scheduler", {{"name", "exponential"}, {"gamma", 0.5}}}}, params);
+  EXPECT_EQ(expo.scheduler->name(), "ExponentialLR");
+  expo.scheduler->step();
+  expo.scheduler->step();
+  EXPECT_DOUBLE_EQ(expo.optimizer->param_groups()[0].lr(), 0.25);
+  EXPECT_THAT(test::error_of<InvalidArgument>([&] {
+                make_optimizer_config({{"name", "sgd"}, {"scheduler", {{"name", "exponential"}}}}, params, "optimizer");
+              }),
+              HasSubstr("optimizer.scheduler.gamma: is required"));
 }
 
 }  // namespace

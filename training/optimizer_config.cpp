@@ -57,6 +57,7 @@ std::shared_ptr<LRScheduler> make_scheduler(ConfigReader& r, Optimizer& opt) {
     const auto t_max = positive(r, "t_max");
     return std::make_shared<CosineAnnealingLR>(opt, t_max, r.get("eta_min", 0.0));
   }
+  if (name == "exponential") return std::make_shared<ExponentialLR>(opt, r.required<double>("gamma"));
   if (name == "linear") {
     const double start = r.get("start_factor", 1.0 / 3.0), end = r.get("end_factor", 1.0);
     return std::make_shared<LinearLR>(opt, start, end, r.get<int64_t>("total_iters", 5));
@@ -85,7 +86,7 @@ std::shared_ptr<LRScheduler> make_scheduler(ConfigReader& r, Optimizer& opt) {
     o.eps = r.get("eps", o.eps);
     return std::make_shared<ReduceLROnPlateau>(opt, o);
   }
-  r.fail("name", "unknown scheduler '" + name + "' (step, multistep, cosine, linear, sequential, plateau)");
+  r.fail("name", "unknown scheduler '" + name + "' (step, multistep, cosine, exponential, linear, sequential, plateau)");
 }
 
 }  // namespace

@@ -155,6 +155,54 @@ void LinearLR::load_state_dict(const nlohmann::json& state) {
   total_iters_ = total;
 }
 
+// ---- ExponentialLR ----
+
+ExponentialLR::ExponentialLR(Optimizer& opt, double gamma) : LRScheduler(opt), gamma_(gamma) {
+  if (!(gamma > 0)) throw InvalidArgument("ExponentialLR: gamma " + std::to_string(gamma) + " must be > 0");
+  last_epoch_ = -1;
+  LRScheduler::step();
+}
+
+double ExponentialLR::lr_at(size_t g) {
+  const double lr = opt_.param_groups()[g].lr();
+  return last_epoch_ == 0 ? lr : lr * gamma_;
+}
+
+nlohmann::json ExponentialLR::state_dict() const {
+  auto j = LRScheduler::state_dict();
+  j["gamma"] = gamma_;
+  return j;
+}
+
+void ExponentialLR::load_state_dict(const nlohmann::json& state) {
+  const double gamma = number_field(state, "gamma", "ExponentialLR state");
+  if (!(gamma > 0)) throw InvalidArgument("ExponentialLR state: field 'gamma' must be > 0");
+  LRScheduler::load_state_dict(state);
+  gamma_ = gamma;
+}
+
+// ---- LambdaLR ----
+
+LambdaLR::LambdaLR(Optimizer& opt, std::vector<Fn> lambdas) : LRScheduler(opt), lambdas_(std::move(lambdas)) {
+  const size_t groups = opt_.param_groups().size();
+  if (lambdas_.size() == 1) lambdas_.resize(groups, lambdas_[0]);
+  if (lambdas_.size() != groups)
+    throw InvalidArgument("LambdaLR: " + std::to_string(lambdas_.size()) + " functions for " + std::to_string(groups) +
+                          " param groups (give one, or one per group)");
+  for (size_t g = 0; g < groups; ++g)
+    if (!lambdas_[g]) throw InvalidArgument("LambdaLR: the function of group " + std::to_string(g) + " is empty");
+  last_epoch_ = -1;
+  LRScheduler::step();
+}
+
+double LambdaLR::lr_at(size_t g) {
+  const double f = lambdas_[g](last_epoch_);
+  if (!std::isfinite(f))
+    throw InvalidArgument("LambdaLR: the function of group " + std::to_string(g) + " returned " + std::to_string(f) +
+                          " at step " + std::to_string(last_epoch_));
+  return base_lrs_[g] * f;
+}
+
 // ---- SequentialLR ----
 
 SequentialLR::SequentialLR(Optimizer& opt, std::vector<std::shared_ptr<LRScheduler>> schedulers,

@@ -7,12 +7,15 @@
 //   MultiStepLR multi(opt, {30, 80}, 0.1);                     // lr * gamma at each milestone
 //   CosineAnnealingLR cos(opt, /*t_max=*/100, /*eta_min=*/1e-5);
 //   LinearLR warm(opt, /*start_factor=*/0.1, /*end_factor=*/1.0, /*total_iters=*/5);
+//   ExponentialLR decay(opt, /*gamma=*/0.95);                  // lr * gamma every step
+//   LambdaLR custom(opt, {[](int64_t t) { return t < 10 ? (t + 1) / 10.0 : 1.0; }});
 //   auto w = std::make_shared<LinearLR>(opt, 0.1, 1.0, 5);
 //   auto c = std::make_shared<CosineAnnealingLR>(opt, 95);
 //   SequentialLR seq(opt, {w, c}, /*milestones=*/{5});          // warm-up, then cosine
 //   ReduceLROnPlateau plateau(opt, {.mode = "min", .factor = 0.5, .patience = 2});
 //   plateau.step(val_loss);
 #pragma once
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -87,6 +90,37 @@ class LinearLR : public LRScheduler {
  private:
   double start_, end_;
   int64_t total_iters_;
+};
+
+// lr * gamma every step (base_lr * gamma^t).
+class ExponentialLR : public LRScheduler {
+ public:
+  ExponentialLR(Optimizer& opt, double gamma);  // gamma > 0
+  std::string name() const override { return "ExponentialLR"; }
+  nlohmann::json state_dict() const override;
+  void load_state_dict(const nlohmann::json& state) override;
+
+ protected:
+  double lr_at(size_t group) override;
+
+ private:
+  double gamma_;
+};
+
+// base_lr * f(t) with a function of the step count t per param group (one for all groups, or one
+// per group), as torch's LambdaLR. The functions are code: the state holds the step count and
+// the lrs, and a resumed LambdaLR takes its functions from its constructor.
+class LambdaLR : public LRScheduler {
+ public:
+  using Fn = std::function<double(int64_t)>;
+  LambdaLR(Optimizer& opt, std::vector<Fn> lambdas);
+  std::string name() const override { return "LambdaLR"; }
+
+ protected:
+  double lr_at(size_t group) override;
+
+ private:
+  std::vector<Fn> lambdas_;
 };
 
 // Runs schedulers[i] between milestones[i-1] and milestones[i]; at a milestone the next

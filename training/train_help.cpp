@@ -35,6 +35,7 @@ Lightning's meaning and defaults unless said otherwise.
     name             (required)    "step": step_size (required), gamma 0.1
                                    "multistep": milestones (required), gamma 0.1
                                    "cosine": t_max (required), eta_min 0
+                                   "exponential": gamma (required)
                                    "linear": start_factor 1/3, end_factor 1, total_iters 5
                                    "sequential": schedulers [{...}, ...], milestones (required)
                                    "plateau": mode "min", factor 0.1, patience 10, threshold 1e-4,
