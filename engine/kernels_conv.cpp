@@ -5,10 +5,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <unordered_map>
 
 #include "engine/dtype_dispatch.h"
 #include "engine/error.h"
+#include "engine/kernels.h"
 #include "engine/kernels_nn.h"
 #include "engine/op_attrs.h"
 
@@ -298,7 +300,17 @@ Kernel conv2d_forward(const std::vector<TensorMeta>& in, const TensorMeta& out, 
     DnnlStep step(pd, dnnl::convolution_forward(pd), std::move(args), constant);
     // Small convs (LeNet's: under 2^20 multiply-adds) run on one thread: at 2 threads LeNet-5
     // batch 1 took 30 us against 18 us on one.
-    step.set_single_thread(g.n * g.o * g.oh * g.ow * (g.c / g.groups) * g.kh * g.kw < (int64_t{1} << 20));
+    const int64_t macs = g.n * g.o * g.oh * g.ow * (g.c / g.groups) * g.kh * g.kw;
+    step.set_single_thread(macs < (int64_t{1} << 20));
+    // The small-convolution choices, for the graph dump.
+    std::string why;
+    if (!g.src_block && !g.dst_block && plain_activations(g))
+      why = g.oh * g.ow == 1 ? "NCHW (a 1x1 map)"
+                             : "NCHW (a " + std::to_string(g.oh) + "x" + std::to_string(g.ow) +
+                                   " map: its reorders would cost more than they save)";
+    if (macs < (int64_t{1} << 20))
+      why += (why.empty() ? "" : ", ") + std::string("one thread (") + std::to_string(macs) + " multiply-adds < 2^20)";
+    if (!why.empty()) note_kernel_choice(why);
     if (residual && !sum_post_op)
       return [step = std::move(step), add = residual_step(g, act), res_index](const void* const* i, void* o) {
         step.run(i, o);

@@ -1,7 +1,8 @@
-// The small-batch GEMM (engine/small_gemm.cpp): against the product computed in double over row
-// counts 1-4, inner sizes on and off the 16 lanes, both weight orientations and the activations
-// it takes; when the linear / matmul prepack picks it (and when not); the choice in the graph
-// dump; a compiled MLP at batch 1 equal to the same graph at batch 8 (oneDNN) row for row.
+// Small-batch kernels: the small-batch GEMM (engine/small_gemm.cpp) against the product computed
+// in double over row counts 1-4, inner sizes on and off the 16 lanes, both weight orientations
+// and the activations it takes; when the linear / matmul prepack picks it (and when not); the
+// choice in the graph dump; a compiled MLP at batch 1 equal to the same graph at batch 8 (oneDNN)
+// row for row; the small-convolution choices (NCHW on small maps, one thread) in the dump.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -93,6 +94,25 @@ TEST(SmallGemm, CompiledMlpAtBatchOneAgreesWithOneDnnAndTheDumpSaysWhy) {
   EXPECT_THAT(exe->dump(), HasSubstr("prepacked, small-batch GEMM (1 rows <= 4, 4096 multiply-adds)"));
   const auto exe8 = graphs::Executable::compile(g8, graphs::CompileOptions{.optimize = true}, frozen);
   EXPECT_THAT(exe8->dump(), ::testing::Not(HasSubstr("small-batch GEMM")));
+}
+
+// A LeNet-sized conv on a 10x10 input (8x8 output: blocked) and one on a 9x9 input (7x7 output:
+// NCHW), compiled without passes so that no layout pass chooses for them.
+TEST(SmallConv, TheDumpNamesTheLayoutAndThreadChoices) {
+  test::fusion::GraphBuilder g;
+  const int a = g.in({1, 4, 10, 10}), b = g.in({1, 4, 9, 9});
+  const Attrs conv{{1, 1, 0, 0, 1, 1, 1}, {}};
+  g.g.outputs = {g.op("conv2d", {a, g.weight({6, 4, 3, 3}), g.weight({6})}, conv),
+                 g.op("conv2d", {b, g.weight({6, 4, 3, 3}), g.weight({6})}, conv)};
+  const auto data = test::fusion::scaled_inputs(g.g, 1);
+  std::vector<const void*> frozen(g.g.num_inputs);
+  for (const auto& n : g.g.nodes)
+    if (n.kind == graphs::Node::Kind::Input && n.frozen) frozen[n.input_index] = data[n.input_index].data();
+  const std::string dump = graphs::Executable::compile(g.g, graphs::CompileOptions{.optimize = false}, frozen)->dump();
+  EXPECT_THAT(dump, HasSubstr("prepacked, one thread (13824 multiply-adds < 2^20)")) << dump;
+  EXPECT_THAT(dump, HasSubstr("prepacked, NCHW (a 7x7 map: its reorders would cost more than they save), one thread "
+                              "(10584 multiply-adds < 2^20)"))
+      << dump;
 }
 
 }  // namespace
