@@ -14,6 +14,7 @@ const char* error_code_name(ErrorCode c) {
     case ErrorCode::NotFound: return "not found";
     case ErrorCode::Io: return "I/O error";
     case ErrorCode::Format: return "format error";
+    case ErrorCode::TooLarge: return "too large";
     case ErrorCode::Internal: return "internal error";
   }
   return "error";

@@ -11,7 +11,7 @@
 
 namespace hg {
 
-enum class ErrorCode { Invalid, Shape, DType, Device, OutOfMemory, NotFound, Io, Format, Internal };
+enum class ErrorCode { Invalid, Shape, DType, Device, OutOfMemory, NotFound, Io, Format, TooLarge, Internal };
 
 const char* error_code_name(ErrorCode c);
 
@@ -42,6 +42,7 @@ HG_DEFINE_ERROR(OutOfMemoryError, OutOfMemory)
 HG_DEFINE_ERROR(NotFoundError, NotFound)
 HG_DEFINE_ERROR(IoError, Io)
 HG_DEFINE_ERROR(FormatError, Format)
+HG_DEFINE_ERROR(TooLargeError, TooLarge)  // input beyond a size limit (HTTP 413)
 HG_DEFINE_ERROR(InternalError, Internal)
 #undef HG_DEFINE_ERROR
 

@@ -2,7 +2,9 @@
 # Installs every Debian package hgraph's build and tests need; with --with-python also the
 # ones for the test-data, golden-data and peer-benchmark scripts (python3-torch,
 # torchvision, onnx, sklearn, matplotlib for the benchmark chart) and nginx-light
-# for the deploy/ test; the test suite generates its PyTorch data at test time.
+# for the deploy/ test; the test suite generates its PyTorch data at test time. The tests and
+# the training benchmarks also read Fashion-MNIST (dataset-fashion-mnist) and the fortunes
+# corpus (fortunes).
 # --serve installs only what building the libraries and programs needs (scripts/serve.sh), without
 # GoogleTest and Google Benchmark.
 # --with-fuzz adds clang and libFuzzer for scripts/fuzz.sh; --with-bench adds, on top of
@@ -14,7 +16,8 @@ set -euo pipefail
 build_pkgs=(cmake g++ make pkg-config libdnnl-dev libtbb-dev libcpprest-dev libssl-dev
             nlohmann-json3-dev libboost-dev libboost-program-options-dev libspdlog-dev
             libonnx-dev libprotobuf-dev protobuf-compiler curl libgloo-dev zlib1g-dev)
-test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev iproute2)  # tests/ and bench/
+test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev iproute2  # tests/ and bench/
+           dataset-fashion-mnist fortunes)  # real data: Fashion-MNIST (IDX) and a text corpus
 tool_pkgs=(python3 python3-numpy python3-torch python3-torchvision python3-onnx python3-sklearn python3-matplotlib
            python3-jsonschema python3-yaml libopenblas0-openmp nginx-light)
 bench_pkgs=(wrk python3-fastapi python3-uvicorn nodejs)

@@ -1,10 +1,10 @@
-// HTTP content codings (RFC 9110): gzip and deflate bodies with zlib, bounded inflation, and
-// Accept-Encoding negotiation.
+// HTTP content codings (RFC 9110): gzip and deflate bodies (the codec is models/deflate.h,
+// bounded inflation), and Accept-Encoding negotiation.
 //
 //   using namespace hg::server;
 //   std::optional<ContentCoding> c = parse_content_encoding(req.header("Content-Encoding"));  // nullopt: 415
-//   Inflater in(*c, body, /*max_output=*/64 << 20);
-//   while (!in.step(1 << 20)) {}           // 1 MiB of output a step; throws HttpError 413 / 400
+//   hg::Inflater in(deflated(*c), body, /*max_output=*/64 << 20, body_name(*c));
+//   while (!in.step(1 << 20)) {}           // 1 MiB of output a step; http_status(e): 413 / 400
 //   std::string plain = in.take_output();
 //
 //   ContentCoding out = negotiate_encoding(req.header("Accept-Encoding"));  // "gzip;q=0.5, *;q=0" -> Gzip
@@ -16,14 +16,14 @@
 // send instead, is recognised by its missing zlib header. A gzip body may hold several members
 // (concatenated files). Errors name the coding and the byte offset of the compressed input where
 // inflation failed: a corrupt stream or trailing bytes are 400, output beyond max_output is 413
-// (inflation stops as soon as it is crossed).
+// (inflation stops as soon as it is crossed): see http_status().
 #pragma once
 #include <cstddef>
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "models/deflate.h"
 #include "server/http_server.h"
 
 namespace hg::server {
@@ -52,37 +52,13 @@ std::string compress(std::string_view data, ContentCoding c);
 // either way. Small bodies are compressed too, as Triton does.
 void encode_response(HttpResponse& r, ContentCoding c);
 
-// Inflates a compressed body a bounded step at a time, so a caller can count the memory it
-// takes and yield between steps.
-class Inflater {
- public:
-  // `input` must outlive the Inflater. Identity is not a coding to inflate.
-  Inflater(ContentCoding c, std::string_view input, size_t max_output);
-  ~Inflater();
-  Inflater(const Inflater&) = delete;
-  Inflater& operator=(const Inflater&) = delete;
+// The codec of a coding that is not Identity (models/deflate.h; deflate is zlib's wrapper), and the
+// name an Inflater gives a body of it in errors ("gzip body").
+Deflated deflated(ContentCoding c);
+std::string body_name(ContentCoding c);
 
-  // Produces up to max_step more bytes of output; true once the stream is complete. Throws
-  // HttpError 413 past max_output, 400 for a corrupt or truncated stream or trailing bytes.
-  bool step(size_t max_step);
-  // What the output buffer will hold (capacity, bytes) after the next step(max_step): an upper
-  // bound, for budgets counted before memory is taken.
-  size_t capacity_after_step(size_t max_step) const;
-  size_t capacity() const { return out_.capacity(); }
-  size_t input_offset() const;  // compressed bytes consumed so far
-  std::string take_output() { return std::move(out_); }
-
- private:
-  struct Stream;
-  size_t room(size_t max_step) const;  // output bytes the next step may produce
-  ContentCoding coding_;
-  std::string_view in_;
-  size_t max_output_;
-  std::string out_;
-  std::unique_ptr<Stream> z_;
-};
-
-// The whole of `data` inflated (Identity: a copy), within max_output bytes; throws as step().
+// The whole of `data` inflated (Identity: a copy), within max_output bytes; throws as
+// hg::Inflater::step(): hg::FormatError (400) or hg::TooLargeError (413).
 std::string inflate(std::string_view data, ContentCoding c, size_t max_output);
 
 }  // namespace hg::server

@@ -21,7 +21,7 @@ class HttpError : public Error {
   int status_;
 };
 
-// HttpError: its status; Invalid/Shape/DType/Format: 400; NotFound: 404; OutOfMemory: 503;
+// HttpError: its status; Invalid/Shape/DType/Format: 400; NotFound: 404; TooLarge: 413; OutOfMemory: 503;
 // anything else: 500.
 inline int http_status(const std::exception& e) {
   if (auto* h = dynamic_cast<const HttpError*>(&e)) return h->status();
@@ -32,6 +32,7 @@ inline int http_status(const std::exception& e) {
       case ErrorCode::DType:
       case ErrorCode::Format: return 400;
       case ErrorCode::NotFound: return 404;
+      case ErrorCode::TooLarge: return 413;
       case ErrorCode::OutOfMemory: return 503;
       default: return 500;
     }

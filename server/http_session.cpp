@@ -418,7 +418,7 @@ void Session::on_body() {
 void Session::inflate_some() {
   if (state_ != State::Busy || !inflating_) return;  // the connection was cut meanwhile
   try {
-    if (!inflater_) inflater_ = std::make_unique<Inflater>(coding_, compressed_, body_limit_);
+    if (!inflater_) inflater_ = std::make_unique<Inflater>(deflated(coding_), compressed_, body_limit_, body_name(coding_));
     const size_t need = std::max(head_reserve_, compressed_.size() + inflater_->capacity_after_step(kInflateStep));
     if (need > reserved_) {
       if (!srv_->reserve_body(need - reserved_))

@@ -95,7 +95,7 @@ TEST(TrainAppTest, ExportedPackagesServeTheModulesPredictions) {
     std::string model;
     int64_t image_size;
   };
-  std::map<std::string, std::shared_ptr<ClassifierModule>> trained;
+  std::map<std::string, std::shared_ptr<LightningModule>> trained;
   for (const Case& k : {Case{"mlp", 8}, Case{"lenet5", 32}}) {
     json c = quiet_config(dir, k.model, 1);
     c["trainer"]["limit_train_batches"] = 10;

@@ -26,6 +26,8 @@ namespace hg::training {
 struct DataLoader::Epoch::State {
   std::shared_ptr<const Dataset> data;
   std::vector<std::vector<int64_t>> batches;  // the indices of each batch, in order
+  BatchTransform transform;
+  int64_t epoch = 0;
   size_t delivered = 0;                       // the next batch next() hands out
 
   struct Result {
@@ -39,6 +41,12 @@ struct DataLoader::Epoch::State {
   std::mutex mu;
   std::condition_variable done;
   std::atomic<bool> stop{false};
+
+  Batch make_batch(size_t k) const {
+    Batch b = data->get_batch(batches[k]);
+    if (transform) transform(b, batches[k], epoch);
+    return b;
+  }
 
   void start(int workers, size_t ahead) {
     made.resize(ahead);
@@ -58,7 +66,7 @@ struct DataLoader::Epoch::State {
     Result r;
     if (!stop) {
       try {
-        r.batch = data->get_batch(batches[k]);
+        r.batch = make_batch(k);
       } catch (...) {
         r.error = std::current_exception();
       }
@@ -98,7 +106,7 @@ DataLoader::Epoch::~Epoch() = default;
 std::optional<Batch> DataLoader::Epoch::next() {
   State& s = *s_;
   if (s.delivered >= s.batches.size()) return std::nullopt;
-  if (!s.arena) return s.data->get_batch(s.batches[s.delivered++]);
+  if (!s.arena) return s.make_batch(s.delivered++);
   State::Result r = s.take();
   if (r.error) std::rethrow_exception(r.error);
   return std::move(r.batch);
@@ -127,6 +135,8 @@ int64_t DataLoader::num_batches() const {
 DataLoader::Epoch DataLoader::epoch(int64_t epoch_index) const {
   auto s = std::make_unique<Epoch::State>();
   s->data = data_;
+  s->transform = opt_.transform;
+  s->epoch = epoch_index;
   const auto idx = sampler_->indices(epoch_index);
   const auto bs = static_cast<size_t>(opt_.batch_size);
   for (size_t b = 0; b < idx.size(); b += bs) {

@@ -15,6 +15,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -121,6 +122,10 @@ class DistributedSampler : public Sampler {
   DistributedSamplerOptions opt_;
 };
 
+// Changes a batch in place after it is made (on the worker that made it): `indices` are the
+// dataset indices of its rows, `epoch` the loader's epoch (training/augment.h's ImageAugment).
+using BatchTransform = std::function<void(Batch& batch, const std::vector<int64_t>& indices, int64_t epoch)>;
+
 struct DataLoaderOptions {
   int64_t batch_size = 1;
   bool shuffle = false;   // RandomSampler(seed) when no sampler is given, else SequentialSampler
@@ -128,6 +133,7 @@ struct DataLoaderOptions {
   uint64_t seed = 0;
   int num_workers = 0;    // 0: batches are made on the calling thread
   int prefetch_factor = 2;
+  BatchTransform transform{};  // empty: none
 };
 
 class DataLoader {

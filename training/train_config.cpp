@@ -1,6 +1,7 @@
 // hgraph-train's config: reading, overrides, validation and the run (training/train_config.h).
 #include "training/train_config.h"
 
+#include <chrono>
 #include <fstream>
 #include <ostream>
 #include <sstream>
@@ -10,7 +11,9 @@
 #include "engine/json_reader.h"
 #include "training/callbacks.h"
 #include "training/config_reader.h"
+#include "training/language_model_module.h"
 #include "training/loggers.h"
+#include "training/train_data.h"
 
 namespace hg::training {
 
@@ -201,15 +204,43 @@ TrainConfig parse_train_config(const json& config) {
 
   ConfigReader d = top.child("data").value_or(ConfigReader(json::object(), "data"));
   c.data.dataset = d.get("dataset", c.data.dataset);
-  if (c.data.dataset != "digits") d.fail("dataset", "unknown dataset '" + c.data.dataset + "' (digits)");
-  c.data.path = d.get("path", hg::bundled_data("data/digits.safetensors", HG_DEFAULT_DIGITS).string());
-  c.data.image_size = d.get("image_size", int64_t{c.model.model == "lenet5" ? 32 : 8});
-  if (c.data.image_size != 8 && c.data.image_size != 32) d.fail("image_size", "must be 8 or 32");
+  const std::string& ds = c.data.dataset;
+  if (ds != "digits" && ds != "idx" && ds != "fashion_mnist" && ds != "table" && ds != "text")
+    d.fail("dataset", "unknown dataset '" + ds + "' (digits, idx, fashion_mnist, table, text)");
+  if (ds == "digits") c.data.path = d.get("path", hg::bundled_data("data/digits.safetensors", HG_DEFAULT_DIGITS).string());
+  else if (ds == "fashion_mnist") c.data.path = d.get("path", std::string("/usr/share/datasets/fashion-mnist"));
+  else c.data.path = d.required<std::string>("path");
+  if (ds == "table") {
+    c.data.test_path = d.get("test_path", std::string());
+    const json& label = d.raw("label");
+    if (label.is_number_integer()) c.data.label = std::to_string(label.get<int64_t>());
+    else if (label.is_string()) c.data.label = label.get<std::string>();
+    else if (!label.is_null()) d.fail("label", "expected a column name or index, got " + label.dump());
+    c.data.features_key = d.get("features_key", c.data.features_key);
+    c.data.labels_key = d.get("labels_key", c.data.labels_key);
+    c.data.normalize = d.get("normalize", c.data.normalize);
+  }
+  if (ds == "text") {
+    c.data.stride = d.get("stride", c.data.stride);
+    if (c.data.stride < 0) d.fail("stride", "must be >= 0");
+  }
+  if (ds == "digits") {
+    c.data.image_size = d.get("image_size", int64_t{c.model.model == "lenet5" ? 32 : 8});
+    if (c.data.image_size != 8 && c.data.image_size != 32) d.fail("image_size", "must be 8 or 32");
+  } else if (ds == "idx" || ds == "fashion_mnist") {
+    c.data.image_size = d.get("image_size", int64_t{c.model.model == "lenet5" ? 32 : 0});
+    if (c.data.image_size < 0) d.fail("image_size", "must be >= 0");
+  }
+  if (ds == "digits" || ds == "idx" || ds == "fashion_mnist") {
+    c.data.crop_padding = d.get("crop_padding", c.data.crop_padding);
+    if (c.data.crop_padding < 0) d.fail("crop_padding", "must be >= 0");
+    c.data.hflip = d.get("hflip", c.data.hflip);
+  }
   c.data.batch_size = d.get("batch_size", c.data.batch_size);
   c.data.val_batch_size = d.get("val_batch_size", c.data.val_batch_size);
   if (c.data.batch_size < 1) d.fail("batch_size", "must be >= 1");
   if (c.data.val_batch_size < 1) d.fail("val_batch_size", "must be >= 1");
-  c.data.holdout_fraction = d.get("holdout_fraction", c.data.holdout_fraction);
+  c.data.holdout_fraction = d.get("holdout_fraction", ds == "idx" || ds == "fashion_mnist" || ds == "text" ? 0.1 : 0.2);
   if (!(c.data.holdout_fraction >= 0 && c.data.holdout_fraction < 1)) d.fail("holdout_fraction", "must be in [0, 1)");
   c.data.seed = d.get("seed", c.data.seed);
   c.data.num_workers = d.get("num_workers", c.data.num_workers);
@@ -227,7 +258,7 @@ TrainConfig parse_train_config(const json& config) {
   if (auto e = top.child("export")) {
     ExportOptions x;
     x.dir = e->get("dir", std::string());
-    x.name = e->get("name", "digits_" + c.model.model);
+    x.name = e->get("name", c.data.dataset + "_" + c.model.model);
     x.version = e->get("version", x.version);
     x.serving_config = e->raw("config");
     e->finish();
@@ -236,54 +267,91 @@ TrainConfig parse_train_config(const json& config) {
   }
   top.finish();
   // Builds the module once: a bad model or optimizer config fails here, before any data loads.
-  ClassifierModule check(c.model);
-  const auto want = check.input_spec().shape;
-  const Shape digits = c.data.image_size == 8 ? Shape{-1, 64} : Shape{-1, 1, 32, 32};
-  if (check.input_spec().datatype != "FP32" || want != digits)
-    throw InvalidArgument("model: " + c.model.model + " takes " + check.input_spec().datatype + " " + shape_str(want) +
-                          ", the digits with data.image_size " + std::to_string(c.data.image_size) + " are FP32 " +
-                          shape_str(digits));
-  if (check.num_classes() != 10)
-    throw InvalidArgument("model.config: " + std::to_string(check.num_classes()) + " classes, the digits have 10");
+  const auto check = make_module(c);
+  if (c.data.dataset == "digits") {
+    const auto& cm = dynamic_cast<const ClassifierModule&>(*check);
+    const auto want = cm.input_spec().shape;
+    const Shape digits = c.data.image_size == 8 ? Shape{-1, 64} : Shape{-1, 1, 32, 32};
+    if (cm.input_spec().datatype != "FP32" || want != digits)
+      throw InvalidArgument("model: " + c.model.model + " takes " + cm.input_spec().datatype + " " + shape_str(want) +
+                            ", the digits with data.image_size " + std::to_string(c.data.image_size) + " are FP32 " +
+                            shape_str(digits));
+    if (cm.num_classes() != 10)
+      throw InvalidArgument("model.config: " + std::to_string(cm.num_classes()) + " classes, the digits have 10");
+  }
   return c;
 }
 
+std::shared_ptr<LightningModule> make_module(const TrainConfig& c) {
+  const bool text = c.data.dataset == "text";
+  if ((c.model.model == "gpt") != text)
+    throw InvalidArgument(text ? "model.name: data.dataset \"text\" trains \"gpt\", not '" + c.model.model + "'"
+                               : "model.name: gpt trains on data.dataset \"text\", not '" + c.data.dataset + "'");
+  if (!text) return std::make_shared<ClassifierModule>(c.model);
+  ConfigReader r(c.model.model_config, "model.config");
+  LanguageModelSpec s{.config = {}, .optimizer = c.model.optimizer, .seed = c.model.seed};
+  models::GPTConfig& g = s.config;
+  for (auto [key, field] : {std::pair<const char*, int64_t*>{"vocab", &g.vocab}, {"d_model", &g.d_model},
+                            {"nhead", &g.nhead}, {"layers", &g.layers}, {"ff", &g.ff}, {"max_len", &g.max_len}}) {
+    *field = r.get(key, *field);
+    if (*field < 1) r.fail(key, "must be >= 1, got " + std::to_string(*field));
+  }
+  r.finish();
+  try {
+    g.validate();
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string("model.config: ") + e.what());
+  }
+  return std::make_shared<LanguageModelModule>(s);
+}
+
 TrainResult run_training(const TrainConfig& c, std::ostream& out) {
-  auto digits = load_digits(c.data.path, c.data.image_size);
-  auto [train, held] = random_split(digits, c.data.holdout_fraction, c.data.seed);
-  DataLoader train_loader(train, {.batch_size = c.data.batch_size, .shuffle = true, .seed = c.data.seed,
-                                  .num_workers = c.data.num_workers, .prefetch_factor = c.data.prefetch_factor});
-  DataLoader held_loader(held, {.batch_size = c.data.val_batch_size, .num_workers = c.data.num_workers,
-                                .prefetch_factor = c.data.prefetch_factor});
   TrainResult r;
-  r.module = std::make_shared<ClassifierModule>(c.model);
+  r.module = make_module(c);
+  auto* classifier = dynamic_cast<ClassifierModule*>(r.module.get());
+  auto* lm = dynamic_cast<LanguageModelModule*>(r.module.get());
+  const models::IOSpec input = classifier ? classifier->input_spec()
+                                          : models::IOSpec{"ids", "INT64", {-1, lm->spec().config.max_len}};
+  const TrainData data = load_train_data(c.data, input, classifier ? classifier->num_classes() : 0);
+  DataLoader train_loader(data.train, {.batch_size = c.data.batch_size, .shuffle = true, .seed = c.data.seed,
+                                       .num_workers = c.data.num_workers, .prefetch_factor = c.data.prefetch_factor,
+                                       .transform = data.train_transform});
+  const DataLoaderOptions held_options{.batch_size = c.data.val_batch_size, .num_workers = c.data.num_workers,
+                                       .prefetch_factor = c.data.prefetch_factor};
+  std::optional<DataLoader> val_loader, test_loader;
+  if (data.val) val_loader.emplace(data.val, held_options);
+  if (data.test) test_loader.emplace(data.test, held_options);
   Trainer trainer(c.trainer);
-  const bool has_held = held->size() > 0;
-  trainer.fit(*r.module, train_loader, has_held ? &held_loader : nullptr, c.ckpt_path);  // ranks known from here on
+  const auto fit_start = std::chrono::steady_clock::now();
+  trainer.fit(*r.module, train_loader, val_loader ? &*val_loader : nullptr, c.ckpt_path);  // ranks known from here on
+  r.fit_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - fit_start).count();
   if (trainer.is_global_zero())
-    out << "hgraph-train: " << c.model.model << " on " << c.data.dataset << " (" << train->size() << " train / "
-        << held->size() << " held-out examples), " << trainer.current_epoch() << " epochs, " << trainer.global_step()
-        << " steps\n";
+    out << "hgraph-train: " << c.model.model << " on " << data.description << ": " << data.train->size() << " train / "
+        << (data.val ? data.val->size() : 0) << " validation / " << (data.test ? data.test->size() : 0)
+        << " test examples, " << trainer.current_epoch() << " epochs, " << trainer.global_step() << " steps, fit "
+        << r.fit_seconds << " s\n";
   r.metrics = trainer.callback_metrics();
   r.epochs = trainer.current_epoch();
   r.global_step = trainer.global_step();
-  if (has_held) {
-    const auto t = trainer.test(*r.module, held_loader);
+  if (test_loader) {
+    const auto t = trainer.test(*r.module, *test_loader);
     if (!t.empty()) r.test = t[0];
   }
+  // A table's model takes raw features from here on: the statistics go into its first layer.
+  if (data.normalizer) fold_normalizer(r.module->module(), *data.normalizer);
   if (trainer.is_global_zero()) {
     for (const auto& [k, v] : r.test) out << "held-out " << k << " " << v << "\n";
     if (c.export_options) {
       ExportOptions x = *c.export_options;
-      json meta = {{"dataset", c.data.dataset + " (image_size " + std::to_string(c.data.image_size) + "), " +
-                                   std::to_string(held->size()) + " held out, seed " + std::to_string(c.data.seed)},
-                   {"epochs", r.epochs},
-                   {"global_step", r.global_step}};
+      json meta = data.metadata;
+      meta["epochs"] = r.epochs;
+      meta["global_step"] = r.global_step;
+      if (data.normalizer) meta["normalization_folded_into"] = "0.weight, 0.bias";
       for (const auto& [k, v] : r.test) meta[k] = v;
       if (r.metrics.count("train_loss")) meta["train_loss"] = r.metrics.at("train_loss");
       for (const auto& [k, v] : x.metadata.items()) meta[k] = v;
       x.metadata = meta;
-      r.export_dir = export_classifier(*r.module, x);
+      r.export_dir = classifier ? export_classifier(*classifier, x) : export_language_model(*lm, x);
       out << "exported to " << r.export_dir.string() << "\n";
     }
   }

@@ -24,9 +24,16 @@
 namespace hg::training {
 
 struct DataConfig {
-  std::string dataset = "digits";
-  std::filesystem::path path;  // empty: the bundled models/data/digits.safetensors
-  int64_t image_size = 8;      // 8 (32 for lenet5 when not given)
+  std::string dataset = "digits";  // digits, idx, fashion_mnist, table, text (train_config_help)
+  std::filesystem::path path;      // digits: the safetensors file (bundled); idx: the directory;
+                                   // table: the training file; text: a file or directory
+  std::filesystem::path test_path; // table: a test file in the same format (else the held-out split)
+  int64_t image_size = 0;          // digits: 8 or 32; idx: 0 (as stored) or larger (zero-padded)
+  std::string label = "-1", features_key = "x", labels_key = "y";  // table (TableOptions)
+  bool normalize = true;           // table: standardise with the training split's statistics
+  int64_t stride = 0;              // text: between blocks (0: the model's max_len, no overlap)
+  int64_t crop_padding = 0;        // images: random crops after zero padding (0: none)
+  bool hflip = false;              // images: random horizontal flips
   int64_t batch_size = 32;
   int64_t val_batch_size = 256;
   double holdout_fraction = 0.2;
@@ -37,7 +44,7 @@ struct DataConfig {
 
 struct TrainConfig {
   DataConfig data;
-  ClassifierSpec model;
+  ClassifierSpec model;  // "gpt": model_config holds the GPTConfig (LanguageModelModule)
   TrainerOptions trainer;
   std::optional<ExportOptions> export_options;  // set when export.dir is given
   std::string ckpt_path;  // fit's: a checkpoint file, "last" or "best" (resume), or empty
@@ -57,9 +64,13 @@ struct TrainResult {
   std::map<std::string, double> metrics;  // the Trainer's callback_metrics after fit
   int epochs = 0;
   int64_t global_step = 0;
+  double fit_seconds = 0;                 // wall time of Trainer::fit (validation included)
   std::filesystem::path export_dir;       // empty unless exported
-  std::shared_ptr<ClassifierModule> module;  // the trained module
+  std::shared_ptr<LightningModule> module;  // the trained module (ClassifierModule or LanguageModelModule)
 };
+
+// The module the config describes: a ClassifierModule, or a LanguageModelModule for "gpt".
+std::shared_ptr<LightningModule> make_module(const TrainConfig& c);
 
 // Loads the data, fits, tests on the held-out split and exports (on global rank 0). Under DDP
 // every process runs this (the Trainer re-executes the program for local ranks 1..n-1).

@@ -8,22 +8,49 @@ std::string train_config_help() {
 Lightning's meaning and defaults unless said otherwise.
 
 "data":
-  dataset            "digits"      the data set (only the 8x8 scikit-learn digits, 1797 examples)
-  path               bundled       the digits safetensors file (models/data/digits.safetensors)
-  image_size         8 (lenet5: 32) 8: x FP32 [64]; 32: x FP32 [1, 32, 32], each pixel repeated 4x4
+  dataset            "digits"      "digits": the bundled 8x8 scikit-learn digits (1797 images, 10 classes)
+                                   "fashion_mnist": Fashion-MNIST (Debian's dataset-fashion-mnist),
+                                     the "idx" layout at /usr/share/datasets/fashion-mnist
+                                   "idx": a directory in the MNIST layout: {train,t10k}-{images-idx3,
+                                     labels-idx1}-ubyte, each raw or .gz; t10k is the test split
+                                   "table": a .csv, .npy or .npz file of features and a label
+                                   "text": a UTF-8 file or directory for the byte-level gpt
+  path               see dataset   digits: the safetensors file (bundled); fashion_mnist/idx: the
+                                   directory; table: the training file; text: a file or directory
+                                   (every UTF-8 file under it; other files are skipped and counted)
+  test_path          none          table: a test file in the same format (else the held-out split)
+  label              -1            table: the label column, a CSV header name or an index (-1: last);
+                                   integer labels keep their values, text labels are numbered sorted
+  features_key       "x"           table (.npz): the features array [N, F]
+  labels_key         "y"           table (.npz): the labels array [N]
+  normalize          true          table: standardise each feature with the training split's mean and
+                                   std; the export folds them into the model's first layer, so the
+                                   served model takes raw features (the statistics are in its metadata)
+  image_size         see right     digits: 8 (x FP32 [64]) or 32 (x [1, 32, 32], pixels repeated 4x4),
+                                   8 unless lenet5; idx: 0 = as stored (28), or larger: zero-padded
+                                   around the centre (lenet5: 32). An mlp gets the images flattened.
+  crop_padding       0             images: random crops of the zero-padded image (RandomCrop(size,
+                                   padding)); seeded by data.seed, epoch and example
+  hflip              false         images: random horizontal flips (probability 1/2), seeded the same
+  stride             0             text: bytes between consecutive blocks (0: the model's max_len)
   batch_size         32            training batch size (shuffled every epoch from seed + epoch)
-  val_batch_size     256           batch size of the held-out loader (validation and test)
-  holdout_fraction   0.2           share of the examples held out for validation and test (0: none)
-  seed               0             seed of the split and of the shuffles
+  val_batch_size     256           batch size of the validation and test loaders
+  holdout_fraction   0.2           share of the training file held out for validation (idx,
+                     (idx, text: 0.1) fashion_mnist: of the 60000; text: the corpus's last bytes); digits
+                                   and tables without test_path test on it too (0: none)
+  seed               0             seed of the split, the shuffles and the augmentation
   num_workers        0             DataLoader worker threads (0: batches made on the training thread)
   prefetch_factor    2             batches each worker keeps ready
 
 "model":
-  name               "mlp"         "mlp" (image_size 8) or "lenet5" (image_size 32) (models/zoo.h;
-                                   bert_classifier takes token ids, not the digits); 10 classes
-  config             {}            mlp: {"sizes": [64, 64, 10]}; lenet5: {"classes": 10};
-                                   bert_classifier: {"vocab": 1000, "d_model": 128, "nhead": 4,
-                                   "layers": 2, "ff": 512, "max_len": 128, "classes": 2}
+  name               "mlp"         "mlp", "lenet5" or "bert_classifier" (models/zoo.h), or "gpt" (the
+                                   byte-level language model; with data.dataset "text" only)
+  config             {}            mlp: {"sizes": [64, 64, 10]} (sizes[0]: the features, 784 for
+                                   28x28 images; the last: the classes); lenet5: {"classes": 10},
+                                   input [1, 32, 32]; bert_classifier: {"vocab": 1000, "d_model": 128,
+                                   "nhead": 4, "layers": 2, "ff": 512, "max_len": 128, "classes": 2};
+                                   gpt: {"vocab": 256, "d_model": 128, "nhead": 4, "layers": 2,
+                                   "ff": 512, "max_len": 256} (max_len: the training block length)
   seed               0             weight initialization
 
 "optimizer":                       default {"name": "sgd", "lr": 0.05, "momentum": 0.9}
@@ -93,12 +120,13 @@ Lightning's meaning and defaults unless said otherwise.
 
 "export":                          written after training and testing (global rank 0)
   dir                none          the model repository (no export without it)
-  name               "digits_<model name>"  the model's folder: <dir>/<name>/<version>/
+  name               "<dataset>_<model name>"  the model's folder: <dir>/<name>/<version>/
   version            1
   config             none          the server's config.json for the model (e.g. {"max_batch_size": 32})
 
 The metrics: train_loss (progress bar), val_loss, val_acc, and test_loss, test_acc on the
-held-out split after fit (the same examples as validation).
+test split after fit (t10k, test_path, or the held-out split). gpt logs val_loss, val_bpb,
+test_loss, test_bpb instead (loss in nats per byte; bpb = bits per byte).
 )";
 }
 

@@ -1,5 +1,6 @@
-// hgraph-train: trains a zoo classifier on the digits from a JSON config, tests it on the
-// held-out split and exports it as a model package hgraph-serve serves.
+// hgraph-train: trains a model (a zoo classifier, or the byte-level GPT) on a data set (the
+// digits, Fashion-MNIST or any IDX directory, a CSV / NumPy table, a text corpus) from a JSON
+// config, tests it and exports it as a model package hgraph-serve serves.
 //
 //   hgraph-train --config training/configs/digits_mlp.json --set trainer.max_epochs=5
 //                --set export.dir=/tmp/repo
@@ -16,8 +17,9 @@ namespace po = boost::program_options;
 int main(int argc, char** argv) {
   po::options_description desc(
       "Usage: hgraph-train --config FILE [--set key.path=value ...]\n\n"
-      "Trains a model of the zoo on the digits as the config says (Lightning's Trainer), tests it on\n"
-      "the held-out split and, with export.dir, writes it as a model package for hgraph-serve.\n\n"
+      "Trains a model on a data set as the config says (Lightning's Trainer): a zoo classifier on the\n"
+      "digits, Fashion-MNIST / IDX images or a table, or the byte-level gpt on text. Tests it on the\n"
+      "test split and, with export.dir, writes it as a model package for hgraph-serve.\n\n"
       "Options");
   desc.add_options()("help,h", "show this help, with every config key and its default")
       ("version", "print the version")

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The reference results on Fashion-MNIST: hgraph-train runs training/configs/fashion_mlp.json and
+# fashion_lenet.json (one process, and DDP with 2 ranks), and PyTorch runs the same recipes
+# (bench/train/fashion.py: same model, optimizer, schedule, batch, epochs, augmentation, test on
+# the same t10k files) at the same thread count, one after the other, alternating frameworks.
+# Prints one JSON line per run (test accuracy, fit seconds, seconds per epoch) and draws the
+# curves into bench/train/fashion_curves.png.
+#   bash bench/train/run_fashion.sh [BUILD_DIR] [EPOCHS]
+# BUILD_DIR default build (hgraph-train built); EPOCHS default: the configs' (15).
+# FASHION_MODELS (default "mlp lenet"), FASHION_DDP (default 1: also the 2-rank runs).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build}
+epochs=${2:-}
+models=${FASHION_MODELS:-mlp lenet}
+out=$build/fashion
+mkdir -p "$out"
+export LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export OMP_NUM_THREADS=1 HG_HPU_THREADS=1
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "commit: $(git rev-parse --short HEAD)"
+results=$out/results.jsonl
+: > "$results"
+for m in $models; do
+  cfg=training/configs/fashion_$m.json
+  sets=(--set trainer.default_root_dir="$out/$m" --set export.dir="$out/repository" --set trainer.enable_progress_bar=false
+        --set trainer.callbacks=[])
+  [ -n "$epochs" ] && sets+=(--set trainer.max_epochs="$epochs" --set optimizer.scheduler.t_max="$epochs")
+  for devices in 1 $([ "${FASHION_DDP:-1}" = 1 ] && echo 2); do
+    rm -rf "$out/$m/lightning_logs"
+    log=$out/hgraph_${m}_d$devices.txt
+    "$build/training/hgraph-train" --config "$cfg" "${sets[@]}" --set trainer.devices="$devices" \
+        --set export.name="fashion_${m}_d$devices" > "$log" 2>&1
+    cp "$out/$m/lightning_logs/version_0/metrics.csv" "$out/hgraph_${m}_d$devices.csv"
+    /usr/bin/python3 - "$log" "$m" "$devices" >> "$results" <<'PY'
+import json, re, sys
+text = open(sys.argv[1]).read()
+fit = float(re.search(r"(\d+) epochs, \d+ steps, fit ([0-9.]+) s", text).group(2))
+epochs = int(re.search(r"(\d+) epochs, \d+ steps, fit", text).group(1))
+acc = float(re.search(r"held-out test_acc ([0-9.]+)", text).group(1))
+loss = float(re.search(r"held-out test_loss ([0-9.]+)", text).group(1))
+print(json.dumps({"framework": "hgraph", "model": sys.argv[2], "devices": int(sys.argv[3]), "test_acc": acc,
+                  "test_loss": loss, "epochs": epochs, "fit_seconds": fit, "seconds_per_epoch": fit / epochs}))
+PY
+    tail -1 "$results"
+  done
+  torch_args=()
+  [ -n "$epochs" ] && torch_args+=(--epochs "$epochs")
+  /usr/bin/python3 bench/train/fashion.py "$cfg" "$out/torch_$m.csv" --threads 1 "${torch_args[@]}" \
+      2> "$out/torch_$m.log" | tee -a "$results"
+done
+curves=()
+for m in $models; do curves+=("hgraph $m=$out/hgraph_${m}_d1.csv" "PyTorch $m=$out/torch_$m.csv"); done
+/usr/bin/python3 bench/train/loss_curve.py bench/train/fashion_curves.png "${curves[@]}"
+echo "curves: bench/train/fashion_curves.png"
