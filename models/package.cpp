@@ -1,10 +1,13 @@
 #include "models/package.h"
 
+#include "models/layer_spec.h"
+
 #include "engine/atomic_file.h"
 #include "engine/error.h"
 #include "engine/json_reader.h"
 #include "models/config_fields.h"
 #include "models/init.h"
+#include "models/layer_spec.h"
 #include "models/module.h"
 #include "models/op_graph.h"
 #include "models/state_dict.h"
@@ -56,12 +59,6 @@ std::vector<IOSpec> parse_io(const Json& j, const char* key, const std::filesyst
     r.push_back(std::move(s));
   }
   return r;
-}
-
-int64_t json_int(const Json& l, const char* key, const std::filesystem::path& file, const std::string& where) {
-  const int64_t v = need(l, key, Json::value_t::number_integer, file, where).get<int64_t>();
-  if (v <= 0 || v > (int64_t{1} << 24)) bad_field(file, where + "." + key, "must be a positive integer below 2^24");
-  return v;
 }
 
 // Loads every state_dict tensor of `net` (built under init::SkipInit) from the package's
@@ -171,31 +168,28 @@ std::unique_ptr<Module> build_module(const ModelPackage& p, Device device) {
   const Json& layers = need(g, "layers", Json::value_t::array, file, "graph");
   if (p.spec.inputs.size() != 1 || p.spec.outputs.size() != 1)
     bad_field(file, "inputs", "a sequential graph has exactly one input and one output");
-  auto net = std::make_unique<Sequential>();
-  int64_t width = numel(Shape(p.spec.inputs[0].shape.begin() + 1, p.spec.inputs[0].shape.end()));
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const std::string where = "graph.layers[" + std::to_string(i) + "]";
-    const Json& l = layers[i];
-    if (!l.is_object()) bad_field(file, where, "is not an object");
-    const std::string op = need(l, "op", Json::value_t::string, file, where).get<std::string>();
-    if (l.contains("name") && l["name"] != std::to_string(i)) bad_field(file, where + ".name", "must be \"" + std::to_string(i) + "\"");
-    if (op == "linear") {
-      const int64_t in = json_int(l, "in_features", file, where), out = json_int(l, "out_features", file, where);
-      if (in != width)
-        bad_field(file, where + ".in_features", "is " + std::to_string(in) + " but the layer receives " + std::to_string(width));
-      init::SkipInit skip;
-      net->add(std::make_shared<Linear>(in, out));
-      width = out;
-    } else if (op == "relu") {
-      net->add(std::make_shared<ReLU>());
-    } else {
-      bad_field(file, where + ".op", "names an unknown op '" + op + "'");
-    }
+  SequentialPlan plan;
+  try {
+    plan = plan_sequential(layers, sample_shape(p.spec, p.spec.inputs[0]), "graph.layers");
+  } catch (const InvalidArgument& e) {
+    throw FormatError(file.string() + ": " + e.what());
   }
-  const int64_t out_width = numel(Shape(p.spec.outputs[0].shape.begin() + 1, p.spec.outputs[0].shape.end()));
-  if (out_width != width)
-    bad_field(file, "outputs[0].shape", "has " + std::to_string(out_width) + " elements per sample but the graph produces " +
-                                      std::to_string(width));
+  if (p.spec.inputs[0].datatype != plan.input_datatype)
+    bad_field(file, "inputs[0].datatype", "is " + p.spec.inputs[0].datatype + ", the first layer takes " + plan.input_datatype);
+  if (sample_shape(p.spec, p.spec.outputs[0]) != plan.output)
+    bad_field(file, "outputs[0].shape", "is " + shape_str(p.spec.outputs[0].shape) + " but the graph produces " +
+                                      shape_str(plan.output) + " per sample");
+  int64_t weight_elements = 0;  // validated entries: small, no overflow
+  for (const auto& e : p.weights.entries) weight_elements += numel(e.shape);
+  if (weight_elements != plan.parameters)  // before any allocation the graph asks for
+    bad_field(file, "graph.layers", "describe " + std::to_string(plan.parameters) +
+                                        " parameter and buffer elements, weights.safetensors holds " +
+                                        std::to_string(weight_elements));
+  std::unique_ptr<Sequential> net;
+  {
+    init::SkipInit skip;
+    net = build_sequential(plan, 0);
+  }
   return load_weights(std::move(net), p, device);
 }
 

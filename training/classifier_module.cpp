@@ -2,6 +2,7 @@
 #include "training/classifier_module.h"
 
 #include "engine/ops.h"
+#include "models/layer_spec.h"
 #include "models/zoo.h"
 #include "training/config_reader.h"
 #include "training/optimizer_config.h"
@@ -49,8 +50,23 @@ ClassifierModule::ClassifierModule(ClassifierSpec spec) : spec_(std::move(spec))
                {"ff", c.ff},       {"max_len", c.max_len}, {"classes", c.classes}};
     classes_ = c.classes;
     input_ = {"input", "INT64", {-1, c.max_len}};
+  } else if (spec_.model == "sequential") {
+    const auto input = r.required<std::vector<int64_t>>("input");
+    if (input.empty()) r.fail("input", "needs one example's shape, e.g. [1, 28, 28] or [784]");
+    for (int64_t d : input)
+      if (d < 1) r.fail("input", "has a dimension " + std::to_string(d) + ", must be >= 1");
+    const models::SequentialPlan plan = models::plan_sequential(r.raw("layers"), Shape(input.begin(), input.end()),
+                                                                r.path_of("layers"));
+    if (plan.output.size() != 1)
+      r.fail("layers", "end in " + shape_str(plan.output) + " per example; a classifier ends in [classes] (add a flatten and a linear)");
+    net_ = models::build_sequential(plan, spec_.seed);
+    config_ = {{"input", input}, {"layers", plan.layers}};
+    classes_ = plan.output[0];
+    Shape in{-1};
+    in.insert(in.end(), input.begin(), input.end());
+    input_ = {"input", plan.input_datatype, in};
   } else {
-    throw InvalidArgument("model.name: unknown model '" + spec_.model + "' (mlp, lenet5, bert_classifier)");
+    throw InvalidArgument("model.name: unknown model '" + spec_.model + "' (mlp, lenet5, bert_classifier, sequential)");
   }
   r.finish();
   make_optimizer_config(spec_.optimizer, net_->named_parameters());  // reports a bad config now

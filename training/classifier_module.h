@@ -12,6 +12,9 @@
 //   lenet5           {"classes": 10}                 input FP32 [-1, 1, 32, 32]
 //   bert_classifier  {"vocab", "d_model", "nhead", "layers", "ff", "max_len", "classes"}
 //                    (models::zoo::BertConfig's defaults), input INT64 [-1, max_len]
+//   sequential       {"input": [1, 28, 28], "layers": [{"op": "conv2d", ...}, ...]}   any built-in
+//                    layers (models/layer_spec.h), ending in [classes]; input FP32 (INT64 ids
+//                    when the first layer is an embedding)
 // Batches are {inputs, I64 class targets}. The optimizer config: training/optimizer_config.h.
 #pragma once
 #include <memory>

@@ -56,7 +56,9 @@ TrainData load_train_data(const DataConfig& c, const models::IOSpec& input, int6
     d.description = "digits (image_size " + std::to_string(c.image_size) + ")";
   } else if (c.dataset == "idx" || c.dataset == "fashion_mnist") {
     const Shape want = model_sample(input);
-    IdxOptions o{.image_size = c.image_size, .flatten = want.size() == 1};
+    // The model's image size unless data.image_size says otherwise (28 -> 32 pads for LeNet-5).
+    const int64_t size = c.image_size != 0 ? c.image_size : want.size() == 3 && want[1] == want[2] && want[1] > 28 ? want[1] : 0;
+    IdxOptions o{.image_size = size, .flatten = want.size() == 1};
     auto s = load_idx_dir(c.path, o);
     all = s.train;
     d.test = s.test;

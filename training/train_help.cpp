@@ -43,14 +43,28 @@ Lightning's meaning and defaults unless said otherwise.
   prefetch_factor    2             batches each worker keeps ready
 
 "model":
-  name               "mlp"         "mlp", "lenet5" or "bert_classifier" (models/zoo.h), or "gpt" (the
-                                   byte-level language model; with data.dataset "text" only)
+  name               "mlp"         "mlp", "lenet5" or "bert_classifier" (models/zoo.h), "sequential"
+                                   (a stack of built-in layers), or "gpt" (the byte-level language
+                                   model; with data.dataset "text" only)
   config             {}            mlp: {"sizes": [64, 64, 10]} (sizes[0]: the features, 784 for
                                    28x28 images; the last: the classes); lenet5: {"classes": 10},
                                    input [1, 32, 32]; bert_classifier: {"vocab": 1000, "d_model": 128,
                                    "nhead": 4, "layers": 2, "ff": 512, "max_len": 128, "classes": 2};
                                    gpt: {"vocab": 256, "d_model": 128, "nhead": 4, "layers": 2,
-                                   "ff": 512, "max_len": 256} (max_len: the training block length)
+                                   "ff": 512, "max_len": 256} (max_len: the training block length);
+                                   sequential: {"input": one example's shape, "layers": [{"op": ...,
+                                   fields}, ...]}, ending in [classes]. Layers and fields (defaults):
+                                     linear in_features, out_features, bias true
+                                     conv2d in_channels, out_channels, kernel, stride 1, padding 0,
+                                       dilation 1, groups 1, bias true (kernel etc.: k or [h, w])
+                                     max_pool2d / avg_pool2d kernel, stride kernel, padding 0
+                                     adaptive_avg_pool2d output_size; batch_norm2d num_features,
+                                       eps 1e-5, momentum 0.1; layer_norm dim, eps 1e-5
+                                     embedding num_embeddings, dim (first layer: INT64 ids)
+                                     transformer_encoder_layer d_model, nhead, dim_feedforward 2048,
+                                       dropout 0.1, activation "relu"|"gelu", norm_first false
+                                     flatten start_dim 1, end_dim -1; dropout p 0.5; gelu
+                                       approximate "none"|"tanh"; relu, silu, tanh, sigmoid
   seed               0             weight initialization
 
 "optimizer":                       default {"name": "sgd", "lr": 0.05, "momentum": 0.9}
