@@ -406,6 +406,27 @@ TEST(TrainConfigTest, OptimizerConfigBuildsOptimizersAndSchedulers) {
                 make_optimizer_config({{"name", "sgd"}, {"scheduler", {{"name", "exponential"}}}}, params, "optimizer");
               }),
               HasSubstr("optimizer.scheduler.gamma: is required"));
+  auto one = make_optimizer_config({{"name", "adam"}, {"lr", 1.0},
+                                    {"scheduler", {{"name", "onecycle"}, {"max_lr", 0.1}, {"total_steps", 10},
+                                                   {"anneal_strategy", "linear"}, {"interval", "step"}}}},
+                                   params);
+  EXPECT_EQ(one.scheduler->name(), "OneCycleLR");
+  EXPECT_EQ(one.interval, "step");
+  EXPECT_DOUBLE_EQ(one.optimizer->param_groups()[0].lr(), 0.1 / 25);
+  EXPECT_DOUBLE_EQ(one.optimizer->param_groups()[0].options.at("beta1"), 0.95);
+  for (int i = 0; i < 2; ++i) one.scheduler->step();  // the peak: pct_start * total_steps - 1 = 2
+  EXPECT_DOUBLE_EQ(one.optimizer->param_groups()[0].lr(), 0.1);
+  EXPECT_DOUBLE_EQ(one.optimizer->param_groups()[0].options.at("beta1"), 0.85);
+  EXPECT_THAT(test::error_of<InvalidArgument>([&] {
+                make_optimizer_config({{"name", "sgd"}, {"scheduler", {{"name", "onecycle"}, {"max_lr", 0.1}}}},
+                                      params, "optimizer");
+              }),
+              HasSubstr("optimizer.scheduler: OneCycleLR: give total_steps, or epochs and steps_per_epoch"));
+  EXPECT_THAT(test::error_of<InvalidArgument>([&] {
+                make_optimizer_config({{"name", "sgd"}, {"scheduler", {{"name", "onecycle"}, {"total_steps", 5}}}},
+                                      params, "optimizer");
+              }),
+              HasSubstr("optimizer.scheduler.max_lr: is required"));
 }
 
 }  // namespace

@@ -36,6 +36,13 @@ Lightning's meaning and defaults unless said otherwise.
                                    "multistep": milestones (required), gamma 0.1
                                    "cosine": t_max (required), eta_min 0
                                    "exponential": gamma (required)
+                                   "onecycle": max_lr (required; a number or one per group),
+                                     total_steps, or epochs and steps_per_epoch (required),
+                                     pct_start 0.3, anneal_strategy "cos" ("linear"),
+                                     cycle_momentum true (SGD momentum / Adam beta1),
+                                     base_momentum 0.85, max_momentum 0.95, div_factor 25,
+                                     final_div_factor 1e4, three_phase false; give it
+                                     interval "step" (it counts optimizer steps)
                                    "linear": start_factor 1/3, end_factor 1, total_iters 5
                                    "sequential": schedulers [{...}, ...], milestones (required)
                                    "plateau": mode "min", factor 0.1, patience 10, threshold 1e-4,
