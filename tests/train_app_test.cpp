@@ -229,7 +229,8 @@ TEST(TrainAppTest, BinaryRejectsBadConfigsNamingTheKey) {
                           "val_check_interval", "check_val_every_n_epoch", "num_sanity_val_steps", "log_every_n_steps",
                           "accumulate_grad_batches", "gradient_clip_val", "gradient_clip_algorithm", "deterministic",
                           "default_root_dir", "callbacks", "logger", "enable_checkpointing", "enable_progress_bar",
-                          "fast_dev_run", "dist_timeout", "ckpt_path", "\"export\"", "t_max", "milestones", "plateau"})
+                          "fast_dev_run", "dist_timeout", "ckpt_path", "\"export\"", "t_max", "milestones", "plateau",
+                          "onecycle", "min_steps", "max_time", "DD:HH:MM:SS"})
     EXPECT_THAT(r.out, HasSubstr(key));
   std::filesystem::remove_all(dir);
 }
@@ -353,6 +354,21 @@ TEST(TrainConfigTest, ReadsEverySectionWithDefaults) {
   EXPECT_THAT(test::error_of<InvalidArgument>([&] { apply_override(j, "trainer.max_epochs.x=1"); }),
               HasSubstr("non-object"));
   EXPECT_THAT(test::error_of<InvalidArgument>([&] { apply_override(j, "novalue"); }), HasSubstr("key.path=value"));
+}
+
+TEST(TrainConfigTest, ReadsMaxTimeAndMinSteps) {
+  auto trainer = [](const json& t) { return parse_train_config({{"trainer", t}}).trainer; };
+  EXPECT_EQ(trainer({{"max_time", "01:02:03:04"}}).max_time,
+            std::chrono::milliseconds(((24 + 2) * 3600 + 3 * 60 + 4) * 1000));
+  EXPECT_EQ(trainer({{"max_time", 1.5}}).max_time, std::chrono::milliseconds(1500));
+  EXPECT_FALSE(trainer(json::object()).max_time.has_value());
+  EXPECT_EQ(trainer({{"min_steps", 7}}).min_steps, 7);
+  auto error = [](const json& t) { return test::error_of<InvalidArgument>([&] { parse_train_config({{"trainer", t}}); }); };
+  EXPECT_THAT(error({{"max_time", "12:00"}}), HasSubstr("trainer.max_time: max_time '12:00' is not \"DD:HH:MM:SS\""));
+  EXPECT_THAT(error({{"max_time", "00:0x:00:00"}}), HasSubstr("max_time '00:0x:00:00' is not"));
+  EXPECT_THAT(error({{"max_time", -3}}), HasSubstr("trainer.max_time: must be > 0 seconds, got -3"));
+  EXPECT_THAT(error({{"max_time", true}}), HasSubstr("trainer.max_time: expected \"DD:HH:MM:SS\" or seconds"));
+  EXPECT_THAT(error({{"min_steps", -1}}), HasSubstr("trainer.min_steps: must be >= 0, got -1"));
 }
 
 TEST(TrainConfigTest, ExampleConfigsParse) {

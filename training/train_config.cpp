@@ -107,6 +107,21 @@ TrainerOptions read_trainer(ConfigReader& r) {
   o.max_epochs = r.optional<int>("max_epochs");
   o.min_epochs = r.get("min_epochs", o.min_epochs);
   o.max_steps = r.get("max_steps", o.max_steps);
+  o.min_steps = r.get("min_steps", o.min_steps);
+  if (o.min_steps < 0) r.fail("min_steps", "must be >= 0, got " + std::to_string(o.min_steps));
+  const json& max_time = r.raw("max_time");
+  if (max_time.is_string()) {
+    try {
+      o.max_time = parse_max_time(max_time.get<std::string>());
+    } catch (const InvalidArgument& e) {
+      r.fail("max_time", e.what());
+    }
+  } else if (max_time.is_number()) {
+    if (!(max_time.get<double>() > 0)) r.fail("max_time", "must be > 0 seconds, got " + max_time.dump());
+    o.max_time = std::chrono::milliseconds(static_cast<int64_t>(max_time.get<double>() * 1000));
+  } else if (!max_time.is_null()) {
+    r.fail("max_time", "expected \"DD:HH:MM:SS\" or seconds, got " + max_time.dump());
+  }
   o.limit_train_batches = read_limit(r, "limit_train_batches");
   o.limit_val_batches = read_limit(r, "limit_val_batches");
   o.limit_test_batches = read_limit(r, "limit_test_batches");

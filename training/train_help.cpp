@@ -59,9 +59,12 @@ Lightning's meaning and defaults unless said otherwise.
   strategy           "auto"        "auto", "hpu_single", "hpu_parallel", "hpu_ddp" (DDP when devices > 1)
   num_nodes          1             nodes (MASTER_ADDR, MASTER_PORT, NODE_RANK from the environment)
   precision          "32"          "32", "32-true" or "bf16-mixed"
-  max_epochs         none          none with max_steps -1: 1000; -1: no limit
+  max_epochs         none          none with max_steps -1 and no max_time: 1000; -1: no limit
   min_epochs         0
   max_steps          -1            optimizer steps (-1: no limit)
+  min_steps          0             optimizer steps before early stopping or max_time may end fit
+  max_time           none          stop fit once the training loop ran this long (checked after
+                                   each batch): "DD:HH:MM:SS" (e.g. "00:12:00:00") or seconds
   limit_train_batches 1.0          a fraction (number with a point) or a batch count (integer)
   limit_val_batches  1.0           the same
   limit_test_batches 1.0           the same
