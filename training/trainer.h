@@ -7,6 +7,7 @@
 //   trainer.fit(module, train_loader, &val_loader);                  // or ckpt_path = "last" to resume
 //   trainer.test(module, test_loader, "best");                       // the best ModelCheckpoint file
 //   std::vector<hg::Tensor> out = trainer.predict(module, loader);
+//   trainer.fit(module, datamodule);                                  // a DataModule (training/data_module.h)
 //   Trainer timed({.max_time = std::chrono::hours(2), .min_steps = 100});  // or parse_max_time("00:02:00:00")
 //   timed.fit(module, train_loader);  timed.stop_reason();                // "max_time", "max_epochs", ...
 //
@@ -34,6 +35,8 @@
 #include "training/strategy.h"
 
 namespace hg::training {
+
+class DataModule;
 
 // A batch limit: a fraction of the loader (1.0 = all) or a count of batches.
 struct Limit {
@@ -110,6 +113,14 @@ class Trainer {
                                                   const std::string& ckpt_path = "");
   // Every predict_step output in loader order (on rank 0 under DDP: every rank's, gathered).
   std::vector<Tensor> predict(LightningModule& m, const DataLoader& data, const std::string& ckpt_path = "");
+  // The same with the loaders of a DataModule: prepare_data() (local rank 0), setup(stage), the
+  // stage's loaders, teardown(stage) (training/data_module.h).
+  void fit(LightningModule& m, DataModule& data, const std::string& ckpt_path = "");
+  std::vector<std::map<std::string, double>> validate(LightningModule& m, DataModule& data,
+                                                      const std::string& ckpt_path = "");
+  std::vector<std::map<std::string, double>> test(LightningModule& m, DataModule& data,
+                                                  const std::string& ckpt_path = "");
+  std::vector<Tensor> predict(LightningModule& m, DataModule& data, const std::string& ckpt_path = "");
 
   // A collective under DDP: rank 0 writes (atomically), then every rank meets at a barrier.
   void save_checkpoint(const std::filesystem::path& file, bool weights_only = false);
@@ -135,6 +146,7 @@ class Trainer {
   const std::map<std::string, double>& logged_metrics() const { return logged_metrics_; }
   std::vector<OptimizerConfig>& optimizer_configs() { return optimizers_; }
   LightningModule* lightning_module() const { return module_; }
+  DataModule* datamodule() const { return datamodule_; }  // the running stage's, if it was given one
   const std::vector<std::shared_ptr<Callback>>& callbacks() const { return callbacks_; }
   const std::vector<std::shared_ptr<Logger>>& loggers() const { return loggers_; }
   std::filesystem::path default_root_dir() const;
@@ -160,6 +172,7 @@ class Trainer {
   TrainerOptions opt_;
   std::unique_ptr<Loop> loop_;
   LightningModule* module_ = nullptr;
+  DataModule* datamodule_ = nullptr;
   std::vector<OptimizerConfig> optimizers_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::vector<std::shared_ptr<Logger>> loggers_;
