@@ -162,6 +162,41 @@ TEST(TrainAppTest, BinaryTrainsAndExportsASmallConfig) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(TrainAppTest, BinaryLrFindPrintsTheTableAndASuggestion) {
+  const auto dir = test::temp_dir("TrainAppLrFind");
+  json c = quiet_config(dir, "mlp", 2);
+  c["tuner"] = {{"num_training", 30}, {"min_lr", 1e-4}};
+  std::ofstream(dir / "find.json") << c.dump(2);
+  const ProcessRun r = run_binary(dir, "--config " + (dir / "find.json").string() + " --lr-find");
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("step            lr          loss"));
+  EXPECT_THAT(r.out, HasSubstr("<- suggestion"));
+  EXPECT_THAT(r.out, HasSubstr("lr_find: suggested lr "));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("held-out")));  // no training
+  std::filesystem::remove_all(dir);
+}
+
+// tuner.lr_find: the finder runs, then fit trains with its suggestion (Lightning's update_attr).
+TEST(TrainAppTest, TunerLrFindTrainsWithTheSuggestion) {
+  const auto dir = test::temp_dir("TrainAppTuner");
+  json c = quiet_config(dir, "mlp", 1);
+  c["tuner"] = {{"lr_find", true}, {"num_training", 20}, {"min_lr", 1e-3}, {"max_lr", 0.5}};
+  std::ostringstream out;
+  const TrainResult r = run_training(parse_train_config(c), out);
+  EXPECT_THAT(out.str(), HasSubstr("lr_find: suggested lr "));
+  const double lr = r.module->hparams()["optimizer"]["lr"].get<double>();
+  EXPECT_GE(lr, 1e-3);
+  EXPECT_LE(lr, 0.5);
+  EXPECT_NE(lr, 0.05);  // not the config's
+  auto error = [](const json& j) { return test::error_of<InvalidArgument>([&] { parse_train_config(j); }); };
+  EXPECT_THAT(error({{"tuner", {{"min_lr", 0}}}}), HasSubstr("tuner: lr_find: min_lr 0.0 must be > 0"));
+  EXPECT_THAT(error({{"tuner", {{"mode", "step"}}}}), HasSubstr("lr_find: mode 'step' is not exponential or linear"));
+  EXPECT_THAT(error({{"tuner", {{"numtraining", 5}}}}), HasSubstr("tuner.numtraining: unknown key"));
+  EXPECT_THAT(error({{"tuner", {{"lr_find", true}}}, {"trainer", {{"devices", 2}}}}),
+              HasSubstr("tuner.lr_find: runs in one process, but trainer.devices x trainer.num_nodes = 2"));
+  std::filesystem::remove_all(dir);
+}
+
 // ckpt_path "last" resumes the run in default_root_dir: 2 more epochs on top of the first 2.
 TEST(TrainAppTest, BinaryResumesFromTheLastCheckpoint) {
   const auto dir = test::temp_dir("TrainAppResume");
@@ -230,7 +265,8 @@ TEST(TrainAppTest, BinaryRejectsBadConfigsNamingTheKey) {
                           "accumulate_grad_batches", "gradient_clip_val", "gradient_clip_algorithm", "deterministic",
                           "default_root_dir", "callbacks", "logger", "enable_checkpointing", "enable_progress_bar",
                           "fast_dev_run", "dist_timeout", "ckpt_path", "\"export\"", "t_max", "milestones", "plateau",
-                          "onecycle", "min_steps", "max_time", "DD:HH:MM:SS"})
+                          "onecycle", "min_steps", "max_time", "DD:HH:MM:SS", "--lr-find", "\"tuner\"",
+                          "num_training", "early_stop_threshold"})
     EXPECT_THAT(r.out, HasSubstr(key));
   std::filesystem::remove_all(dir);
 }

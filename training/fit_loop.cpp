@@ -56,6 +56,8 @@ void Trainer::Loop::configure_optimizers(LightningModule& m) {
   t.optimizers_ = std::move(configs);
 }
 
+const Tensor& Trainer::last_loss() const { return loop_->last_loss; }
+
 bool Trainer::Loop::max_steps_reached() const { return t.opt_.max_steps != -1 && t.global_step_ >= t.opt_.max_steps; }
 
 bool Trainer::Loop::can_stop_early() const {
@@ -227,6 +229,7 @@ void Trainer::Loop::train_batch(LightningModule& m, const Batch& host_batch, int
   const TrainerOptions& o = t.opt_;
   const int64_t n = t.num_training_batches_;
   const Batch batch = to_device(host_batch);
+  last_loss = Tensor();
   const bool last = idx + 1 == n;
   const bool boundary = (idx + 1) % o.accumulate_grad_batches == 0 || last;
   bool stepped = false;
@@ -274,6 +277,7 @@ bool Trainer::Loop::automatic_step(LightningModule& m, const Batch& batch, int64
     AutocastGuard autocast(precision_bf16());
     loss = m.training_step(batch, idx);
   }
+  last_loss = loss;
   if (!loss.defined()) return false;  // an undefined loss skips the optimization of this batch
   if (loss.numel() != 1)
     throw InvalidArgument("training_step returned a loss of " + std::to_string(loss.numel()) + " elements, expected one");

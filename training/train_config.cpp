@@ -11,6 +11,7 @@
 #include "training/callbacks.h"
 #include "training/config_reader.h"
 #include "training/loggers.h"
+#include "training/py_format.h"
 
 namespace hg::training {
 
@@ -238,6 +239,24 @@ TrainConfig parse_train_config(const json& config) {
   c.trainer = read_trainer(t);
   t.finish();
 
+  if (auto tu = top.child("tuner")) {
+    LRFinderOptions& f = c.tuner.lr_finder;
+    c.tuner.lr_find = tu->get("lr_find", c.tuner.lr_find);
+    f.min_lr = tu->get("min_lr", f.min_lr);
+    f.max_lr = tu->get("max_lr", f.max_lr);
+    f.num_training = tu->get("num_training", f.num_training);
+    f.mode = tu->get("mode", f.mode);
+    if (tu->contains("early_stop_threshold")) f.early_stop_threshold = tu->optional<double>("early_stop_threshold");
+    tu->finish();
+    try {
+      check_lr_finder_options(f);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(std::string("tuner: ") + e.what());
+    }
+    const int world = (c.trainer.devices.count == -1 ? 1 : c.trainer.devices.count) * c.trainer.num_nodes;
+    if (c.tuner.lr_find && world > 1)
+      tu->fail("lr_find", "runs in one process, but trainer.devices x trainer.num_nodes = " + std::to_string(world));
+  }
   c.ckpt_path = top.get("ckpt_path", c.ckpt_path);
   if (auto e = top.child("export")) {
     ExportOptions x;
@@ -263,13 +282,48 @@ TrainConfig parse_train_config(const json& config) {
   return c;
 }
 
-TrainResult run_training(const TrainConfig& c, std::ostream& out) {
-  auto digits = load_digits(c.data.path, c.data.image_size);
-  auto [train, held] = random_split(digits, c.data.holdout_fraction, c.data.seed);
-  DataLoader train_loader(train, {.batch_size = c.data.batch_size, .shuffle = true, .seed = c.data.seed,
-                                  .num_workers = c.data.num_workers, .prefetch_factor = c.data.prefetch_factor});
-  DataLoader held_loader(held, {.batch_size = c.data.val_batch_size, .num_workers = c.data.num_workers,
-                                .prefetch_factor = c.data.prefetch_factor});
+namespace {
+
+// The digits, split into the training and the held-out loader.
+struct DigitsSplit {
+  std::shared_ptr<Subset> train, held;
+  DataLoader train_loader, held_loader;
+};
+
+DigitsSplit load_split(const DataConfig& d) {
+  auto [train, held] = random_split(load_digits(d.path, d.image_size), d.holdout_fraction, d.seed);
+  DataLoader train_loader(train, {.batch_size = d.batch_size, .shuffle = true, .seed = d.seed,
+                                  .num_workers = d.num_workers, .prefetch_factor = d.prefetch_factor});
+  DataLoader held_loader(held, {.batch_size = d.val_batch_size, .num_workers = d.num_workers,
+                                .prefetch_factor = d.prefetch_factor});
+  return {train, held, std::move(train_loader), std::move(held_loader)};
+}
+
+LRFinderResult find_lr(const TrainConfig& c, const DataLoader& train, std::ostream& out) {
+  ClassifierModule module(c.model);
+  const LRFinderResult r = lr_find(c.trainer, module, train, c.tuner.lr_finder);
+  out << r.table();
+  if (const auto lr = r.suggestion())
+    out << "lr_find: suggested lr " << py_repr(*lr) << (r.diverged ? " (stopped early: the loss diverged)" : "") << "\n";
+  else
+    out << "lr_find: no suggestion (fewer than 2 points after skipping the first 10 and the last; raise "
+           "tuner.num_training)\n";
+  return r;
+}
+
+}  // namespace
+
+LRFinderResult run_lr_find(const TrainConfig& c, std::ostream& out) {
+  const DigitsSplit d = load_split(c.data);
+  return find_lr(c, d.train_loader, out);
+}
+
+TrainResult run_training(const TrainConfig& config, std::ostream& out) {
+  const DigitsSplit d = load_split(config.data);
+  const auto& [train, held, train_loader, held_loader] = d;
+  TrainConfig c = config;
+  if (c.tuner.lr_find)  // Lightning's Tuner with update_attr: fit with the suggestion
+    if (const auto lr = find_lr(c, train_loader, out).suggestion()) c.model.optimizer["lr"] = *lr;
   TrainResult r;
   r.module = std::make_shared<ClassifierModule>(c.model);
   Trainer trainer(c.trainer);

@@ -19,6 +19,7 @@
 
 #include "training/classifier_module.h"
 #include "training/export.h"
+#include "training/lr_finder.h"
 #include "training/trainer.h"
 
 namespace hg::training {
@@ -35,8 +36,15 @@ struct DataConfig {
   int prefetch_factor = 2;
 };
 
+// The "tuner" section: the learning-rate finder (training/lr_finder.h).
+struct TunerConfig {
+  bool lr_find = false;  // run it before fit and train with its suggestion as optimizer.lr
+  LRFinderOptions lr_finder;
+};
+
 struct TrainConfig {
   DataConfig data;
+  TunerConfig tuner;
   ClassifierSpec model;
   TrainerOptions trainer;
   std::optional<ExportOptions> export_options;  // set when export.dir is given
@@ -62,7 +70,12 @@ struct TrainResult {
 };
 
 // Loads the data, fits, tests on the held-out split and exports (on global rank 0). Under DDP
-// every process runs this (the Trainer re-executes the program for local ranks 1..n-1).
+// every process runs this (the Trainer re-executes the program for local ranks 1..n-1). With
+// tuner.lr_find, the learning-rate finder runs first and fit uses its suggestion as optimizer.lr.
 TrainResult run_training(const TrainConfig& c, std::ostream& out);
+
+// hgraph-train --lr-find: the finder on the training split with the config's model, optimizer
+// and trainer (one process); prints the table and the suggestion.
+LRFinderResult run_lr_find(const TrainConfig& c, std::ostream& out);
 
 }  // namespace hg::training

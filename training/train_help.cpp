@@ -98,6 +98,15 @@ Lightning's meaning and defaults unless said otherwise.
                                    same graph (training_step is then not called; DDP reduces
                                    inside the step's graph; see docs)
 
+"tuner":                           the learning-rate finder (Lightning's Tuner.lr_find)
+  lr_find            false         run it before fit and train with its suggestion as optimizer.lr
+                                   (one process); hgraph-train --lr-find only prints it
+  min_lr             1e-8          the sweep's first lr
+  max_lr             1.0           the lr it grows towards
+  num_training       100           optimizer steps of the sweep
+  mode               "exponential" "exponential" or "linear" growth
+  early_stop_threshold 4.0         stop once the smoothed loss passes this x the best (null: never)
+
 "ckpt_path"            ""          resume fit from this checkpoint file, or "last" / "best" (the
                                    ModelCheckpoint's in default_root_dir); "": a fresh start
 

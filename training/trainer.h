@@ -144,6 +144,9 @@ class Trainer {
   const std::map<std::string, double>& callback_metrics() const { return callback_metrics_; }
   const std::map<std::string, double>& progress_bar_metrics() const { return progress_bar_metrics_; }
   const std::map<std::string, double>& logged_metrics() const { return logged_metrics_; }
+  // The loss the last training_step returned (automatic optimization; undefined when it returned
+  // none, before the first, and for a replayed step). Read it from on_train_batch_end.
+  const Tensor& last_loss() const;
   std::vector<OptimizerConfig>& optimizer_configs() { return optimizers_; }
   LightningModule* lightning_module() const { return module_; }
   DataModule* datamodule() const { return datamodule_; }  // the running stage's, if it was given one

@@ -27,6 +27,7 @@ struct Trainer::Loop {
   std::unique_ptr<graphs::StepReplay> replay;
   std::vector<MetricStore::Logged> replay_logs;  // without their tensors
   bool replay_stepped = false;
+  Tensor last_loss;  // the last training_step's (Trainer::last_loss)
 
   // Where log() goes and with which defaults.
   MetricStore train_metrics, eval_metrics;
