@@ -9,6 +9,7 @@
 #include "errors.h"
 #include "golden.h"
 #include "training/adam.h"
+#include "training/optimizer_config.h"
 #include "training/schedulers.h"
 #include "training/sgd.h"
 
@@ -33,35 +34,26 @@ struct TwoGroups {
 
 std::string optimizer_of(const nlohmann::json& c) { return c.value("optimizer", std::string("SGD")); }
 
-std::unique_ptr<LRScheduler> make(training::Optimizer& opt, const std::string& name, const nlohmann::json& a) {
+std::shared_ptr<LRScheduler> make(training::Optimizer& opt, const std::string& name, const nlohmann::json& a) {
   using namespace training;
   auto num = [&](const char* k) { return a[k].get<double>(); };
   auto integer = [&](const char* k) { return a[k].get<int64_t>(); };
-  if (name == "StepLR") return std::make_unique<StepLR>(opt, integer("step_size"), num("gamma"));
+  if (name == "StepLR") return std::make_shared<StepLR>(opt, integer("step_size"), num("gamma"));
   if (name == "MultiStepLR")
-    return std::make_unique<MultiStepLR>(opt, a["milestones"].get<std::vector<int64_t>>(), num("gamma"));
-  if (name == "CosineAnnealingLR") return std::make_unique<CosineAnnealingLR>(opt, integer("t_max"), num("eta_min"));
+    return std::make_shared<MultiStepLR>(opt, a["milestones"].get<std::vector<int64_t>>(), num("gamma"));
+  if (name == "CosineAnnealingLR") return std::make_shared<CosineAnnealingLR>(opt, integer("t_max"), num("eta_min"));
   if (name == "LinearLR")
-    return std::make_unique<LinearLR>(opt, num("start_factor"), num("end_factor"), integer("total_iters"));
-  if (name == "ExponentialLR") return std::make_unique<ExponentialLR>(opt, num("gamma"));
-  if (name == "OneCycleLR") {
-    OneCycleLROptions o{.max_lr = a["max_lr"].get<std::vector<double>>(), .pct_start = num("pct_start")};
-    o.total_steps = a.value("total_steps", int64_t{0});
-    o.epochs = a.value("epochs", int64_t{0});
-    o.steps_per_epoch = a.value("steps_per_epoch", int64_t{0});
-    o.anneal_strategy = a.value("anneal_strategy", o.anneal_strategy);
-    o.cycle_momentum = a.value("cycle_momentum", o.cycle_momentum);
-    o.base_momentum = a.value("base_momentum", o.base_momentum);
-    o.max_momentum = a.value("max_momentum", o.max_momentum);
-    o.div_factor = a.value("div_factor", o.div_factor);
-    o.final_div_factor = a.value("final_div_factor", o.final_div_factor);
-    o.three_phase = a.value("three_phase", o.three_phase);
-    return std::make_unique<OneCycleLR>(opt, o);
+    return std::make_shared<LinearLR>(opt, num("start_factor"), num("end_factor"), integer("total_iters"));
+  if (name == "ExponentialLR") return std::make_shared<ExponentialLR>(opt, num("gamma"));
+  if (name == "OneCycleLR") {  // the golden's args are hgraph-train's "onecycle" keys
+    nlohmann::json j = a;
+    j["name"] = "onecycle";
+    return make_scheduler_config(j, opt);
   }
   if (name == "LambdaLR") {  // (t + 1) / warmup during the warm-up, then decay^(t - warmup)
     const int64_t warmup = integer("warmup");
     const double decay = num("decay");
-    return std::make_unique<LambdaLR>(opt, std::vector<LambdaLR::Fn>{[warmup, decay](int64_t t) {
+    return std::make_shared<LambdaLR>(opt, std::vector<LambdaLR::Fn>{[warmup, decay](int64_t t) {
       return t < warmup ? static_cast<double>(t + 1) / static_cast<double>(warmup)
                         : std::pow(decay, static_cast<double>(t - warmup));
     }});
@@ -69,10 +61,10 @@ std::unique_ptr<LRScheduler> make(training::Optimizer& opt, const std::string& n
   if (name == "SequentialLR") {
     auto warm = std::make_shared<LinearLR>(opt, 0.1, 1.0, integer("warmup"));
     auto cos = std::make_shared<CosineAnnealingLR>(opt, integer("t_max"), 0.0);
-    return std::make_unique<SequentialLR>(opt, std::vector<std::shared_ptr<LRScheduler>>{warm, cos},
+    return std::make_shared<SequentialLR>(opt, std::vector<std::shared_ptr<LRScheduler>>{warm, cos},
                                           std::vector<int64_t>{integer("warmup")});
   }
-  return std::make_unique<ReduceLROnPlateau>(
+  return std::make_shared<ReduceLROnPlateau>(
       opt, ReduceLROnPlateauOptions{.mode = a["mode"].get<std::string>(), .factor = num("factor"),
                                     .patience = integer("patience"), .threshold = num("threshold"),
                                     .threshold_mode = a["threshold_mode"].get<std::string>(),

@@ -123,6 +123,13 @@ std::shared_ptr<LRScheduler> make_scheduler(ConfigReader& r, Optimizer& opt) {
 
 }  // namespace
 
+std::shared_ptr<LRScheduler> make_scheduler_config(const nlohmann::json& config, Optimizer& opt, const std::string& path) {
+  ConfigReader r(config, path);
+  auto s = make_scheduler(r, opt);
+  r.finish();
+  return s;
+}
+
 OptimizerConfig make_optimizer_config(const nlohmann::json& config, const NamedParams& params, const std::string& path) {
   ConfigReader r(config, path);
   OptimizerConfig out;

@@ -30,5 +30,9 @@ namespace hg::training {
 
 OptimizerConfig make_optimizer_config(const nlohmann::json& config, const NamedParams& params,
                                       const std::string& path = "optimizer");
+// One scheduler driving `opt` from its description above, without the Trainer's keys (interval,
+// frequency, monitor, strict, log_name): {"name": "onecycle", "max_lr": 0.1, "total_steps": 100}.
+std::shared_ptr<LRScheduler> make_scheduler_config(const nlohmann::json& config, Optimizer& opt,
+                                                   const std::string& path = "scheduler");
 
 }  // namespace hg::training
