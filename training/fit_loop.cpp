@@ -261,6 +261,7 @@ void Trainer::Loop::train_batch(LightningModule& m, const Batch& host_batch, int
     HookScope scope(*this, &train_metrics, true, "on_train_batch_end");
     for (auto& cb : t.callbacks_) cb->on_train_batch_end(t, m, host_batch, idx);
   }
+  last_loss = Tensor();  // not kept past the batch (with its graph)
   if (stepped && t.global_step_ % o.log_every_n_steps == 0) log_to_loggers(s.log, t.global_step_ - 1);
   train_metrics.clear_step();
   if (should_validate(idx)) evaluate(m, *val_loader, t.num_val_batches_, false);

@@ -145,7 +145,7 @@ class Trainer {
   const std::map<std::string, double>& progress_bar_metrics() const { return progress_bar_metrics_; }
   const std::map<std::string, double>& logged_metrics() const { return logged_metrics_; }
   // The loss the last training_step returned (automatic optimization; undefined when it returned
-  // none, before the first, and for a replayed step). Read it from on_train_batch_end.
+  // none and for a replayed step). Set during the batch's hooks up to on_train_batch_end.
   const Tensor& last_loss() const;
   std::vector<OptimizerConfig>& optimizer_configs() { return optimizers_; }
   LightningModule* lightning_module() const { return module_; }
