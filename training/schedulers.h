@@ -131,8 +131,8 @@ struct OneCycleLROptions {
   double pct_start = 0.3;              // share of the steps spent raising the lr, in [0, 1]
   std::string anneal_strategy = "cos"; // "cos" or "linear"
   // Anneals SGD's momentum or Adam's / AdamW's beta1 inversely to the lr, between base_momentum
-  // and max_momentum (one value, or one per group). The momentum is a constant of the lazy step
-  // graph: with it on, each step compiles a new graph (cycle_momentum = false keeps one).
+  // and max_momentum (one value, or one per group). Both are inputs of the lazy step graph, so
+  // the cycling does not recompile the step.
   bool cycle_momentum = true;
   std::vector<double> base_momentum = {0.85};
   std::vector<double> max_momentum = {0.95};
