@@ -1,12 +1,14 @@
-// hgraph-train's configuration: a JSON file with the sections data, model, optimizer, trainer
-// and export (every key and default: train_config_help()), overridden by "--set key.path=value",
-// and the run it describes (fit on the training split, test on the held-out split, export).
+// hgraph-train's configuration: a JSON file with the sections data, model, optimizer, trainer,
+// tuner and export (every key and default: train_config_help()), overridden by
+// "--set key.path=value", and the run it describes (fit on the training split, test on the
+// held-out split, export).
 //
 //   nlohmann::json j = hg::training::read_config_file("training/configs/digits_mlp.json");
 //   hg::training::apply_override(j, "trainer.max_epochs=5");
 //   hg::training::TrainConfig c = hg::training::parse_train_config(j);   // errors name the key
 //   hg::training::TrainResult r = hg::training::run_training(c, std::cout);
 //   r.test.at("test_acc"); r.export_dir;
+//   hg::training::run_lr_find(c, std::cout);   // --lr-find: the "tuner" section's lr finder, no training
 #pragma once
 #include <cstdint>
 #include <filesystem>
