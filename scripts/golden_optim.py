@@ -15,7 +15,9 @@ Writes
      "grads": {name: {"shape", "data"}}, "total_norm", "clipped": {name: data}}
   tests/golden/optim_sched.json: scheduler cases, each with two param groups (lr 0.1 and 0.02)
     {"name", "scheduler", "args": {...}, "metrics": [..] (ReduceLROnPlateau),
-     "lrs": [[lr of each group] after construction, then after each step]}
+     "optimizer": "SGD" | "Adam" (SGD when missing),
+     "lrs": [[lr of each group] after construction, then after each step],
+     "momentums": [[momentum (SGD) or beta1 (Adam) of each group], ...] (OneCycleLR only)}
 torch.optim runs in float32 (as the engine); option names follow training/optimizer.h
 (beta1/beta2 instead of betas).
 """
@@ -123,11 +125,17 @@ def clip_cases():
 SCHED_STEPS = 40
 
 
-def sched_case(name, make, args, metrics=None):
+def momentums_of(opt):
+    return [g["betas"][0] if "betas" in g else g["momentum"] for g in opt.param_groups]
+
+
+def sched_case(name, make, args, metrics=None, optimizer="SGD", momentums=False):
     params = [torch.zeros(1, requires_grad=True), torch.zeros(1, requires_grad=True)]
-    opt = torch.optim.SGD([{"params": [params[0]], "lr": 0.1}, {"params": [params[1]], "lr": 0.02}], lr=0.1)
+    groups = [{"params": [params[0]], "lr": 0.1}, {"params": [params[1]], "lr": 0.02}]
+    opt = torch.optim.SGD(groups, lr=0.1) if optimizer == "SGD" else torch.optim.Adam(groups, lr=0.1)
     sched = make(opt)
     lrs = [[g["lr"] for g in opt.param_groups]]
+    moms = [momentums_of(opt)]
     for step in range(SCHED_STEPS):
         opt.step()
         if metrics is None:
@@ -135,9 +143,14 @@ def sched_case(name, make, args, metrics=None):
         else:
             sched.step(metrics[step])
         lrs.append([g["lr"] for g in opt.param_groups])
+        moms.append(momentums_of(opt))
     out = {"name": name, "scheduler": name.split("_")[0], "args": args, "lrs": lrs}
     if metrics is not None:
         out["metrics"] = metrics
+    if optimizer != "SGD":
+        out["optimizer"] = optimizer
+    if momentums:
+        out["momentums"] = moms
     return out
 
 
@@ -172,6 +185,22 @@ def sched_cases():
                                                  threshold_mode="abs", cooldown=0, min_lr=0.0),
                    {"mode": "max", "factor": 0.1, "patience": 3, "threshold": 0.05, "threshold_mode": "abs",
                     "cooldown": 0, "min_lr": 0.0}, rising),
+        # total_steps 40: the 40 steps end exactly at the last one (a 41st raises).
+        sched_case("OneCycleLR_cos",
+                   lambda o: S.OneCycleLR(o, max_lr=[0.5, 0.1], total_steps=40, pct_start=0.25),
+                   {"max_lr": [0.5, 0.1], "total_steps": 40, "pct_start": 0.25}, momentums=True),
+        sched_case("OneCycleLR_linear_three_phase",
+                   lambda o: S.OneCycleLR(o, max_lr=0.3, epochs=5, steps_per_epoch=8, pct_start=0.3,
+                                          anneal_strategy="linear", cycle_momentum=False, div_factor=10.0,
+                                          final_div_factor=100.0, three_phase=True),
+                   {"max_lr": [0.3], "epochs": 5, "steps_per_epoch": 8, "pct_start": 0.3,
+                    "anneal_strategy": "linear", "cycle_momentum": False, "div_factor": 10.0,
+                    "final_div_factor": 100.0, "three_phase": True}, momentums=True),
+        sched_case("OneCycleLR_adam",
+                   lambda o: S.OneCycleLR(o, max_lr=0.01, total_steps=45, pct_start=0.4, base_momentum=0.8,
+                                          max_momentum=0.9),
+                   {"max_lr": [0.01], "total_steps": 45, "pct_start": 0.4, "base_momentum": [0.8],
+                    "max_momentum": [0.9]}, optimizer="Adam", momentums=True),
     ]
 
 

@@ -243,6 +243,20 @@ Training sgd_nesterov_step(const training::NamedParams& params) {
   return {std::move(opt), std::move(sched)};
 }
 
+// OneCycleLR cycling AdamW's beta1 / SGD's momentum every step (total_steps 12: the 12 steps end
+// at its last one).
+Training adamw_one_cycle(const training::NamedParams& params) {
+  auto opt = std::make_unique<training::AdamW>(params, training::AdamOptions{.lr = 0.05});
+  auto sched = std::make_unique<training::OneCycleLR>(*opt, training::OneCycleLROptions{.max_lr = {0.05}, .total_steps = 12});
+  return {std::move(opt), std::move(sched)};
+}
+
+Training sgd_one_cycle(const training::NamedParams& params) {
+  auto opt = std::make_unique<training::SGD>(params, training::SGDOptions{.lr = 0.2, .momentum = 0.9, .nesterov = true});
+  auto sched = std::make_unique<training::OneCycleLR>(*opt, training::OneCycleLROptions{.max_lr = {0.2}, .total_steps = 12});
+  return {std::move(opt), std::move(sched)};
+}
+
 // 12 training steps of a small MLP on hpu:0 (lr changing every step); returns the final weights
 // and, in `stats`, the lazy-mode counters before the first step and after each step.
 std::vector<float> train_mlp(bool lazy, const MakeTraining& make, std::vector<graphs::LazyStats>* stats) {
@@ -302,6 +316,12 @@ TEST(OptimizerLazy, ScheduledAdamWStepCompilesOnceAndMatchesEager) {
 TEST(OptimizerLazy, ScheduledSgdMomentumCompilesTwiceAndMatchesEager) {
   // Step 1 has no momentum buffer yet (PyTorch's buf = g), step 2 onwards the same graph.
   expect_compiles_only_at_first(sgd_nesterov_step, 2, "SGD Nesterov + StepLR");
+}
+
+TEST(OptimizerLazy, OneCycleMomentumCyclingDoesNotRecompile) {
+  // beta1 and the momentum change every step, as the lr: inputs of the step graph.
+  expect_compiles_only_at_first(adamw_one_cycle, 1, "AdamW + OneCycleLR");
+  expect_compiles_only_at_first(sgd_one_cycle, 2, "SGD Nesterov + OneCycleLR");
 }
 
 }  // namespace

@@ -162,6 +162,41 @@ TEST(TrainAppTest, BinaryTrainsAndExportsASmallConfig) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(TrainAppTest, BinaryLrFindPrintsTheTableAndASuggestion) {
+  const auto dir = test::temp_dir("TrainAppLrFind");
+  json c = quiet_config(dir, "mlp", 2);
+  c["tuner"] = {{"num_training", 30}, {"min_lr", 1e-4}};
+  std::ofstream(dir / "find.json") << c.dump(2);
+  const ProcessRun r = run_binary(dir, "--config " + (dir / "find.json").string() + " --lr-find");
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("step            lr          loss"));
+  EXPECT_THAT(r.out, HasSubstr("<- suggestion"));
+  EXPECT_THAT(r.out, HasSubstr("lr_find: suggested lr "));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("held-out")));  // no training
+  std::filesystem::remove_all(dir);
+}
+
+// tuner.lr_find: the finder runs, then fit trains with its suggestion (Lightning's update_attr).
+TEST(TrainAppTest, TunerLrFindTrainsWithTheSuggestion) {
+  const auto dir = test::temp_dir("TrainAppTuner");
+  json c = quiet_config(dir, "mlp", 1);
+  c["tuner"] = {{"lr_find", true}, {"num_training", 20}, {"min_lr", 1e-3}, {"max_lr", 0.5}};
+  std::ostringstream out;
+  const TrainResult r = run_training(parse_train_config(c), out);
+  EXPECT_THAT(out.str(), HasSubstr("lr_find: suggested lr "));
+  const double lr = r.module->hparams()["optimizer"]["lr"].get<double>();
+  EXPECT_GE(lr, 1e-3);
+  EXPECT_LE(lr, 0.5);
+  EXPECT_NE(lr, 0.05);  // not the config's
+  auto error = [](const json& j) { return test::error_of<InvalidArgument>([&] { parse_train_config(j); }); };
+  EXPECT_THAT(error({{"tuner", {{"min_lr", 0}}}}), HasSubstr("tuner: lr_find: min_lr 0.0 must be > 0"));
+  EXPECT_THAT(error({{"tuner", {{"mode", "step"}}}}), HasSubstr("lr_find: mode 'step' is not exponential or linear"));
+  EXPECT_THAT(error({{"tuner", {{"numtraining", 5}}}}), HasSubstr("tuner.numtraining: unknown key"));
+  EXPECT_THAT(error({{"tuner", {{"lr_find", true}}}, {"trainer", {{"devices", 2}}}}),
+              HasSubstr("tuner.lr_find: runs in one process, but trainer.devices x trainer.num_nodes = 2"));
+  std::filesystem::remove_all(dir);
+}
+
 // ckpt_path "last" resumes the run in default_root_dir: 2 more epochs on top of the first 2.
 TEST(TrainAppTest, BinaryResumesFromTheLastCheckpoint) {
   const auto dir = test::temp_dir("TrainAppResume");
@@ -229,7 +264,9 @@ TEST(TrainAppTest, BinaryRejectsBadConfigsNamingTheKey) {
                           "val_check_interval", "check_val_every_n_epoch", "num_sanity_val_steps", "log_every_n_steps",
                           "accumulate_grad_batches", "gradient_clip_val", "gradient_clip_algorithm", "deterministic",
                           "default_root_dir", "callbacks", "logger", "enable_checkpointing", "enable_progress_bar",
-                          "fast_dev_run", "dist_timeout", "ckpt_path", "\"export\"", "t_max", "milestones", "plateau"})
+                          "fast_dev_run", "dist_timeout", "ckpt_path", "\"export\"", "t_max", "milestones", "plateau",
+                          "onecycle", "min_steps", "max_time", "DD:HH:MM:SS", "--lr-find", "\"tuner\"",
+                          "num_training", "early_stop_threshold"})
     EXPECT_THAT(r.out, HasSubstr(key));
   std::filesystem::remove_all(dir);
 }
@@ -355,6 +392,21 @@ TEST(TrainConfigTest, ReadsEverySectionWithDefaults) {
   EXPECT_THAT(test::error_of<InvalidArgument>([&] { apply_override(j, "novalue"); }), HasSubstr("key.path=value"));
 }
 
+TEST(TrainConfigTest, ReadsMaxTimeAndMinSteps) {
+  auto trainer = [](const json& t) { return parse_train_config({{"trainer", t}}).trainer; };
+  EXPECT_EQ(trainer({{"max_time", "01:02:03:04"}}).max_time,
+            std::chrono::milliseconds(((24 + 2) * 3600 + 3 * 60 + 4) * 1000));
+  EXPECT_EQ(trainer({{"max_time", 1.5}}).max_time, std::chrono::milliseconds(1500));
+  EXPECT_FALSE(trainer(json::object()).max_time.has_value());
+  EXPECT_EQ(trainer({{"min_steps", 7}}).min_steps, 7);
+  auto error = [](const json& t) { return test::error_of<InvalidArgument>([&] { parse_train_config({{"trainer", t}}); }); };
+  EXPECT_THAT(error({{"max_time", "12:00"}}), HasSubstr("trainer.max_time: max_time '12:00' is not \"DD:HH:MM:SS\""));
+  EXPECT_THAT(error({{"max_time", "00:0x:00:00"}}), HasSubstr("max_time '00:0x:00:00' is not"));
+  EXPECT_THAT(error({{"max_time", -3}}), HasSubstr("trainer.max_time: must be > 0 seconds, got -3"));
+  EXPECT_THAT(error({{"max_time", true}}), HasSubstr("trainer.max_time: expected \"DD:HH:MM:SS\" or seconds"));
+  EXPECT_THAT(error({{"min_steps", -1}}), HasSubstr("trainer.min_steps: must be >= 0, got -1"));
+}
+
 TEST(TrainConfigTest, ExampleConfigsParse) {
   for (const char* name : {"digits_mlp.json", "digits_lenet.json"}) {
     const auto c = parse_train_config(read_config_file(std::string(HG_SOURCE_DIR "/training/configs/") + name));
@@ -406,6 +458,27 @@ TEST(TrainConfigTest, OptimizerConfigBuildsOptimizersAndSchedulers) {
                 make_optimizer_config({{"name", "sgd"}, {"scheduler", {{"name", "exponential"}}}}, params, "optimizer");
               }),
               HasSubstr("optimizer.scheduler.gamma: is required"));
+  auto one = make_optimizer_config({{"name", "adam"}, {"lr", 1.0},
+                                    {"scheduler", {{"name", "onecycle"}, {"max_lr", 0.1}, {"total_steps", 10},
+                                                   {"anneal_strategy", "linear"}, {"interval", "step"}}}},
+                                   params);
+  EXPECT_EQ(one.scheduler->name(), "OneCycleLR");
+  EXPECT_EQ(one.interval, "step");
+  EXPECT_DOUBLE_EQ(one.optimizer->param_groups()[0].lr(), 0.1 / 25);
+  EXPECT_DOUBLE_EQ(one.optimizer->param_groups()[0].options.at("beta1"), 0.95);
+  for (int i = 0; i < 2; ++i) one.scheduler->step();  // the peak: pct_start * total_steps - 1 = 2
+  EXPECT_DOUBLE_EQ(one.optimizer->param_groups()[0].lr(), 0.1);
+  EXPECT_DOUBLE_EQ(one.optimizer->param_groups()[0].options.at("beta1"), 0.85);
+  EXPECT_THAT(test::error_of<InvalidArgument>([&] {
+                make_optimizer_config({{"name", "sgd"}, {"scheduler", {{"name", "onecycle"}, {"max_lr", 0.1}}}},
+                                      params, "optimizer");
+              }),
+              HasSubstr("optimizer.scheduler: OneCycleLR: give total_steps, or epochs and steps_per_epoch"));
+  EXPECT_THAT(test::error_of<InvalidArgument>([&] {
+                make_optimizer_config({{"name", "sgd"}, {"scheduler", {{"name", "onecycle"}, {"total_steps", 5}}}},
+                                      params, "optimizer");
+              }),
+              HasSubstr("optimizer.scheduler.max_lr: is required"));
 }
 
 }  // namespace

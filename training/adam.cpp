@@ -109,8 +109,11 @@ void Adam::step() {
         return l2 ? f.op(ew::Add, gr, f.scale(pr, wd)) : gr;
       };
       Fused fm, fv;
-      const Fused::Reg m_old = fm.in(m), v_old = fv.in(v), gm = grad(fm), gv = grad(fv);
-      fm.op(ew::Add, fm.scale(m_old, beta1), fm.scale(gm, 1 - beta1));
+      // beta1 enters as an input (OneCycleLR cycles it every step), beta2 as a constant.
+      const Fused::Reg m_old = fm.in(m), b1 = fm.in(held_scalar(beta1_[{gi, dev}], beta1, d)),
+                       c1 = fm.in(held_scalar(one_minus_beta1_[{gi, dev}], 1 - beta1, d)), v_old = fv.in(v),
+                       gm = grad(fm), gv = grad(fv);
+      fm.op(ew::Add, fm.op(ew::Mul, m_old, b1), fm.op(ew::Mul, gm, c1));
       fv.op(ew::Add, fv.scale(v_old, beta2), fv.scale(fv.op(ew::Mul, gv, gv), 1 - beta2));
       m = fm.run().to(p->dtype());
       v = fv.run().to(p->dtype());

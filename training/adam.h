@@ -3,8 +3,8 @@
 //   m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g * g
 //   v_hat = amsgrad ? (v_max = max(v_max, v)) : v
 //   p = p - lr / (1 - beta1^t) * m / (sqrt(v_hat) / sqrt(1 - beta2^t) + eps)
-// lr and the step-dependent factors enter a lazy graph as inputs (device scalars made fresh at
-// each step), so neither a scheduler nor the step count recompiles the step graph.
+// lr, beta1 and the step-dependent factors enter a lazy graph as inputs (device scalars), so
+// neither a scheduler (OneCycleLR also cycles beta1) nor the step count recompiles the step graph.
 //
 //   hg::training::AdamW opt(net->named_parameters(), {.lr = 1e-3});   // weight_decay 1e-2
 //   hg::training::Adam adam(net->named_parameters(), {.lr = 1e-3, .amsgrad = true});
@@ -67,7 +67,8 @@ class Adam : public Optimizer {
   bool decoupled_;
   std::map<std::string, ParamState> state_;
   std::map<std::pair<size_t, std::string>, std::vector<StepScalars>> scalars_;
-  std::map<std::pair<size_t, std::string>, std::pair<double, Tensor>> eps_, decay_;  // remade when the value changes
+  // Remade when the value changes.
+  std::map<std::pair<size_t, std::string>, std::pair<double, Tensor>> eps_, decay_, beta1_, one_minus_beta1_;
   std::vector<Stepped> stepped_;
 };
 

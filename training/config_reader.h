@@ -28,6 +28,7 @@ class ConfigReader {
   }
   bool has(const std::string& key) const { return j_.contains(key) && !j_.at(key).is_null(); }
   bool contains(const std::string& key) const { return j_.contains(key); }  // null included
+  const std::string& path() const { return path_; }
   std::string path_of(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
   // The raw value (marked as read), or null when absent.

@@ -56,7 +56,28 @@ void Trainer::Loop::configure_optimizers(LightningModule& m) {
   t.optimizers_ = std::move(configs);
 }
 
+const Tensor& Trainer::last_loss() const { return loop_->last_loss; }
+
 bool Trainer::Loop::max_steps_reached() const { return t.opt_.max_steps != -1 && t.global_step_ >= t.opt_.max_steps; }
+
+bool Trainer::Loop::can_stop_early() const {
+  return t.epoch_ >= t.opt_.min_epochs && t.global_step_ >= t.opt_.min_steps;
+}
+
+std::chrono::milliseconds Trainer::Loop::train_time() const {
+  return time_before + std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - train_start);
+}
+
+void Trainer::Loop::check_max_time() {
+  if (!t.opt_.max_time || time_up) return;
+  double up = train_time() >= *t.opt_.max_time ? 1.0 : 0.0;
+  if (strategy->world_size() > 1) up = strategy->reduce(up, ReduceOp::Max);  // every rank stops at the same batch
+  if (up < 0.5) return;
+  time_up = true;
+  t.should_stop = true;
+  spdlog::info("Time limit reached. Elapsed time is {} s. Signaling Trainer to stop.",
+               static_cast<double>(train_time().count()) / 1000.0);
+}
 
 void Trainer::Loop::fit(LightningModule& m, const DataLoader& train, const DataLoader* val) {
   const TrainerOptions& o = t.opt_;
@@ -106,10 +127,26 @@ void Trainer::Loop::fit(LightningModule& m, const DataLoader& train, const DataL
                    "broadcast; this fit traces every step");
   }
   if (n == 0) spdlog::warn("Trainer: limit_train_batches gives 0 training batches: fit skips training");
+  t.stop_reason_.clear();
+  time_up = false;
+  train_start = std::chrono::steady_clock::now();
   while (n > 0) {
-    if (t.should_stop && t.epoch_ >= o.min_epochs) break;
-    if (max_steps_reached()) break;
-    if (*o.max_epochs != -1 && t.epoch_ >= *o.max_epochs) break;
+    // Lightning's order of the checks (FitLoop.done).
+    if (max_steps_reached()) {
+      t.stop_reason_ = "max_steps";
+      spdlog::debug("`Trainer.fit` stopped: `max_steps={}` reached.", o.max_steps);
+      break;
+    }
+    if (*o.max_epochs != -1 && t.epoch_ >= *o.max_epochs) {
+      t.stop_reason_ = "max_epochs";
+      spdlog::debug("`Trainer.fit` stopped: `max_epochs={}` reached.", *o.max_epochs);
+      break;
+    }
+    if (t.should_stop && can_stop_early()) {
+      t.stop_reason_ = time_up ? "max_time" : "should_stop";
+      spdlog::debug("`Trainer.fit` stopped: {}.", time_up ? "`max_time` reached" : "`trainer.should_stop` was set");
+      break;
+    }
     train_epoch(m, train_d);
   }
   for (auto& cb : t.callbacks_) cb->on_fit_end(t, m);
@@ -144,7 +181,8 @@ void Trainer::Loop::train_epoch(LightningModule& m, const DataLoader& train) {
     std::optional<Batch> b = it.next();
     if (!b) throw InternalError("training loader ended after " + std::to_string(idx) + " of " + std::to_string(n) + " batches");
     train_batch(m, *b, idx);
-    if (max_steps_reached() || (t.should_stop && t.epoch_ >= t.opt_.min_epochs)) break;
+    check_max_time();
+    if (max_steps_reached() || (t.should_stop && can_stop_early())) break;
   }
   epoch_done = next_batch >= n;
   epoch_end_hooks(m);
@@ -191,6 +229,7 @@ void Trainer::Loop::train_batch(LightningModule& m, const Batch& host_batch, int
   const TrainerOptions& o = t.opt_;
   const int64_t n = t.num_training_batches_;
   const Batch batch = to_device(host_batch);
+  last_loss = Tensor();
   const bool last = idx + 1 == n;
   const bool boundary = (idx + 1) % o.accumulate_grad_batches == 0 || last;
   bool stepped = false;
@@ -222,6 +261,7 @@ void Trainer::Loop::train_batch(LightningModule& m, const Batch& host_batch, int
     HookScope scope(*this, &train_metrics, true, "on_train_batch_end");
     for (auto& cb : t.callbacks_) cb->on_train_batch_end(t, m, host_batch, idx);
   }
+  last_loss = Tensor();  // not kept past the batch (with its graph)
   if (stepped && t.global_step_ % o.log_every_n_steps == 0) log_to_loggers(s.log, t.global_step_ - 1);
   train_metrics.clear_step();
   if (should_validate(idx)) evaluate(m, *val_loader, t.num_val_batches_, false);
@@ -238,6 +278,7 @@ bool Trainer::Loop::automatic_step(LightningModule& m, const Batch& batch, int64
     AutocastGuard autocast(precision_bf16());
     loss = m.training_step(batch, idx);
   }
+  last_loss = loss;
   if (!loss.defined()) return false;  // an undefined loss skips the optimization of this batch
   if (loss.numel() != 1)
     throw InvalidArgument("training_step returned a loss of " + std::to_string(loss.numel()) + " elements, expected one");

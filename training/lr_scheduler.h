@@ -10,8 +10,8 @@
 //   hg::training::ReduceLROnPlateau plateau(*opt, {.mode = "min", .factor = 0.5, .patience = 2});
 //   plateau.step(val_loss);
 //
-// Concrete schedulers (StepLR, MultiStepLR, CosineAnnealingLR, LinearLR, ExponentialLR, LambdaLR,
-// SequentialLR, ReduceLROnPlateau) are declared in training/schedulers.h.
+// Concrete schedulers (StepLR, MultiStepLR, CosineAnnealingLR, LinearLR, ExponentialLR,
+// OneCycleLR, LambdaLR, SequentialLR, ReduceLROnPlateau) are declared in training/schedulers.h.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>

@@ -43,6 +43,37 @@ int64_t positive(ConfigReader& r, const std::string& key) {
   return v;
 }
 
+// A number for every group, or a list with one per group.
+std::optional<std::vector<double>> per_group(ConfigReader& r, const std::string& key) {
+  const auto& v = r.raw(key);
+  if (v.is_null()) return std::nullopt;
+  if (v.is_number()) return std::vector<double>{v.get<double>()};
+  return r.get<std::vector<double>>(key, {});
+}
+
+std::shared_ptr<LRScheduler> make_one_cycle(ConfigReader& r, Optimizer& opt) {
+  OneCycleLROptions o;
+  const auto max_lr = per_group(r, "max_lr");
+  if (!max_lr) r.fail("max_lr", "is required");
+  o.max_lr = *max_lr;
+  o.total_steps = r.get("total_steps", o.total_steps);
+  o.epochs = r.get("epochs", o.epochs);
+  o.steps_per_epoch = r.get("steps_per_epoch", o.steps_per_epoch);
+  o.pct_start = r.get("pct_start", o.pct_start);
+  o.anneal_strategy = r.get("anneal_strategy", o.anneal_strategy);
+  o.cycle_momentum = r.get("cycle_momentum", o.cycle_momentum);
+  o.base_momentum = per_group(r, "base_momentum").value_or(o.base_momentum);
+  o.max_momentum = per_group(r, "max_momentum").value_or(o.max_momentum);
+  o.div_factor = r.get("div_factor", o.div_factor);
+  o.final_div_factor = r.get("final_div_factor", o.final_div_factor);
+  o.three_phase = r.get("three_phase", o.three_phase);
+  try {
+    return std::make_shared<OneCycleLR>(opt, o);
+  } catch (const InvalidArgument& e) {  // the message names the argument; add where it came from
+    throw InvalidArgument(r.path() + ": " + e.what());
+  }
+}
+
 std::shared_ptr<LRScheduler> make_scheduler(ConfigReader& r, Optimizer& opt) {
   const auto name = r.required<std::string>("name");
   if (name == "step") {
@@ -58,6 +89,7 @@ std::shared_ptr<LRScheduler> make_scheduler(ConfigReader& r, Optimizer& opt) {
     return std::make_shared<CosineAnnealingLR>(opt, t_max, r.get("eta_min", 0.0));
   }
   if (name == "exponential") return std::make_shared<ExponentialLR>(opt, r.required<double>("gamma"));
+  if (name == "onecycle") return make_one_cycle(r, opt);
   if (name == "linear") {
     const double start = r.get("start_factor", 1.0 / 3.0), end = r.get("end_factor", 1.0);
     return std::make_shared<LinearLR>(opt, start, end, r.get<int64_t>("total_iters", 5));
@@ -86,10 +118,17 @@ std::shared_ptr<LRScheduler> make_scheduler(ConfigReader& r, Optimizer& opt) {
     o.eps = r.get("eps", o.eps);
     return std::make_shared<ReduceLROnPlateau>(opt, o);
   }
-  r.fail("name", "unknown scheduler '" + name + "' (step, multistep, cosine, exponential, linear, sequential, plateau)");
+  r.fail("name", "unknown scheduler '" + name + "' (step, multistep, cosine, exponential, onecycle, linear, sequential, plateau)");
 }
 
 }  // namespace
+
+std::shared_ptr<LRScheduler> make_scheduler_config(const nlohmann::json& config, Optimizer& opt, const std::string& path) {
+  ConfigReader r(config, path);
+  auto s = make_scheduler(r, opt);
+  r.finish();
+  return s;
+}
 
 OptimizerConfig make_optimizer_config(const nlohmann::json& config, const NamedParams& params, const std::string& path) {
   ConfigReader r(config, path);

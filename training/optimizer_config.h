@@ -12,7 +12,10 @@
 // optimizer: name "sgd" (lr 0.01, momentum 0, dampening 0, weight_decay 0, nesterov false),
 //   "adam" / "adamw" (lr 1e-3, betas [0.9, 0.999], eps 1e-8, weight_decay 0 / 1e-2, amsgrad false).
 // scheduler: name "step" (step_size, gamma 0.1), "multistep" (milestones, gamma 0.1),
-//   "cosine" (t_max, eta_min 0), "linear" (start_factor 1/3, end_factor 1, total_iters 5),
+//   "cosine" (t_max, eta_min 0), "exponential" (gamma), "onecycle" (max_lr: one or one per group;
+//   total_steps, or epochs and steps_per_epoch; pct_start 0.3, anneal_strategy "cos",
+//   cycle_momentum true, base_momentum 0.85, max_momentum 0.95, div_factor 25,
+//   final_div_factor 1e4, three_phase false; step it per batch with interval "step"), "linear" (start_factor 1/3, end_factor 1, total_iters 5),
 //   "sequential" (schedulers: [...], milestones), "plateau" (mode "min", factor 0.1, patience 10,
 //   threshold 1e-4, threshold_mode "rel", cooldown 0, min_lr 0, eps 1e-8; needs monitor);
 //   with interval "epoch" | "step", frequency 1, monitor (default "val_loss" for plateau),
@@ -27,5 +30,9 @@ namespace hg::training {
 
 OptimizerConfig make_optimizer_config(const nlohmann::json& config, const NamedParams& params,
                                       const std::string& path = "optimizer");
+// One scheduler driving `opt` from its description above, without the Trainer's keys (interval,
+// frequency, monitor, strict, log_name): {"name": "onecycle", "max_lr": 0.1, "total_steps": 100}.
+std::shared_ptr<LRScheduler> make_scheduler_config(const nlohmann::json& config, Optimizer& opt,
+                                                   const std::string& path = "scheduler");
 
 }  // namespace hg::training

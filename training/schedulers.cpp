@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "engine/error.h"
+#include "training/py_format.h"
 #include "training/state_fields.h"
 
 namespace hg::training {
@@ -374,6 +375,162 @@ void ReduceLROnPlateau::load_state_dict(const nlohmann::json& state) {
   best_ = best;
   num_bad_epochs_ = bad;
   cooldown_counter_ = cooldown;
+}
+
+}  // namespace hg::training
+
+// ---- OneCycleLR ----
+
+namespace hg::training {
+
+namespace {
+
+std::string num(double v) { return py_repr(v); }
+
+// One value for every group, or one per group.
+std::vector<double> per_group(const std::vector<double>& v, size_t groups, const std::string& who,
+                              const std::string& what) {
+  if (v.size() == 1) return std::vector<double>(groups, v[0]);
+  if (v.size() != groups)
+    throw InvalidArgument(who + ": " + what + " has " + std::to_string(v.size()) + " values for " +
+                          std::to_string(groups) + " param groups (give one, or one per group)");
+  return v;
+}
+
+// Validates `o` and fills total_steps and the per-group lists.
+void check_one_cycle(OneCycleLROptions& o, size_t groups, const std::string& who) {
+  if (o.total_steps < 0) throw InvalidArgument(who + ": total_steps " + std::to_string(o.total_steps) + " must be > 0");
+  if (o.total_steps == 0) {
+    if (o.epochs == 0 && o.steps_per_epoch == 0)
+      throw InvalidArgument(who + ": give total_steps, or epochs and steps_per_epoch");
+    if (o.epochs <= 0) throw InvalidArgument(who + ": epochs " + std::to_string(o.epochs) + " must be > 0");
+    if (o.steps_per_epoch <= 0)
+      throw InvalidArgument(who + ": steps_per_epoch " + std::to_string(o.steps_per_epoch) + " must be > 0");
+    o.total_steps = o.epochs * o.steps_per_epoch;
+  }
+  if (!(o.pct_start >= 0 && o.pct_start <= 1))
+    throw InvalidArgument(who + ": pct_start " + num(o.pct_start) + " must be in [0, 1]");
+  if (o.anneal_strategy != "cos" && o.anneal_strategy != "linear")
+    throw InvalidArgument(who + ": anneal_strategy '" + o.anneal_strategy + "' is not cos or linear");
+  if (!(o.div_factor > 0)) throw InvalidArgument(who + ": div_factor " + num(o.div_factor) + " must be > 0");
+  if (!(o.final_div_factor > 0))
+    throw InvalidArgument(who + ": final_div_factor " + num(o.final_div_factor) + " must be > 0");
+  if (o.max_lr.empty()) throw InvalidArgument(who + ": max_lr is required");
+  o.max_lr = per_group(o.max_lr, groups, who, "max_lr");
+  for (double v : o.max_lr)
+    if (!(v > 0)) throw InvalidArgument(who + ": max_lr " + num(v) + " must be > 0");
+  o.base_momentum = per_group(o.base_momentum, groups, who, "base_momentum");
+  o.max_momentum = per_group(o.max_momentum, groups, who, "max_momentum");
+  for (size_t g = 0; g < groups; ++g)
+    if (o.cycle_momentum && !(o.base_momentum[g] >= 0 && o.base_momentum[g] <= o.max_momentum[g] && o.max_momentum[g] < 1))
+      throw InvalidArgument(who + ": base_momentum " + num(o.base_momentum[g]) + " and max_momentum " +
+                            num(o.max_momentum[g]) + " must satisfy 0 <= base <= max < 1");
+  // A phase of zero length that some step falls in divides by zero (in PyTorch too): the first
+  // when it ends at step 0, the last when it ends where the one before it does.
+  const double T = static_cast<double>(o.total_steps), up = o.pct_start * T - 1;
+  if (up == 0 || T - 1 == (o.three_phase ? 2 * o.pct_start * T - 2 : up))
+    throw InvalidArgument(who + ": pct_start " + num(o.pct_start) + " with total_steps " + std::to_string(o.total_steps) +
+                          " leaves a phase without steps");
+}
+
+}  // namespace
+
+OneCycleLR::OneCycleLR(Optimizer& opt, OneCycleLROptions options) : LRScheduler(opt), o_(std::move(options)) {
+  auto& groups = opt_.param_groups();
+  check_one_cycle(o_, groups.size(), "OneCycleLR");
+  if (o_.cycle_momentum) {
+    const auto& first = groups.at(0).options;
+    momentum_key_ = first.count("beta1") ? "beta1" : first.count("momentum") ? "momentum" : "";
+    if (momentum_key_.empty())
+      throw InvalidArgument("OneCycleLR: cycle_momentum needs an optimizer with momentum (SGD) or beta1 (Adam, "
+                            "AdamW); " + opt_.name() + " has neither (set cycle_momentum false)");
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    base_lrs_[g] = o_.max_lr[g] / o_.div_factor;
+    groups[g].options["initial_lr"] = base_lrs_[g];
+    if (o_.cycle_momentum) groups[g].options[momentum_key_] = o_.max_momentum[g];
+  }
+  last_epoch_ = -1;
+  step();
+}
+
+std::pair<double, double> OneCycleLR::at(size_t g, int64_t t) const {
+  struct Phase {
+    double end, lr0, lr1, m0, m1;
+  };
+  const double T = static_cast<double>(o_.total_steps), p = o_.pct_start;
+  const double initial = base_lrs_[g], top = o_.max_lr[g], low = initial / o_.final_div_factor;
+  const double mb = o_.base_momentum[g], mm = o_.max_momentum[g];
+  std::vector<Phase> phases;
+  if (o_.three_phase)
+    phases = {{p * T - 1, initial, top, mm, mb}, {2 * p * T - 2, top, initial, mb, mm}, {T - 1, initial, low, mm, mm}};
+  else
+    phases = {{p * T - 1, initial, top, mm, mb}, {T - 1, top, low, mb, mm}};
+  const bool cos = o_.anneal_strategy == "cos";
+  auto anneal = [cos](double a, double b, double pct) {
+    return cos ? b + (a - b) / 2.0 * (std::cos(std::numbers::pi * pct) + 1) : (b - a) * pct + a;
+  };
+  double start = 0;
+  const double step = static_cast<double>(t);
+  for (size_t i = 0; i < phases.size(); ++i) {
+    const Phase& ph = phases[i];
+    if (step <= ph.end || i + 1 == phases.size()) {
+      const double pct = (step - start) / (ph.end - start);
+      return {anneal(ph.lr0, ph.lr1, pct), anneal(ph.m0, ph.m1, pct)};
+    }
+    start = ph.end;
+  }
+  return {};  // not reached: the last phase takes every step
+}
+
+double OneCycleLR::lr_at(size_t g) { return at(g, last_epoch_).first; }
+
+void OneCycleLR::step() {
+  if (last_epoch_ + 1 > o_.total_steps)
+    throw InvalidArgument("OneCycleLR: tried to step " + std::to_string(last_epoch_ + 2) +
+                          " times (the constructor's step included); total_steps is " + std::to_string(o_.total_steps));
+  LRScheduler::step();
+  if (momentum_key_.empty()) return;
+  auto& groups = opt_.param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) groups[g].options[momentum_key_] = at(g, last_epoch_).second;
+}
+
+nlohmann::json OneCycleLR::state_dict() const {
+  auto j = LRScheduler::state_dict();
+  j["max_lr"] = o_.max_lr;
+  j["total_steps"] = o_.total_steps;
+  j["pct_start"] = o_.pct_start;
+  j["anneal_strategy"] = o_.anneal_strategy;
+  j["cycle_momentum"] = o_.cycle_momentum;
+  j["base_momentum"] = o_.base_momentum;
+  j["max_momentum"] = o_.max_momentum;
+  j["div_factor"] = o_.div_factor;
+  j["final_div_factor"] = o_.final_div_factor;
+  j["three_phase"] = o_.three_phase;
+  return j;
+}
+
+void OneCycleLR::load_state_dict(const nlohmann::json& state) {
+  const std::string who = "OneCycleLR state";
+  const auto groups = static_cast<int64_t>(opt_.param_groups().size());
+  OneCycleLROptions o;
+  o.max_lr = numbers_field(state, "max_lr", who, groups);
+  o.total_steps = int_field(state, "total_steps", who);
+  if (o.total_steps <= 0) throw InvalidArgument(who + ": field 'total_steps' must be > 0");
+  o.pct_start = number_field(state, "pct_start", who);
+  o.anneal_strategy = string_field(state, "anneal_strategy", who);
+  o.cycle_momentum = bool_field(state, "cycle_momentum", who);
+  o.base_momentum = numbers_field(state, "base_momentum", who, groups);
+  o.max_momentum = numbers_field(state, "max_momentum", who, groups);
+  o.div_factor = number_field(state, "div_factor", who);
+  o.final_div_factor = number_field(state, "final_div_factor", who);
+  o.three_phase = bool_field(state, "three_phase", who);
+  check_one_cycle(o, static_cast<size_t>(groups), who);
+  if (o.cycle_momentum != o_.cycle_momentum)
+    throw InvalidArgument(who + ": field 'cycle_momentum' is " + (o.cycle_momentum ? "true" : "false") +
+                          ", this scheduler was made with " + (o_.cycle_momentum ? "true" : "false"));
+  LRScheduler::load_state_dict(state);
+  o_ = std::move(o);
 }
 
 }  // namespace hg::training

@@ -9,6 +9,7 @@
 //   LinearLR warm(opt, /*start_factor=*/0.1, /*end_factor=*/1.0, /*total_iters=*/5);
 //   ExponentialLR decay(opt, /*gamma=*/0.95);                  // lr * gamma every step
 //   LambdaLR custom(opt, {[](int64_t t) { return t < 10 ? (t + 1) / 10.0 : 1.0; }});
+//   OneCycleLR one(opt, {.max_lr = {0.1}, .total_steps = 1000});  // warm-up to 0.1, anneal to 4e-7
 //   auto w = std::make_shared<LinearLR>(opt, 0.1, 1.0, 5);
 //   auto c = std::make_shared<CosineAnnealingLR>(opt, 95);
 //   SequentialLR seq(opt, {w, c}, /*milestones=*/{5});          // warm-up, then cosine
@@ -121,6 +122,48 @@ class LambdaLR : public LRScheduler {
 
  private:
   std::vector<Fn> lambdas_;
+};
+
+struct OneCycleLROptions {
+  std::vector<double> max_lr = {};  // required: one for every group, or one per group
+  int64_t total_steps = 0;          // 0: epochs * steps_per_epoch
+  int64_t epochs = 0, steps_per_epoch = 0;
+  double pct_start = 0.3;              // share of the steps spent raising the lr, in [0, 1]
+  std::string anneal_strategy = "cos"; // "cos" or "linear"
+  // Anneals SGD's momentum or Adam's / AdamW's beta1 inversely to the lr, between base_momentum
+  // and max_momentum (one value, or one per group). Both are inputs of the lazy step graph, so
+  // the cycling does not recompile the step.
+  bool cycle_momentum = true;
+  std::vector<double> base_momentum = {0.85};
+  std::vector<double> max_momentum = {0.95};
+  double div_factor = 25.0;        // initial_lr = max_lr / div_factor
+  double final_div_factor = 1e4;   // min_lr = initial_lr / final_div_factor
+  bool three_phase = false;        // up, back down to initial_lr, then down to min_lr (fast.ai's)
+};
+
+// The 1cycle policy (torch.optim.lr_scheduler.OneCycleLR): from max_lr / div_factor up to max_lr
+// over pct_start of total_steps, then down to min_lr (cosine or linear). Stepped once per batch
+// (interval "step"); a step past total_steps throws, as PyTorch. It replaces each group's
+// "initial_lr" (max_lr / div_factor) and, with cycle_momentum, sets its momentum / beta1 to
+// max_momentum at construction. The state holds every option (PyTorch keeps max_lr and the
+// momentums in the param groups; here the optimizer's groups take no unknown options).
+class OneCycleLR : public LRScheduler {
+ public:
+  OneCycleLR(Optimizer& opt, OneCycleLROptions options);
+  std::string name() const override { return "OneCycleLR"; }
+  void step() override;
+  int64_t total_steps() const { return o_.total_steps; }
+  nlohmann::json state_dict() const override;
+  void load_state_dict(const nlohmann::json& state) override;
+
+ protected:
+  double lr_at(size_t group) override;
+
+ private:
+  // The lr and the momentum of group g at step t.
+  std::pair<double, double> at(size_t g, int64_t t) const;
+  OneCycleLROptions o_;  // max_lr and the momentums expanded to one per group
+  std::string momentum_key_;  // "momentum", "beta1", or "" without cycle_momentum
 };
 
 // Runs schedulers[i] between milestones[i-1] and milestones[i]; at a milestone the next

@@ -54,6 +54,8 @@ void SGD::step() {
                          shape_str(p->shape()));
       const Device d = p->device();
       const Tensor& lr = held_scalar(lr_[{gi, d.str()}], group.lr(), d);
+      // An input, not a constant: OneCycleLR cycles the momentum every step.
+      auto momentum_scalar = [&]() -> const Tensor& { return held_scalar(momentum_[{gi, d.str()}], momentum, d); };
       // g + weight_decay * p, inside each program that needs it (recomputed: no extra pass).
       auto decayed = [&](Fused& f, Fused::Reg gr, Fused::Reg pr) {
         return wd != 0 ? f.op(ew::Add, gr, f.scale(pr, wd)) : gr;
@@ -63,10 +65,11 @@ void SGD::step() {
         Tensor& state = state_[name].buffers["momentum_buffer"];
         follow_device(state, d);
         Fused b;  // the first step starts from a copy of g (PyTorch's clone)
-        const Fused::Reg old = state.defined() ? b.in(state) : 0, gr = b.in(g), pr = wd != 0 ? b.in(*p) : 0;
+        const Fused::Reg old = state.defined() ? b.in(state) : 0, mr = state.defined() ? b.in(momentum_scalar()) : 0,
+                         gr = b.in(g), pr = wd != 0 ? b.in(*p) : 0;
         const Fused::Reg gd = decayed(b, gr, pr);
         if (state.defined())
-          b.op(ew::Add, b.scale(old, momentum), b.scale(gd, 1 - dampening));
+          b.op(ew::Add, b.op(ew::Mul, old, mr), b.scale(gd, 1 - dampening));
         else
           b.scale(gd, 1.0);
         buf = state = b.run().to(p->dtype());
@@ -74,9 +77,9 @@ void SGD::step() {
       Fused u;  // p - lr * step, step = g, buf, or g + momentum * buf (Nesterov)
       const bool uses_g = !buf.defined() || nesterov;
       const Fused::Reg pr = u.in(*p), lr_r = u.in(lr), gr = uses_g ? u.in(g) : 0,
-                       br = buf.defined() ? u.in(buf) : 0;
+                       br = buf.defined() ? u.in(buf) : 0, mr = buf.defined() && nesterov ? u.in(momentum_scalar()) : 0;
       Fused::Reg step = uses_g ? decayed(u, gr, pr) : br;
-      if (buf.defined() && nesterov) step = u.op(ew::Add, step, u.scale(br, momentum));
+      if (buf.defined() && nesterov) step = u.op(ew::Add, step, u.op(ew::Mul, br, mr));
       u.op(ew::Sub, pr, u.op(ew::Mul, lr_r, step));
       commit_param(*p, u.run());
     }

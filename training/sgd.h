@@ -3,7 +3,8 @@
 //   buf = g on the first step, then momentum * buf + (1 - dampening) * g   (momentum != 0)
 //   g = nesterov ? g + momentum * buf : buf
 //   p = p - lr * g
-// The update is engine ops on the parameters' device; lr enters a lazy graph as an input.
+// The update is engine ops on the parameters' device; lr and momentum enter a lazy graph as
+// inputs (a scheduler changing them does not recompile the step).
 //
 //   hg::training::SGD opt(net->named_parameters(), {.lr = 0.1, .momentum = 0.9});
 //   loss.backward();
@@ -44,8 +45,9 @@ class SGD : public Optimizer {
 
  private:
   std::map<std::string, ParamState> state_;
-  // The lr as a device scalar per group and device (held_scalar, training/update_ops.h).
-  std::map<std::pair<size_t, std::string>, std::pair<double, Tensor>> lr_;
+  // The lr and the momentum as device scalars per group and device (held_scalar,
+  // training/update_ops.h).
+  std::map<std::pair<size_t, std::string>, std::pair<double, Tensor>> lr_, momentum_;
 };
 
 }  // namespace hg::training

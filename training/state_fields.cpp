@@ -28,6 +28,12 @@ int64_t int_field(const nlohmann::json& j, const std::string& key, const std::st
   return v.get<int64_t>();
 }
 
+bool bool_field(const nlohmann::json& j, const std::string& key, const std::string& who) {
+  const auto& v = field(j, key, who);
+  if (!v.is_boolean()) throw InvalidArgument(who + ": field '" + key + "' is not a boolean");
+  return v.get<bool>();
+}
+
 std::string string_field(const nlohmann::json& j, const std::string& key, const std::string& who) {
   const auto& v = field(j, key, who);
   if (!v.is_string()) throw InvalidArgument(who + ": field '" + key + "' is not a string");

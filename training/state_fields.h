@@ -13,6 +13,7 @@ namespace hg::training {
 
 double number_field(const nlohmann::json& j, const std::string& key, const std::string& who);
 int64_t int_field(const nlohmann::json& j, const std::string& key, const std::string& who);
+bool bool_field(const nlohmann::json& j, const std::string& key, const std::string& who);
 std::string string_field(const nlohmann::json& j, const std::string& key, const std::string& who);
 // An array of numbers; size < 0: any size.
 std::vector<double> numbers_field(const nlohmann::json& j, const std::string& key, const std::string& who,

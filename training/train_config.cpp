@@ -13,6 +13,7 @@
 #include "training/config_reader.h"
 #include "training/language_model_module.h"
 #include "training/loggers.h"
+#include "training/py_format.h"
 #include "training/train_data.h"
 
 namespace hg::training {
@@ -110,6 +111,21 @@ TrainerOptions read_trainer(ConfigReader& r) {
   o.max_epochs = r.optional<int>("max_epochs");
   o.min_epochs = r.get("min_epochs", o.min_epochs);
   o.max_steps = r.get("max_steps", o.max_steps);
+  o.min_steps = r.get("min_steps", o.min_steps);
+  if (o.min_steps < 0) r.fail("min_steps", "must be >= 0, got " + std::to_string(o.min_steps));
+  const json& max_time = r.raw("max_time");
+  if (max_time.is_string()) {
+    try {
+      o.max_time = parse_max_time(max_time.get<std::string>());
+    } catch (const InvalidArgument& e) {
+      r.fail("max_time", e.what());
+    }
+  } else if (max_time.is_number()) {
+    if (!(max_time.get<double>() > 0)) r.fail("max_time", "must be > 0 seconds, got " + max_time.dump());
+    o.max_time = std::chrono::milliseconds(static_cast<int64_t>(max_time.get<double>() * 1000));
+  } else if (!max_time.is_null()) {
+    r.fail("max_time", "expected \"DD:HH:MM:SS\" or seconds, got " + max_time.dump());
+  }
   o.limit_train_batches = read_limit(r, "limit_train_batches");
   o.limit_val_batches = read_limit(r, "limit_val_batches");
   o.limit_test_batches = read_limit(r, "limit_test_batches");
@@ -254,6 +270,24 @@ TrainConfig parse_train_config(const json& config) {
   c.trainer = read_trainer(t);
   t.finish();
 
+  if (auto tu = top.child("tuner")) {
+    LRFinderOptions& f = c.tuner.lr_finder;
+    c.tuner.lr_find = tu->get("lr_find", c.tuner.lr_find);
+    f.min_lr = tu->get("min_lr", f.min_lr);
+    f.max_lr = tu->get("max_lr", f.max_lr);
+    f.num_training = tu->get("num_training", f.num_training);
+    f.mode = tu->get("mode", f.mode);
+    if (tu->contains("early_stop_threshold")) f.early_stop_threshold = tu->optional<double>("early_stop_threshold");
+    tu->finish();
+    try {
+      check_lr_finder_options(f);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(std::string("tuner: ") + e.what());
+    }
+    const int world = (c.trainer.devices.count == -1 ? 1 : c.trainer.devices.count) * c.trainer.num_nodes;
+    if (c.tuner.lr_find && world > 1)
+      tu->fail("lr_find", "runs in one process, but trainer.devices x trainer.num_nodes = " + std::to_string(world));
+  }
   c.ckpt_path = top.get("ckpt_path", c.ckpt_path);
   if (auto e = top.child("export")) {
     ExportOptions x;
@@ -305,17 +339,54 @@ std::shared_ptr<LightningModule> make_module(const TrainConfig& c) {
   return std::make_shared<LanguageModelModule>(s);
 }
 
-TrainResult run_training(const TrainConfig& c, std::ostream& out) {
+namespace {
+
+// The input the module of `m` takes (batch first) and its class count (0: a language model).
+std::pair<models::IOSpec, int64_t> module_input(LightningModule& m) {
+  if (auto* classifier = dynamic_cast<ClassifierModule*>(&m)) return {classifier->input_spec(), classifier->num_classes()};
+  auto& lm = dynamic_cast<LanguageModelModule&>(m);
+  return {models::IOSpec{"ids", "INT64", {-1, lm.spec().config.max_len}}, 0};
+}
+
+DataLoader training_loader(const TrainConfig& c, const TrainData& data) {
+  return DataLoader(data.train, {.batch_size = c.data.batch_size, .shuffle = true, .seed = c.data.seed,
+                                 .num_workers = c.data.num_workers, .prefetch_factor = c.data.prefetch_factor,
+                                 .transform = data.train_transform});
+}
+
+LRFinderResult find_lr(const TrainConfig& c, const TrainData& data, std::ostream& out) {
+  const auto module = make_module(c);
+  const LRFinderResult r = lr_find(c.trainer, *module, training_loader(c, data), c.tuner.lr_finder);
+  out << r.table();
+  if (const auto lr = r.suggestion())
+    out << "lr_find: suggested lr " << py_repr(*lr) << (r.diverged ? " (stopped early: the loss diverged)" : "") << "\n";
+  else
+    out << "lr_find: no suggestion (fewer than 2 points after skipping the first 10 and the last; raise "
+           "tuner.num_training)\n";
+  return r;
+}
+
+}  // namespace
+
+LRFinderResult run_lr_find(const TrainConfig& c, std::ostream& out) {
+  const auto [input, classes] = module_input(*make_module(c));
+  return find_lr(c, load_train_data(c.data, input, classes), out);
+}
+
+TrainResult run_training(const TrainConfig& config, std::ostream& out) {
+  TrainConfig c = config;
   TrainResult r;
   r.module = make_module(c);
+  const auto [input, classes] = module_input(*r.module);
+  const TrainData data = load_train_data(c.data, input, classes);
+  if (c.tuner.lr_find)  // Lightning's Tuner with update_attr: fit with the suggestion
+    if (const auto lr = find_lr(c, data, out).suggestion()) {
+      c.model.optimizer["lr"] = *lr;
+      r.module = make_module(c);
+    }
   auto* classifier = dynamic_cast<ClassifierModule*>(r.module.get());
   auto* lm = dynamic_cast<LanguageModelModule*>(r.module.get());
-  const models::IOSpec input = classifier ? classifier->input_spec()
-                                          : models::IOSpec{"ids", "INT64", {-1, lm->spec().config.max_len}};
-  const TrainData data = load_train_data(c.data, input, classifier ? classifier->num_classes() : 0);
-  DataLoader train_loader(data.train, {.batch_size = c.data.batch_size, .shuffle = true, .seed = c.data.seed,
-                                       .num_workers = c.data.num_workers, .prefetch_factor = c.data.prefetch_factor,
-                                       .transform = data.train_transform});
+  DataLoader train_loader = training_loader(c, data);
   const DataLoaderOptions held_options{.batch_size = c.data.val_batch_size, .num_workers = c.data.num_workers,
                                        .prefetch_factor = c.data.prefetch_factor};
   std::optional<DataLoader> val_loader, test_loader;

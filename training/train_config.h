@@ -1,12 +1,14 @@
-// hgraph-train's configuration: a JSON file with the sections data, model, optimizer, trainer
-// and export (every key and default: train_config_help()), overridden by "--set key.path=value",
-// and the run it describes (fit on the training split, test on the held-out split, export).
+// hgraph-train's configuration: a JSON file with the sections data, model, optimizer, trainer,
+// tuner and export (every key and default: train_config_help()), overridden by
+// "--set key.path=value", and the run it describes (fit on the training split, test on the
+// held-out split, export).
 //
 //   nlohmann::json j = hg::training::read_config_file("training/configs/digits_mlp.json");
 //   hg::training::apply_override(j, "trainer.max_epochs=5");
 //   hg::training::TrainConfig c = hg::training::parse_train_config(j);   // errors name the key
 //   hg::training::TrainResult r = hg::training::run_training(c, std::cout);
 //   r.test.at("test_acc"); r.export_dir;
+//   hg::training::run_lr_find(c, std::cout);   // --lr-find: the "tuner" section's lr finder, no training
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -19,6 +21,7 @@
 
 #include "training/classifier_module.h"
 #include "training/export.h"
+#include "training/lr_finder.h"
 #include "training/trainer.h"
 
 namespace hg::training {
@@ -42,8 +45,15 @@ struct DataConfig {
   int prefetch_factor = 2;
 };
 
+// The "tuner" section: the learning-rate finder (training/lr_finder.h).
+struct TunerConfig {
+  bool lr_find = false;  // run it before fit and train with its suggestion as optimizer.lr
+  LRFinderOptions lr_finder;
+};
+
 struct TrainConfig {
   DataConfig data;
+  TunerConfig tuner;
   ClassifierSpec model;  // "gpt": model_config holds the GPTConfig (LanguageModelModule)
   TrainerOptions trainer;
   std::optional<ExportOptions> export_options;  // set when export.dir is given
@@ -73,7 +83,12 @@ struct TrainResult {
 std::shared_ptr<LightningModule> make_module(const TrainConfig& c);
 
 // Loads the data, fits, tests on the held-out split and exports (on global rank 0). Under DDP
-// every process runs this (the Trainer re-executes the program for local ranks 1..n-1).
+// every process runs this (the Trainer re-executes the program for local ranks 1..n-1). With
+// tuner.lr_find, the learning-rate finder runs first and fit uses its suggestion as optimizer.lr.
 TrainResult run_training(const TrainConfig& c, std::ostream& out);
+
+// hgraph-train --lr-find: the finder on the training split with the config's model, optimizer
+// and trainer (one process); prints the table and the suggestion.
+LRFinderResult run_lr_find(const TrainConfig& c, std::ostream& out);
 
 }  // namespace hg::training

@@ -77,6 +77,13 @@ Lightning's meaning and defaults unless said otherwise.
                                    "multistep": milestones (required), gamma 0.1
                                    "cosine": t_max (required), eta_min 0
                                    "exponential": gamma (required)
+                                   "onecycle": max_lr (required; a number or one per group),
+                                     total_steps, or epochs and steps_per_epoch (required),
+                                     pct_start 0.3, anneal_strategy "cos" ("linear"),
+                                     cycle_momentum true (SGD momentum / Adam beta1),
+                                     base_momentum 0.85, max_momentum 0.95, div_factor 25,
+                                     final_div_factor 1e4, three_phase false; give it
+                                     interval "step" (it counts optimizer steps)
                                    "linear": start_factor 1/3, end_factor 1, total_iters 5
                                    "sequential": schedulers [{...}, ...], milestones (required)
                                    "plateau": mode "min", factor 0.1, patience 10, threshold 1e-4,
@@ -93,9 +100,12 @@ Lightning's meaning and defaults unless said otherwise.
   strategy           "auto"        "auto", "hpu_single", "hpu_parallel", "hpu_ddp" (DDP when devices > 1)
   num_nodes          1             nodes (MASTER_ADDR, MASTER_PORT, NODE_RANK from the environment)
   precision          "32"          "32", "32-true" or "bf16-mixed"
-  max_epochs         none          none with max_steps -1: 1000; -1: no limit
+  max_epochs         none          none with max_steps -1 and no max_time: 1000; -1: no limit
   min_epochs         0
   max_steps          -1            optimizer steps (-1: no limit)
+  min_steps          0             optimizer steps before early stopping or max_time may end fit
+  max_time           none          stop fit once the training loop ran this long (checked after
+                                   each batch): "DD:HH:MM:SS" (e.g. "00:12:00:00") or seconds
   limit_train_batches 1.0          a fraction (number with a point) or a batch count (integer)
   limit_val_batches  1.0           the same
   limit_test_batches 1.0           the same
@@ -128,6 +138,15 @@ Lightning's meaning and defaults unless said otherwise.
   replay_steps       false         lazy mode: replay the training step once two steps record the
                                    same graph (training_step is then not called; DDP reduces
                                    inside the step's graph; see docs)
+
+"tuner":                           the learning-rate finder (Lightning's Tuner.lr_find)
+  lr_find            false         run it before fit and train with its suggestion as optimizer.lr
+                                   (one process); hgraph-train --lr-find only prints it
+  min_lr             1e-8          the sweep's first lr
+  max_lr             1.0           the lr it grows towards
+  num_training       100           optimizer steps of the sweep
+  mode               "exponential" "exponential" or "linear" growth
+  early_stop_threshold 4.0         stop once the smoothed loss passes this x the best (null: never)
 
 "ckpt_path"            ""          resume fit from this checkpoint file, or "last" / "best" (the
                                    ModelCheckpoint's in default_root_dir); "": a fresh start

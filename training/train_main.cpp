@@ -4,6 +4,7 @@
 //
 //   hgraph-train --config training/configs/digits_mlp.json --set trainer.max_epochs=5
 //                --set export.dir=/tmp/repo
+//   hgraph-train --config training/configs/digits_mlp.json --lr-find   # the lr table and a suggestion
 #include <boost/program_options.hpp>
 #include <iostream>
 
@@ -27,7 +28,9 @@ int main(int argc, char** argv) {
       ("set", po::value<std::vector<std::string>>()->composing(),
        "override a config value: key.path=value, e.g. trainer.max_epochs=5 or optimizer.name=adamw; "
        "the value is JSON when it parses as JSON, else a string (repeatable, applied in order)")
-      ("dump-graph", po::value<std::string>(), "write every compiled graph to FILE (-: stderr)");
+      ("dump-graph", po::value<std::string>(), "write every compiled graph to FILE (-: stderr)")
+      ("lr-find", "run the learning-rate finder (the \"tuner\" section's settings) on the training split, "
+                  "print each step's lr and smoothed loss and the suggested lr, and exit without training");
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -54,7 +57,10 @@ int main(int argc, char** argv) {
       std::cerr << "hgraph-train: " << (what.rfind(file, 0) == 0 ? "" : file + ": ") << what << "\n";
       return 2;
     }
-    hg::training::run_training(c, std::cout);
+    if (vm.count("lr-find"))
+      hg::training::run_lr_find(c, std::cout);
+    else
+      hg::training::run_training(c, std::cout);
   } catch (const po::error& e) {
     std::cerr << "hgraph-train: " << e.what() << "\n(hgraph-train --help lists every option)\n";
     return 2;

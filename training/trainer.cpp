@@ -110,6 +110,25 @@ std::filesystem::path checkpoint_callback_path(const Trainer& t, const std::stri
   return newest;
 }
 
+std::chrono::milliseconds parse_max_time(const std::string& dhms) {
+  const auto fail = [&] {
+    return InvalidArgument("max_time '" + dhms + "' is not \"DD:HH:MM:SS\" (days, hours, minutes, seconds)");
+  };
+  std::vector<int64_t> parts;
+  size_t pos = 0;
+  while (true) {
+    const size_t colon = dhms.find(':', pos);
+    const std::string part = dhms.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos);
+    if (part.empty() || part.size() > 9 || part.find_first_not_of("0123456789") != std::string::npos) throw fail();
+    parts.push_back(std::stoll(part));
+    if (colon == std::string::npos) break;
+    pos = colon + 1;
+  }
+  if (parts.size() != 4) throw fail();
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(days(parts[0]) + hours(parts[1]) + minutes(parts[2]) + seconds(parts[3]));
+}
+
 void seed_everything(uint64_t seed) {
   manual_seed(Device::cpu(), seed);
   for (int i = 0; i < hpu_device_count(); ++i) manual_seed(Device::hpu(i), seed);
@@ -129,6 +148,9 @@ Trainer::Trainer(TrainerOptions opt) : opt_(std::move(opt)), loop_(std::make_uni
   if (o.max_epochs && *o.max_epochs < -1) bad("max_epochs", "must be >= -1, got " + std::to_string(*o.max_epochs));
   if (o.min_epochs < 0) bad("min_epochs", "must be >= 0, got " + std::to_string(o.min_epochs));
   if (o.max_steps < -1) bad("max_steps", "must be >= -1, got " + std::to_string(o.max_steps));
+  if (o.min_steps < 0) bad("min_steps", "must be >= 0, got " + std::to_string(o.min_steps));
+  if (o.max_time && o.max_time->count() <= 0)
+    bad("max_time", "must be positive, got " + std::to_string(o.max_time->count()) + " ms");
   check_limit(o.limit_train_batches, "limit_train_batches", true);
   check_limit(o.limit_val_batches, "limit_val_batches", true);
   check_limit(o.limit_test_batches, "limit_test_batches", true);
@@ -155,7 +177,7 @@ Trainer::Trainer(TrainerOptions opt) : opt_(std::move(opt)), loop_(std::make_uni
       if (!lg) bad("logger", "holds a null logger");
 
   // Lightning's derived settings.
-  if (!o.max_epochs) o.max_epochs = o.max_steps == -1 ? 1000 : -1;
+  if (!o.max_epochs) o.max_epochs = o.max_steps == -1 && !o.max_time ? 1000 : -1;
   if (o.fast_dev_run > 0) {
     const int n = o.fast_dev_run;
     o.limit_train_batches = o.limit_val_batches = o.limit_test_batches = o.limit_predict_batches = Limit(n);
@@ -314,6 +336,7 @@ void Trainer::Loop::begin(LightningModule& m, const std::string& stage) {
   t.stage_ = stage;
   t.should_stop = false;
   plateau_pending = false;
+  time_before = std::chrono::milliseconds(0);
   t.callback_metrics_.clear();
   t.progress_bar_metrics_.clear();
   t.logged_metrics_.clear();

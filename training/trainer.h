@@ -7,6 +7,9 @@
 //   trainer.fit(module, train_loader, &val_loader);                  // or ckpt_path = "last" to resume
 //   trainer.test(module, test_loader, "best");                       // the best ModelCheckpoint file
 //   std::vector<hg::Tensor> out = trainer.predict(module, loader);
+//   trainer.fit(module, datamodule);                                  // a DataModule (training/data_module.h)
+//   Trainer timed({.max_time = std::chrono::hours(2), .min_steps = 100});  // or parse_max_time("00:02:00:00")
+//   timed.fit(module, train_loader);  timed.stop_reason();                // "max_time", "max_epochs", ...
 //
 // On `hpu` in lazy mode (the default; HG_LAZY_MODE=0 for eager), each optimization step —
 // forward, backward, clipping and every optimizer update — is traced into one graph that is
@@ -33,6 +36,8 @@
 
 namespace hg::training {
 
+class DataModule;
+
 // A batch limit: a fraction of the loader (1.0 = all) or a count of batches.
 struct Limit {
   Limit(double fraction = 1.0) : fraction(fraction) {}
@@ -57,9 +62,14 @@ struct TrainerOptions {
   std::shared_ptr<Strategy> strategy_object{};  // overrides `strategy` when set
   int num_nodes = 1;
   std::string precision = "32";           // "32", "32-true", "bf16-mixed"
-  std::optional<int> max_epochs{};        // unset with max_steps -1: 1000; -1: no limit
+  std::optional<int> max_epochs{};        // unset with max_steps -1 and no max_time: 1000; -1: no limit
   int min_epochs = 0;
   int64_t max_steps = -1;                 // optimizer steps
+  // Wall time of the training loop (from its start after the sanity check; a resumed fit
+  // continues the checkpoint's clock), read after each training batch: fit stops once it has
+  // passed. Like EarlyStopping it sets should_stop, so min_epochs / min_steps still hold.
+  std::optional<std::chrono::milliseconds> max_time{};
+  int64_t min_steps = 0;                  // optimizer steps before should_stop may end fit
   Limit limit_train_batches{}, limit_val_batches{}, limit_test_batches{}, limit_predict_batches{};
   Limit val_check_interval{};             // fraction of an epoch, or every N train batches
   std::optional<int> check_val_every_n_epoch = 1;
@@ -103,6 +113,14 @@ class Trainer {
                                                   const std::string& ckpt_path = "");
   // Every predict_step output in loader order (on rank 0 under DDP: every rank's, gathered).
   std::vector<Tensor> predict(LightningModule& m, const DataLoader& data, const std::string& ckpt_path = "");
+  // The same with the loaders of a DataModule: prepare_data() (local rank 0), setup(stage), the
+  // stage's loaders, teardown(stage) (training/data_module.h).
+  void fit(LightningModule& m, DataModule& data, const std::string& ckpt_path = "");
+  std::vector<std::map<std::string, double>> validate(LightningModule& m, DataModule& data,
+                                                      const std::string& ckpt_path = "");
+  std::vector<std::map<std::string, double>> test(LightningModule& m, DataModule& data,
+                                                  const std::string& ckpt_path = "");
+  std::vector<Tensor> predict(LightningModule& m, DataModule& data, const std::string& ckpt_path = "");
 
   // A collective under DDP: rank 0 writes (atomically), then every rank meets at a barrier.
   void save_checkpoint(const std::filesystem::path& file, bool weights_only = false);
@@ -116,14 +134,22 @@ class Trainer {
   int64_t global_step() const { return global_step_; }  // optimizer steps taken
   bool sanity_checking() const { return sanity_checking_; }
   std::string stage() const { return stage_; }           // "fit", "validate", "test", "predict", ""
-  bool should_stop = false;                             // EarlyStopping sets it; fit ends after the epoch
+  // EarlyStopping and max_time set it; fit ends once min_epochs and min_steps are met.
+  bool should_stop = false;
+  // Why the last fit ended: "max_epochs", "max_steps", "max_time", "should_stop" (set by a
+  // callback or the module, e.g. EarlyStopping), or "" (no fit yet, no training batches, or an error).
+  const std::string& stop_reason() const { return stop_reason_; }
   // Latest value of every logged metric (epoch metrics under their name, and step metrics as
   // "<name>_step" / "<name>_epoch" when logged both ways); progress-bar and logger subsets.
   const std::map<std::string, double>& callback_metrics() const { return callback_metrics_; }
   const std::map<std::string, double>& progress_bar_metrics() const { return progress_bar_metrics_; }
   const std::map<std::string, double>& logged_metrics() const { return logged_metrics_; }
+  // The loss the last training_step returned (automatic optimization; undefined when it returned
+  // none and for a replayed step). Set during the batch's hooks up to on_train_batch_end.
+  const Tensor& last_loss() const;
   std::vector<OptimizerConfig>& optimizer_configs() { return optimizers_; }
   LightningModule* lightning_module() const { return module_; }
+  DataModule* datamodule() const { return datamodule_; }  // the running stage's, if it was given one
   const std::vector<std::shared_ptr<Callback>>& callbacks() const { return callbacks_; }
   const std::vector<std::shared_ptr<Logger>>& loggers() const { return loggers_; }
   std::filesystem::path default_root_dir() const;
@@ -149,6 +175,7 @@ class Trainer {
   TrainerOptions opt_;
   std::unique_ptr<Loop> loop_;
   LightningModule* module_ = nullptr;
+  DataModule* datamodule_ = nullptr;
   std::vector<OptimizerConfig> optimizers_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::vector<std::shared_ptr<Logger>> loggers_;
@@ -156,10 +183,14 @@ class Trainer {
   int epoch_ = 0;
   int64_t global_step_ = 0, num_training_batches_ = 0, num_val_batches_ = 0;
   bool sanity_checking_ = false;
-  std::string stage_;
+  std::string stage_, stop_reason_;
   std::filesystem::path ckpt_path_;
   graphs::StepReplayStats replay_stats_;
 };
+
+// Lightning's max_time string "DD:HH:MM:SS" (e.g. "00:12:00:00"); hg::InvalidArgument naming
+// the text otherwise.
+std::chrono::milliseconds parse_max_time(const std::string& dhms);
 
 // Seeds every device generator and the host generator the loaders' shuffles do not use.
 void seed_everything(uint64_t seed);

@@ -42,6 +42,7 @@ Checkpoint Trainer::Loop::dump(bool weights_only) {
   c.loops = {{"next_epoch", epoch_done ? t.epoch_ + 1 : t.epoch_},
              {"next_batch", epoch_done ? 0 : next_batch},
              {"total_batch_idx", total_batch_idx}};
+  if (t.stage_ == "fit") c.loops["time_elapsed_ms"] = train_time().count();  // max_time's clock
   if (plateau_pending) {  // saved in on_train_epoch_end: the plateau schedulers step after it
     nlohmann::json values = nlohmann::json::object();
     for (const auto& cfg : t.optimizers_) {
@@ -136,6 +137,11 @@ void Trainer::Loop::restore(LightningModule& m, const std::filesystem::path& fil
     t.epoch_ = static_cast<int>(c.loops.at("next_epoch").get<int64_t>());
     next_batch = c.loops.at("next_batch").get<int64_t>();
     total_batch_idx = c.loops.at("total_batch_idx").get<int64_t>();
+    if (c.loops.contains("time_elapsed_ms")) {
+      if (!c.loops["time_elapsed_ms"].is_number_integer() || c.loops["time_elapsed_ms"].get<int64_t>() < 0)
+        fail("key 'loops.time_elapsed_ms' must be a non-negative integer");
+      time_before = std::chrono::milliseconds(c.loops["time_elapsed_ms"].get<int64_t>());
+    }
     epoch_done = false;
     t.global_step_ = c.global_step;
     if (c.loops.contains("pending_plateau_step")) replay_plateau_step(c.loops["pending_plateau_step"], fail);

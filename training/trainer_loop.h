@@ -2,6 +2,7 @@
 // and the public calls, fit_loop.cpp the training epochs and optimization steps,
 // eval_loop.cpp validation / test / predict, trainer_checkpoint.cpp checkpoint dump and restore).
 #pragma once
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -26,6 +27,7 @@ struct Trainer::Loop {
   std::unique_ptr<graphs::StepReplay> replay;
   std::vector<MetricStore::Logged> replay_logs;  // without their tensors
   bool replay_stepped = false;
+  Tensor last_loss;  // the last training_step's (Trainer::last_loss)
 
   // Where log() goes and with which defaults.
   MetricStore train_metrics, eval_metrics;
@@ -41,6 +43,10 @@ struct Trainer::Loop {
   int64_t total_batch_idx = 0; // training batches since the start (val_check_interval without epochs)
   int64_t val_check_batch = 1;
   const DataLoader* val_loader = nullptr;  // fit's, already distributed
+  // max_time: the training loop's clock (time_before: the resumed checkpoint's elapsed time).
+  std::chrono::steady_clock::time_point train_start{};
+  std::chrono::milliseconds time_before{0};
+  bool time_up = false;
 
   // Sets the hook context for log() while alive.
   struct HookScope {
@@ -76,6 +82,11 @@ struct Trainer::Loop {
   bool should_validate(int64_t idx) const;
   void step_schedulers(const std::string& interval, bool plateau);
   bool max_steps_reached() const;
+  // min_epochs and min_steps are met: should_stop may end fit.
+  bool can_stop_early() const;
+  std::chrono::milliseconds train_time() const;  // elapsed, the resumed fits' included
+  // After a training batch: sets should_stop once max_time has passed (rank 0's clock under DDP).
+  void check_max_time();
 
   // eval_loop.cpp: validation (fit, sanity check, validate) and test; returns epoch metrics.
   // `data` already went through strategy->distribute; n: the batches to run.
