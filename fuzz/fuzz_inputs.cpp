@@ -96,9 +96,10 @@ Target parse_target(std::string_view name) {
   if (name == "config") return Target::Config;
   if (name == "checkpoint") return Target::Checkpoint;
   if (name == "graph_cache") return Target::GraphCache;
+  if (name == "data_file") return Target::DataFile;
   std::fprintf(stderr,
-               "HG_FUZZ_TARGET must be safetensors, package, onnx, infer, http, generate, config, checkpoint or "
-               "graph_cache (got '%.*s')\n",
+               "HG_FUZZ_TARGET must be safetensors, package, onnx, infer, http, generate, config, checkpoint, "
+               "graph_cache or data_file (got '%.*s')\n",
                static_cast<int>(name.size()), name.data());
   std::exit(2);
 }
@@ -116,6 +117,7 @@ void load(Target t, const uint8_t* data, size_t size) {
       case Target::Config: load_config(input); break;
       case Target::Checkpoint: load_checkpoint(input); break;
       case Target::GraphCache: load_graph_cache(input); break;
+      case Target::DataFile: load_data_file(input); break;
     }
   } catch (const Error&) {
     // Rejected with a typed error: what bad input must get.

@@ -9,7 +9,7 @@
 
 namespace hg::fuzz {
 
-enum class Target { Safetensors, Package, Onnx, Infer, Http, Generate, Config, Checkpoint, GraphCache };
+enum class Target { Safetensors, Package, Onnx, Infer, Http, Generate, Config, Checkpoint, GraphCache, DataFile };
 
 // A package input is model.json, optionally followed by this line and weights.safetensors.
 inline constexpr std::string_view kWeightsMark = "\n--hgraph-fuzz-weights--\n";
@@ -21,8 +21,10 @@ inline constexpr std::string_view kHeaderLengthMark = "#";
 // this engine version, CPU ISA and key.
 inline constexpr std::string_view kCacheEngine = "fuzz-engine", kCacheIsa = "fuzz-isa", kCacheKey = "fuzz-key";
 
+// A data_file input is a format line (".idx", ".csv", ".npy", ".npz" or ".txt") and the file's bytes.
+//
 // "safetensors" | "package" | "onnx" | "infer" | "http" | "generate" | "config" | "checkpoint" |
-// "graph_cache"; exits with a message otherwise.
+// "graph_cache" | "data_file"; exits with a message otherwise.
 Target parse_target(std::string_view name);
 // Runs the loader on the bytes; hg::Error is caught (the expected outcome of bad input),
 // everything else propagates. Where a format promises a round trip (config, checkpoint,

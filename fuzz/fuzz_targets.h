@@ -22,4 +22,7 @@ void load_config(std::string_view input);    // a model's config.json
 void load_checkpoint(std::string_view input);   // a trainer checkpoint file
 void load_graph_cache(std::string_view input);  // a disk graph-cache entry (see kCacheEngine)
 
+// fuzz_data_inputs.cpp: training data files.
+void load_data_file(std::string_view input);  // a format line, then an IDX, CSV, .npy, .npz or text file
+
 }  // namespace hg::fuzz

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(safetensors package onnx infer http generate config checkpoint graph_cache)
+((${#targets[@]})) || targets=(safetensors package onnx infer http generate config checkpoint graph_cache data_file)
 bash scripts/setup.sh --with-fuzz
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHG_FUZZ=ON \
   -DCMAKE_CXX_COMPILER=clang++-14 -DHG_BUILD_BENCH=OFF > /dev/null

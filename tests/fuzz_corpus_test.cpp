@@ -35,5 +35,6 @@ TEST(FuzzCorpus, GenerateSeedsParseOrRaiseHgError) { EXPECT_GE(replay("generate"
 TEST(FuzzCorpus, ConfigSeedsLoadAndRoundTripOrRaiseHgError) { EXPECT_GE(replay("config"), 15u); }
 TEST(FuzzCorpus, CheckpointSeedsLoadAndRoundTripOrRaiseHgError) { EXPECT_GE(replay("checkpoint"), 15u); }
 TEST(FuzzCorpus, GraphCacheSeedsLoadAndRoundTripOrRaiseHgError) { EXPECT_GE(replay("graph_cache"), 15u); }
+TEST(FuzzCorpus, DataFileSeedsLoadOrRaiseHgError) { EXPECT_GE(replay("data_file"), 10u); }
 
 }  // namespace

@@ -197,7 +197,7 @@ TEST(TrainDataTest, ModelsAndDataThatDoNotFitAreNamed) {
   EXPECT_EQ(c.data.image_size, 32);
   EXPECT_DOUBLE_EQ(c.data.holdout_fraction, 0.1);
   EXPECT_EQ(c.export_options->name, "fashion_mnist_lenet5");
-  for (const char* name : {"fashion_mlp.json", "fashion_lenet.json", "fortunes_gpt.json"})
+  for (const char* name : {"fashion_mlp.json", "fashion_lenet.json", "fashion_cnn.json", "fortunes_gpt.json"})
     EXPECT_NO_THROW(parse_train_config(read_config_file(std::string(HG_SOURCE_DIR "/training/configs/") + name))) << name;
 }
 

@@ -61,7 +61,43 @@ def augment(x, pad, hflip, gen):
     return x
 
 
+def pair(v):
+    return tuple(v) if isinstance(v, list) else (v, v)
+
+
+def sequential(layers):
+    """hgraph's "sequential" layer list (models/layer_spec.h) as torch.nn layers."""
+    out = []
+    for l in layers:
+        op = l["op"]
+        if op == "linear":
+            out.append(nn.Linear(l["in_features"], l["out_features"], bias=l.get("bias", True)))
+        elif op == "conv2d":
+            out.append(nn.Conv2d(l["in_channels"], l["out_channels"], pair(l["kernel"]), pair(l.get("stride", 1)),
+                                 pair(l.get("padding", 0)), pair(l.get("dilation", 1)), l.get("groups", 1), l.get("bias", True)))
+        elif op in ("max_pool2d", "avg_pool2d"):
+            cls = nn.MaxPool2d if op == "max_pool2d" else nn.AvgPool2d
+            out.append(cls(pair(l["kernel"]), pair(l.get("stride", l["kernel"])) if l.get("stride", 0) else None, pair(l.get("padding", 0))))
+        elif op == "adaptive_avg_pool2d":
+            out.append(nn.AdaptiveAvgPool2d(pair(l["output_size"])))
+        elif op == "batch_norm2d":
+            out.append(nn.BatchNorm2d(l["num_features"], l.get("eps", 1e-5), l.get("momentum", 0.1)))
+        elif op == "layer_norm":
+            out.append(nn.LayerNorm(l["dim"], l.get("eps", 1e-5)))
+        elif op == "flatten":
+            out.append(nn.Flatten(l.get("start_dim", 1), l.get("end_dim", -1)))
+        elif op == "dropout":
+            out.append(nn.Dropout(l.get("p", 0.5)))
+        elif op == "gelu":
+            out.append(nn.GELU(l.get("approximate", "none")))
+        else:
+            out.append({"relu": nn.ReLU, "silu": nn.SiLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}[op]())
+    return nn.Sequential(*out)
+
+
 def make_model(m):
+    if m["name"] == "sequential":
+        return sequential(m["config"]["layers"])
     if m["name"] == "lenet5":
         return torch_zoo.LeNet5(m.get("config", {}).get("classes", 10))
     sizes = m.get("config", {}).get("sizes", [64, 64, 10])
@@ -106,7 +142,7 @@ def main():
     d, m, o, t = c["data"], c["model"], c["optimizer"], c["trainer"]
     path = d.get("path", "/usr/share/datasets/fashion-mnist")
     image_size = d.get("image_size", 32 if m["name"] == "lenet5" else 0)
-    flatten = m["name"] == "mlp"
+    flatten = m["name"] == "mlp" or (m["name"] == "sequential" and len(m["config"]["input"]) == 1)
     t_start = time.time()
     x, y = load(path, "train", image_size, flatten)
     xt, yt = load(path, "t10k", image_size, flatten)

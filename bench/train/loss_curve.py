@@ -8,18 +8,23 @@ Each CSV has a header row; the x axis is its "epoch" column, the curves are "tra
 Works on hg_train_bench's / torch_train.py's `digits` CSVs and on the CSVLogger's
 lightning_logs/version_N/metrics.csv (rows without a value in a column are skipped, and a
 metric logged per step and per epoch is taken from its "_epoch" column when it has one).
+Environment: LOSS_CURVE_X ("epoch" or "step"), LOSS_CURVE_TITLE, LOSS_CURVE_ACC_MIN (0.8).
 """
 import csv
 import os
 import sys
 
 
+X = os.environ.get("LOSS_CURVE_X", "epoch")
+
+
 def column(rows, names):
-    """(epochs, values) of the first of `names` that the rows have, skipping empty cells."""
+    """(x, values) of the first of `names` that the rows have, skipping empty cells; x is the
+    LOSS_CURVE_X column (default "epoch", or "step")."""
     for name in names:
-        pts = [(float(r["epoch"]), float(r[name])) for r in rows if r.get(name) not in (None, "")]
+        pts = [(float(r[X]), float(r[name])) for r in rows if r.get(name) not in (None, "")]
         if pts:
-            # several rows per epoch (per-step logging): keep the last value of each epoch
+            # several rows per x (per-step logging against epochs): keep the last value of each
             last = {}
             for e, v in pts:
                 last[e] = v
@@ -52,11 +57,11 @@ def main():
         xs, ys = column(rows, ["val_acc"])
         if xs:
             ax2.plot(xs, ys, ":", color=color, lw=width, alpha=alpha, label=f"{label} val acc")
-    ax.set_xlabel("epoch")
+    ax.set_xlabel(X)
     ax.set_ylabel("cross-entropy loss")
     ax.set_yscale("log")
     ax2.set_ylabel("validation accuracy")
-    ax2.set_ylim(0.8, 1.0)
+    ax2.set_ylim(float(os.environ.get("LOSS_CURVE_ACC_MIN", "0.8")), 1.0)
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
     fig.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=8, loc="lower center", ncol=3)
