@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
 
 #include "engine/ops.h"
 #include "models/attention.h"
@@ -163,6 +165,44 @@ void expect_onnx_checker_accepts(const fs::path& file) {
   EXPECT_EQ(std::system(cmd.c_str()), 0) << "the onnx checker rejected " << file;
 }
 
+// ONNX Runtime's output for `x` (an independent implementation of the file), through
+// tests/ort_run.js; an undefined tensor when node or bench/'s onnxruntime-node is not installed
+// (bash scripts/setup.sh --with-bench).
+Tensor run_with_ort(const fs::path& model, const std::string& input, const Tensor& x, const Shape& out_shape) {
+  const std::string modules = HG_SOURCE_DIR "/bench/node_modules";
+  if (!fs::exists(modules + "/onnxruntime-node") || std::system("node --version >/dev/null 2>&1") != 0) return {};
+  const fs::path in = model.parent_path() / "ort_in.bin", out = model.parent_path() / "ort_out.bin";
+  const Tensor c = x.contiguous();
+  {
+    std::ofstream f(in, std::ios::binary);
+    f.write(static_cast<const char*>(c.raw_data()), static_cast<std::streamsize>(c.meta().bytes()));
+  }
+  std::string dims;
+  for (int64_t d : x.shape()) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+  const std::string cmd = "node " HG_SOURCE_DIR "/tests/ort_run.js " + modules + " " + model.string() + " " + input + " " +
+                          (x.dtype() == DType::I64 ? "int64 " : "float32 ") + dims + " " + in.string() + " " + out.string();
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream f(out, std::ios::binary);
+  std::vector<float> y(static_cast<size_t>(numel(out_shape)));
+  f.read(reinterpret_cast<char*>(y.data()), static_cast<std::streamsize>(y.size() * sizeof(float)));
+  EXPECT_EQ(f.gcount(), static_cast<std::streamsize>(y.size() * sizeof(float))) << "ONNX Runtime's output size";
+  return Tensor::from_vector(y, out_shape);
+}
+
+// ONNX Runtime agrees with the module within 1e-5 relative (1e-6 near zero).
+void expect_ort_matches(const fs::path& model, const std::string& input, const Tensor& x, const Tensor& want) {
+  const Tensor got = run_with_ort(model, input, x, want.shape());
+  if (!got.defined()) {
+    std::cout << "[ note ] onnxruntime-node not installed: " << model << " not run with ONNX Runtime\n";
+    return;
+  }
+  const auto g = got.to_vector(), w = want.to(Device::cpu()).to_vector();
+  for (size_t i = 0; i < w.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(g[i])) << model << " element " << i;
+    ASSERT_NEAR(g[i], w[i], 1e-5 * std::fabs(w[i]) + 1e-6) << "ONNX Runtime on " << model << ", element " << i;
+  }
+}
+
 TEST(ExportTracedTest, ResidualMlpPackageMatchesTheModuleAtOtherBatchSizes) {
   const auto dir = test::temp_dir("ExportTracedMlp");
   ResidualMlpTask task;
@@ -224,6 +264,18 @@ TEST(ExportTracedTest, TransformerWithDynamicSequenceMatchesTheModule) {
     const Tensor ids = random_ids({batch, seq}, 20, static_cast<uint32_t>(batch * 100 + seq));
     expect_close(g.forward(ids), eval_forward(net, ids), "batch " + std::to_string(batch) + " seq " + std::to_string(seq));
   }
+  // as a package served by the Predictor: one set of captured buckets per sequence length
+  const auto dir = test::temp_dir("ExportTracedTransformer");
+  const auto out = export_traced(net, {random_ids({2, 6}, 20, 1)}, {.dir = dir, .name = "tf"}, trace);
+  auto p = models::Predictor::load(out, {.batch_buckets = {1, 4}});
+  for (const int64_t seq : {5, 11}) {
+    const Tensor ids = random_ids({3, seq}, 20, static_cast<uint32_t>(seq));
+    const auto in = ids.to_indices();
+    std::vector<float> y(3 * 5);
+    p->run({in.data()}, 3, {y.data()}, {{seq}});
+    expect_close(Tensor::from_vector(y, {3, 5}), eval_forward(net, ids), "Predictor seq " + std::to_string(seq));
+  }
+  fs::remove_all(dir);
 }
 
 TEST(ExportTracedTest, OnnxExportReimportsAndPassesTheOnnxChecker) {
@@ -240,6 +292,8 @@ TEST(ExportTracedTest, OnnxExportReimportsAndPassesTheOnnxChecker) {
     expect_close(m->forward(x), eval_forward(mlp.module(), x), "mlp batch " + std::to_string(batch));
   }
   expect_onnx_checker_accepts(mlp_dir / "model.onnx");
+  const Tensor mx = random_tensor({6, 16}, 40);
+  expect_ort_matches(mlp_dir / "model.onnx", "input", mx, eval_forward(mlp.module(), mx));
 
   TinyTransformer tf;
   const auto tf_dir = export_traced(tf, {random_ids({2, 5}, 20, 2)}, {.dir = dir, .name = "tf", .format = "onnx"},
@@ -252,6 +306,8 @@ TEST(ExportTracedTest, OnnxExportReimportsAndPassesTheOnnxChecker) {
     expect_close(tm->forward_all({ids})[0], eval_forward(tf, ids), "transformer batch " + std::to_string(batch));
   }
   expect_onnx_checker_accepts(tf_dir / "model.onnx");
+  const Tensor tx = random_ids({3, 7}, 20, 41);
+  expect_ort_matches(tf_dir / "model.onnx", "ids", tx, eval_forward(tf, tx));
 
   SmallCnn cnn;
   const auto cnn_dir = export_traced(cnn, {random_tensor({2, 1, 8, 8}, 6)}, {.dir = dir, .name = "cnn", .format = "onnx"});
@@ -260,6 +316,7 @@ TEST(ExportTracedTest, OnnxExportReimportsAndPassesTheOnnxChecker) {
   const Tensor x = random_tensor({5, 1, 8, 8}, 8);
   expect_close(cm->forward(x), eval_forward(cnn, x), "cnn batch 5");
   expect_onnx_checker_accepts(cnn_dir / "model.onnx");
+  expect_ort_matches(cnn_dir / "model.onnx", "input", x, eval_forward(cnn, x));
   fs::remove_all(dir);
 }
 
