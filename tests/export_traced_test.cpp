@@ -320,6 +320,53 @@ TEST(ExportTracedTest, OnnxExportReimportsAndPassesTheOnnxChecker) {
   fs::remove_all(dir);
 }
 
+// Two inputs, two outputs; the first input flattened straight away (a view of a model input).
+class TwoInTwoOut : public Module {
+ public:
+  TwoInTwoOut() {
+    a_ = register_module("a", std::make_shared<models::Linear>(8, 3, 1));
+    b_ = register_module("b", std::make_shared<models::Linear>(5, 3, 2));
+  }
+  Tensor forward(const Tensor&) override { throw InvalidArgument("TwoInTwoOut takes two inputs"); }
+  std::vector<Tensor> forward_all(const std::vector<Tensor>& in) override {
+    const Tensor x = ops::flatten(in[0], 1);  // [N, 2, 4] -> [N, 8]
+    const Tensor y = ops::add(a_->forward(x), ops::tanh(b_->forward(in[1])));
+    return {ops::softmax(y, -1), ops::relu(x)};
+  }
+  nlohmann::json spec() const override { return {{"op", "two_in_two_out"}}; }
+
+ private:
+  std::shared_ptr<Module> a_, b_;
+};
+
+TEST(ExportTracedTest, SeveralInputsAndOutputsKeepTheirNamesAndOrder) {
+  const auto dir = test::temp_dir("ExportTracedMultiIo");
+  TwoInTwoOut net;
+  const auto out = export_traced(net, {random_tensor({3, 2, 4}, 1), random_tensor({3, 5}, 2)},
+                                 {.dir = dir, .name = "two", .format = "onnx"},
+                                 {.input_names = {"image", "extra"}, .output_names = {"probs", "features"}});
+  std::unique_ptr<Module> m;
+  const auto pkg = models::import_onnx(out / "model.onnx", &m);
+  ASSERT_EQ(pkg.spec.inputs.size(), 2u);
+  EXPECT_EQ(pkg.spec.inputs[1].name, "extra");
+  EXPECT_EQ(pkg.spec.outputs[0].name, "probs");
+  EXPECT_EQ(pkg.spec.outputs[1].shape, Shape({-1, 8}));
+  const std::vector<Tensor> in{random_tensor({6, 2, 4}, 3), random_tensor({6, 5}, 4)};
+  net.eval();
+  const auto want = net.forward_all(in);
+  const auto got = m->forward_all(in);
+  expect_close(got[0], want[0], "probs");
+  expect_close(got[1], want[1], "features");
+  fs::remove_all(dir);
+}
+
+// forward branches on the batch size
+class BranchesOnBatch : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x.dim(0) > 2 ? ops::relu(x) : ops::tanh(x); }
+  nlohmann::json spec() const override { return {{"op", "branches"}}; }
+};
+
 // forward calls an op the exporter has no ONNX form for
 class WithArgmax : public Module {
  public:
@@ -357,6 +404,9 @@ TEST(ExportTracedTest, WhatCannotBeExportedIsNamed) {
   MakesBatchTensor b;
   EXPECT_THAT(test::error_of<InvalidArgument>([&] { models::trace_module(b, {random_tensor({2, 4}, 1)}); }),
               HasSubstr("made inside forward"));
+  BranchesOnBatch br;
+  EXPECT_THAT(test::error_of<InvalidArgument>([&] { models::trace_module(br, {random_tensor({2, 4}, 1)}); }),
+              HasSubstr("forward records different ops when the dynamic axes change size (node 2: op 'tanh' vs 'relu')"));
   ResidualMlp m;
   EXPECT_THAT(test::error_of<InvalidArgument>([&] {
                 models::trace_module(m, {random_tensor({2, 16}, 1)}, {.dynamic_axes = {{"x", {{0, "batch"}}}}});
