@@ -2,6 +2,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <cmath>
 #include <cstring>
 #include <set>
 
@@ -85,7 +86,38 @@ void set_attribute(onnx::AttributeProto& a, const OpNode& n, const std::string& 
   }
 }
 
+void add_node(onnx::GraphProto& g, OpNode n);
+
+// Gelu is an op from opset 20: written as the decomposition exporters emit before it (the erf
+// form is what the importer fuses back into one Gelu). The constants are FP32.
+void lower_gelu(onnx::GraphProto& g, const OpNode& n) {
+  const std::string approximate = n.attrs.value("approximate", std::string("none"));
+  if (approximate != "none" && approximate != "tanh") node_fail(n, "approximate '" + approximate + "' is not none or tanh");
+  if (n.inputs.size() != 1 || n.outputs.size() != 1) node_fail(n, "needs one input and one output");
+  int k = 0;
+  auto c = [&](double v) {
+    const std::string name = n.name + "/c" + std::to_string(k++);
+    set_tensor(*g.add_initializer(), name, Tensor::full({}, static_cast<float>(v)));
+    return name;
+  };
+  auto node = [&](const char* op, std::vector<std::string> in, std::string out = "") {
+    if (out.empty()) out = n.name + "/" + op + "_" + std::to_string(k++);
+    add_node(g, OpNode{op, n.name + "/" + op + "_" + std::to_string(k++), std::move(in), {out}});
+    return out;
+  };
+  const std::string& x = n.inputs[0];
+  std::string inner;
+  if (approximate == "none") {  // 0.5 x (1 + erf(x / sqrt 2))
+    inner = node("Erf", {node("Div", {x, c(std::sqrt(2.0))})});
+  } else {  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+    const std::string cube = node("Pow", {x, c(3.0)});
+    inner = node("Tanh", {node("Mul", {node("Add", {x, node("Mul", {cube, c(0.044715)})}), c(std::sqrt(2.0 / M_PI))})});
+  }
+  node("Mul", {node("Mul", {x, node("Add", {inner, c(1.0)})}), c(0.5)}, n.outputs[0]);
+}
+
 void add_node(onnx::GraphProto& g, OpNode n) {
+  if (n.op == "Gelu") return lower_gelu(g, n);
   if (n.attrs.contains("coerce_2d")) node_fail(n, "uses opset < 13 Softmax semantics, which opset 17 cannot express");
   if (n.attrs.contains("scalar")) {  // the importer's Mul/Div by a constant scalar
     if (n.inputs.size() < 2) n.inputs.resize(2);

@@ -9,7 +9,9 @@
 //
 // The shape-like inputs an ops graph folds into attributes (Reshape's shape, Slice's starts, ...)
 // become initializers again (ReduceMean/ReduceMax's axes stay attributes, as opset 17 has them);
-// Mul/Div by an importer's folded scalar become a scalar initializer. The file is written
+// Mul/Div by an importer's folded scalar become a scalar initializer; Gelu (an opset 20 op) is
+// written as Div(x, sqrt 2) -> Erf -> Add(1) -> Mul(x) -> Mul(0.5) (or the tanh form), with FP32
+// constants, the chain the importer fuses back into one Gelu. The file is written
 // atomically (engine/atomic_file.h). Errors (hg::InvalidArgument) name the node and what has no
 // opset 17 form: an op before opset 13's Softmax semantics ("coerce_2d"), a {"batch": a, "plus": c}
 // entry of an old package, a graph that is not of type "ops".

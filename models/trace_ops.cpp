@@ -151,23 +151,6 @@ std::string transposed(Emitter& e, size_t k) {
   return e.add("Transpose", {e.in(k)}, {{"perm", perm}});
 }
 
-void gelu(Emitter& e, bool tanh_form) {
-  const DType t = dtype_of(e, 0);
-  const std::string& x = e.in(0);
-  std::string inner;
-  if (!tanh_form) {  // 0.5 x (1 + erf(x / sqrt 2))
-    inner = e.add("Erf", {e.add("Div", {x, e.scalar(std::sqrt(2.0), t, "sqrt2")})});
-  } else {  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
-    Json p = Json::object();
-    fold_real(p, "exponent", 3.0, t);
-    const std::string cube = e.add("Pow", {x, ""}, p);
-    const std::string s = e.add("Add", {x, e.add("Mul", {cube, e.scalar(0.044715, t, "c")})});
-    inner = e.add("Tanh", {e.add("Mul", {s, e.scalar(std::sqrt(2.0 / M_PI), t, "sqrt_2_over_pi")})});
-  }
-  const std::string one_plus = e.add("Add", {inner, e.scalar(1.0, t, "one")});
-  e.add("Mul", {e.add("Mul", {x, one_plus}), e.scalar(0.5, t, "half")}, Json::object(), e.out());
-}
-
 // Linear on rank 2 (what the engine's linear takes): Gemm with W transposed.
 void linear(Emitter& e) {
   if (attrs::Linear::of(e.node().attrs).act != FusedAct::None) e.fail("a fused activation is not exported");
@@ -394,7 +377,9 @@ const std::map<std::string, Fn>& emitters() {
       {"tanh", same("Tanh")},
       {"sigmoid", same("Sigmoid")},
       {"silu", [](Emitter& e) { e.add("Mul", {e.in(0), e.add("Sigmoid", {e.in(0)})}, Json::object(), e.out()); }},
-      {"gelu", [](Emitter& e) { gelu(e, attrs::Gelu::of(e.node().attrs).tanh); }},
+      {"gelu", [](Emitter& e) {  // one fused op in the package; write_onnx lowers it for opset 17
+         e.add("Gelu", {e.in(0)}, {{"approximate", attrs::Gelu::of(e.node().attrs).tanh ? "tanh" : "none"}}, e.out());
+       }},
       {"clamp", clamp},
       {"unary_math", unary_math},
       {"softmax", softmax},
