@@ -123,6 +123,8 @@ void check_same_ops(const graphs::RecordedOps& a, const graphs::RecordedOps& b, 
 TracedModel trace_module(Module& m, const std::vector<Tensor>& examples, const TraceOptions& opt) {
   if (examples.empty()) throw InvalidArgument("export: no example inputs");
   const StateDict state = m.state_dict();
+  for (const auto& [name, t] : state)
+    if (t.is_lazy()) materialize(t);  // pending lazy steps (an optimizer's last update) run first
   Device dev = Device::cpu();
   if (!state.empty()) dev = state.front().second.device();
   const auto in_names = default_names(opt.input_names, examples.size(), "input", "input_names");

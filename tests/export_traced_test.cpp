@@ -14,6 +14,7 @@
 #include <iostream>
 
 #include "engine/ops.h"
+#include "graphs/lazy.h"
 #include "models/attention.h"
 #include "models/module_trace.h"
 #include "models/onnx_export.h"
@@ -152,12 +153,12 @@ std::unique_ptr<Module> load(const fs::path& dir) {
   return m;
 }
 
-bool python_has_onnx() { return std::system("/usr/bin/python3 -c 'import onnx' >/dev/null 2>&1") == 0; }
+bool python_has_onnx() { return std::system("timeout 60 /usr/bin/python3 -c 'import onnx' >/dev/null 2>&1") == 0; }
 
 // Python's onnx checker with full_check (strict shape inference) on `file`.
 void expect_onnx_checker_accepts(const fs::path& file) {
   if (!python_has_onnx()) GTEST_SKIP() << "/usr/bin/python3 has no onnx module";
-  const std::string cmd = "/usr/bin/python3 -c \"import onnx, sys; m = onnx.load(sys.argv[1]); "
+  const std::string cmd = "timeout 120 /usr/bin/python3 -c \"import onnx, sys; m = onnx.load(sys.argv[1]); "
                           "onnx.checker.check_model(m, full_check=True); "
                           "assert m.opset_import[0].version == 17 and m.ir_version == 8; "
                           "d = m.graph.input[0].type.tensor_type.shape.dim[0]; assert d.dim_param == 'batch', d\" " +
@@ -170,7 +171,7 @@ void expect_onnx_checker_accepts(const fs::path& file) {
 // (bash scripts/setup.sh --with-bench).
 Tensor run_with_ort(const fs::path& model, const std::string& input, const Tensor& x, const Shape& out_shape) {
   const std::string modules = HG_SOURCE_DIR "/bench/node_modules";
-  if (!fs::exists(modules + "/onnxruntime-node") || std::system("node --version >/dev/null 2>&1") != 0) return {};
+  if (!fs::exists(modules + "/onnxruntime-node") || std::system("timeout 60 node --version >/dev/null 2>&1") != 0) return {};
   const fs::path in = model.parent_path() / "ort_in.bin", out = model.parent_path() / "ort_out.bin";
   const Tensor c = x.contiguous();
   {
@@ -179,7 +180,7 @@ Tensor run_with_ort(const fs::path& model, const std::string& input, const Tenso
   }
   std::string dims;
   for (int64_t d : x.shape()) dims += (dims.empty() ? "" : ",") + std::to_string(d);
-  const std::string cmd = "node " HG_SOURCE_DIR "/tests/ort_run.js " + modules + " " + model.string() + " " + input + " " +
+  const std::string cmd = "timeout 120 node " HG_SOURCE_DIR "/tests/ort_run.js " + modules + " " + model.string() + " " + input + " " +
                           (x.dtype() == DType::I64 ? "int64 " : "float32 ") + dims + " " + in.string() + " " + out.string();
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream f(out, std::ios::binary);
@@ -220,6 +221,25 @@ TEST(ExportTracedTest, ResidualMlpPackageMatchesTheModuleAtOtherBatchSizes) {
     const Tensor x = random_tensor({batch, 16}, static_cast<uint32_t>(batch) + 10);
     expect_close(loaded->forward(x), eval_forward(task.module(), x), "batch " + std::to_string(batch));
   }
+  fs::remove_all(dir);
+}
+
+// A module on an HPU in lazy mode, its last update still pending in the lazy trace (as after an
+// optimizer step): export runs the pending step and traces on the device.
+TEST(ExportTracedTest, LazyHpuModuleWithPendingUpdatesExports) {
+  const bool was_lazy = graphs::lazy_mode_enabled();
+  graphs::enable_lazy_mode(true);
+  const auto dir = test::temp_dir("ExportTracedLazy");
+  ResidualMlp net;
+  net.to(Device::hpu(0));
+  for (auto& [name, p] : net.named_parameters()) *p = ops::scale(*p, 1.5);  // recorded, not run
+  ASSERT_TRUE(net.named_parameters()[0].second->is_lazy());
+  const auto out = export_traced(net, {random_tensor({4, 16}, 1)}, {.dir = dir, .name = "lazy"});
+  auto loaded = load(out);
+  const Tensor x = random_tensor({2, 16}, 2);
+  const Tensor want = eval_forward(net, x.to(Device::hpu(0))).to(Device::cpu());
+  graphs::enable_lazy_mode(was_lazy);
+  expect_close(loaded->forward(x), want, "lazy hpu module");
   fs::remove_all(dir);
 }
 
