@@ -192,7 +192,7 @@ TracedModel trace_module(Module& m, const std::vector<Tensor>& examples, const T
   check_same_ops(ra, rb, roles, in_b, state);
 
   TracedModel r;
-  Emitter e{ra.graph, rb.graph};
+  Emitter e(ra.graph, rb.graph);
   e.names.resize(ra.graph.nodes.size());
   std::set<std::string> used_state;
   for (size_t k = 0; k < ra.graph.nodes.size(); ++k) {
@@ -274,6 +274,15 @@ TracedModel trace_module(Module& m, const std::vector<Tensor>& examples, const T
   std::set<std::string> names;
   for (const auto& [name, t] : r.constants) names.insert(name);
   op_graph_from_json(r.spec.graph, "the traced graph", names);  // the structure is valid
+  if (opt.check) {
+    std::vector<Tensor> other;  // the example's values at the second recording's sizes
+    for (size_t k = 0; k < examples.size(); ++k) {
+      Tensor x = in_a[k];
+      for (const auto& [axis, sym] : axes[k]) x = trace_detail::resize_along(x, axis, sizes[sym].second);
+      other.push_back(x);
+    }
+    trace_detail::check_traced(m, e.g, r.constants, {in_a, other});
+  }
   return r;
 }
 

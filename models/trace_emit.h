@@ -15,6 +15,7 @@ namespace hg::models::trace_detail {
 using Json = nlohmann::json;
 
 struct Emitter {
+  Emitter(const graphs::Graph& at_example, const graphs::Graph& resized) : a(at_example), b(resized) {}
   const graphs::Graph& a;  // recorded at the example's sizes
   const graphs::Graph& b;  // the same ops at the resized dynamic axes
   std::vector<int> graph_inputs;  // IR nodes of the model's inputs (dimension sources)
@@ -63,5 +64,12 @@ void emit_op(Emitter& e);
 // The attributes of e.cur's op that may differ between the two recordings (shape-like ones the
 // emitter expresses from shapes): true when op `name` handles it.
 bool shape_attrs_expressed(const std::string& op);
+
+// trace_check.cpp: `graph` (the traced ops graph over `constants`) against the module on each
+// set of inputs (on the module's device); throws InvalidArgument naming the output and element.
+void check_traced(Module& m, const OpGraph& graph, const std::vector<std::pair<std::string, Tensor>>& constants,
+                  const std::vector<std::vector<Tensor>>& input_sets);
+// x repeated along `axis` and cut to `size` there.
+Tensor resize_along(const Tensor& x, int64_t axis, int64_t size);
 
 }  // namespace hg::models::trace_detail

@@ -387,6 +387,16 @@ class BranchesOnBatch : public Module {
   nlohmann::json spec() const override { return {{"op", "branches"}}; }
 };
 
+// forward depends on hidden state: from its third call on it doubles (the trace saw two calls)
+class ChangesAfterTracing : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return ops::scale(x, calls_++ >= 2 ? 2.0 : 1.0); }
+  nlohmann::json spec() const override { return {{"op", "changes"}}; }
+
+ private:
+  int calls_ = 0;
+};
+
 // forward calls an op the exporter has no ONNX form for
 class WithArgmax : public Module {
  public:
@@ -427,6 +437,11 @@ TEST(ExportTracedTest, WhatCannotBeExportedIsNamed) {
   BranchesOnBatch br;
   EXPECT_THAT(test::error_of<InvalidArgument>([&] { models::trace_module(br, {random_tensor({2, 4}, 1)}); }),
               HasSubstr("forward records different ops when the dynamic axes change size (node 2: op 'tanh' vs 'relu')"));
+  ChangesAfterTracing ch;
+  EXPECT_THAT(test::error_of<InvalidArgument>([&] { models::trace_module(ch, {random_tensor({2, 4}, 1)}); }),
+              HasSubstr("export check: output 'output' for inputs of shape [2, 4]: element 0 is"));
+  ChangesAfterTracing unchecked;
+  EXPECT_NO_THROW(models::trace_module(unchecked, {random_tensor({2, 4}, 1)}, {.check = false}));
   ResidualMlp m;
   EXPECT_THAT(test::error_of<InvalidArgument>([&] {
                 models::trace_module(m, {random_tensor({2, 16}, 1)}, {.dynamic_axes = {{"x", {{0, "batch"}}}}});
