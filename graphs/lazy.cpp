@@ -29,7 +29,7 @@ void run_lazy_trace(Device d) {  // mark_step without the capture check
 class Tracer final : public LazyBackend {
  public:
   bool traces(Device d) const override {
-    if (!d.is_hpu()) return false;
+    if (!d.is_hpu()) return recording_for(d) != nullptr;  // graphs::record_ops on the host
     return g_lazy_on.load(std::memory_order_relaxed) || recording_for(d);
   }
 

@@ -541,6 +541,12 @@ DType dtype_from_onnx(int64_t t) {
   throw DTypeError("ONNX element type " + std::to_string(t) + " is not supported");
 }
 
+int64_t onnx_from_dtype(DType t) {
+  for (int64_t onnx : {1, 2, 6, 7, 9, 10, 11, 16})
+    if (dtype_from_onnx(onnx) == t) return onnx;
+  throw DTypeError(std::string("dtype ") + dtype_name(t) + " has no ONNX element type hgraph writes");
+}
+
 const std::vector<HostInput>& host_inputs(const std::string& op) {
   static const std::map<std::string, std::vector<HostInput>> table = {
       {"Reshape", {{1, "shape", true}}},

@@ -42,6 +42,8 @@ bool is_supported_onnx_op(const std::string& op);
 std::string supported_onnx_ops_markdown();
 // ONNX TensorProto element type -> DType; throws hg::DTypeError for types the engine lacks.
 DType dtype_from_onnx(int64_t onnx_type);
+// The reverse (export): DType -> TensorProto element type; throws hg::DTypeError for I16/I8.
+int64_t onnx_from_dtype(DType t);
 
 // in[i]: the tensor of input slot i (undefined when absent or folded into attrs). `batch`
 // resolves the {"batch": a, "plus": c} attr entries of packages imported before shapes were

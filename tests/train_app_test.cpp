@@ -127,6 +127,40 @@ TEST(TrainAppTest, ExportedPackagesServeTheModulesPredictions) {
   std::filesystem::remove_all(dir);
 }
 
+// export.format "onnx": model.onnx traced from the trained module, served with a dynamic batch.
+TEST(TrainAppTest, OnnxExportsServeTheModulesPredictions) {
+  const auto dir = test::temp_dir("TrainAppOnnx");
+  const auto repo = dir / "repo";
+  std::map<std::string, std::shared_ptr<ClassifierModule>> trained;
+  for (const std::string model : {"mlp", "lenet5"}) {
+    json c = quiet_config(dir, model, 1);
+    c["trainer"]["limit_train_batches"] = 5;
+    c["export"] = {{"dir", repo.string()}, {"format", "onnx"}, {"config", {{"max_batch_size", 8}, {"batch_buckets", {1, 8}}}}};
+    const auto r = train(c);
+    EXPECT_TRUE(std::filesystem::exists(r.export_dir / "model.onnx")) << model;
+    EXPECT_FALSE(std::filesystem::exists(r.export_dir / "model.json")) << model;
+    trained[model] = r.module;
+  }
+  test::ServerProcess server({"--model-repository", repo.string()});
+  for (const auto& [model, module] : trained) {
+    auto digits = load_digits(HG_SOURCE_DIR "/models/data/digits.safetensors", model == "mlp" ? 8 : 32);
+    const Batch b = digits->get_batch({0, 1, 2, 3, 4, 1000});
+    module->module().eval();
+    const auto want = module->module().forward(b[0].to(module->module().named_parameters()[0].second->device())).to_vector();
+    const auto got = infer_json(server, "digits_" + model, b[0]);
+    ASSERT_EQ(got.size(), want.size()) << model;
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << model << " logit " << i;
+  }
+  EXPECT_EQ(server.terminate(std::chrono::seconds(30)), 0);
+  EXPECT_THAT(test::error_of<InvalidArgument>([&] {
+                json c = quiet_config(dir, "mlp", 1);
+                c["export"] = {{"dir", repo.string()}, {"format", "torchscript"}};
+                parse_train_config(c);
+              }),
+              HasSubstr("export.format: must be \"package\" or \"onnx\""));
+  std::filesystem::remove_all(dir);
+}
+
 struct ProcessRun {
   int status;
   std::string out, err;

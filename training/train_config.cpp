@@ -295,6 +295,8 @@ TrainConfig parse_train_config(const json& config) {
     x.name = e->get("name", c.data.dataset + "_" + c.model.model);
     x.version = e->get("version", x.version);
     x.serving_config = e->raw("config");
+    x.format = e->get("format", x.format);
+    if (x.format != "package" && x.format != "onnx") e->fail("format", "must be \"package\" or \"onnx\", got \"" + x.format + "\"");
     e->finish();
     if (!x.dir.empty()) c.export_options = x;
     else if (e->contains("dir")) e->fail("dir", "must not be empty");

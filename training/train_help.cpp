@@ -156,6 +156,8 @@ Lightning's meaning and defaults unless said otherwise.
   name               "<dataset>_<model name>"  the model's folder: <dir>/<name>/<version>/
   version            1
   config             none          the server's config.json for the model (e.g. {"max_batch_size": 32})
+  format             "package"     "package" (model.json + weights.safetensors) or "onnx" (model.onnx,
+                                   opset 17, traced from the module; dynamic batch "batch")
 
 The metrics: train_loss (progress bar), val_loss, val_acc, and test_loss, test_acc on the
 test split after fit (t10k, test_path, or the held-out split). gpt logs val_loss, val_bpb,
