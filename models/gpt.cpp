@@ -174,9 +174,8 @@ Tensor GPT::embed(const Tensor& ids, const char* what, const char* noun) {
     throw InvalidArgument(std::string("gpt ") + what + ": " + noun + " of " + std::to_string(s) +
                           " tokens exceeds max_len " + std::to_string(config_.max_len));
   check_tokens(ids, what);
-  std::vector<int64_t> pos(static_cast<size_t>(s));
-  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int64_t>(i);
-  return ops::add(tok_emb_->forward(ids), pos_emb_->forward(Tensor::from_indices(pos, {s}, ids.device())));
+  // Positions 0..S-1 are the first S rows of the table (a slice: the traced export keeps S dynamic).
+  return ops::add(tok_emb_->forward(ids), ops::slice(pos_emb_->weight(), 0, 0, s));
 }
 
 Tensor GPT::forward(const Tensor& ids) {

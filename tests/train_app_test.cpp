@@ -131,7 +131,7 @@ TEST(TrainAppTest, ExportedPackagesServeTheModulesPredictions) {
 TEST(TrainAppTest, OnnxExportsServeTheModulesPredictions) {
   const auto dir = test::temp_dir("TrainAppOnnx");
   const auto repo = dir / "repo";
-  std::map<std::string, std::shared_ptr<ClassifierModule>> trained;
+  std::map<std::string, std::shared_ptr<LightningModule>> trained;
   for (const std::string model : {"mlp", "lenet5"}) {
     json c = quiet_config(dir, model, 1);
     c["trainer"]["limit_train_batches"] = 5;

@@ -13,6 +13,7 @@
 
 #include "engine/ops.h"
 #include "models/gpt.h"
+#include "models/onnx_import.h"
 #include "models/package.h"
 #include "tests/errors.h"
 #include "tests/test_env.h"
@@ -178,6 +179,22 @@ TEST(TrainDataTest, ByteGptLearnsATextAndExportsForGeneration) {
   auto& gpt = dynamic_cast<models::GPT&>(*net);
   const auto text = gpt.generate("dawn. a dog ran", 9, {.greedy = true});
   EXPECT_EQ(text.text.substr(0, 6), " far. ") << "'" << text.text << "'";
+  // As ONNX: the traced forward at another batch and length gives the module's logits.
+  c["export"]["format"] = "onnx";
+  c["export"]["name"] = "text_gpt_onnx";
+  c["trainer"]["max_steps"] = 2;
+  const auto o = train(c);
+  ASSERT_TRUE(fs::exists(o.export_dir / "model.onnx"));
+  std::unique_ptr<models::Module> onnx;
+  models::import_onnx(o.export_dir / "model.onnx", &onnx);
+  auto& lm = dynamic_cast<LanguageModelModule&>(*o.module);
+  lm.gpt().eval();
+  Tensor ids = Tensor::empty({3, 10}, DType::I64);
+  for (int64_t i = 0; i < 30; ++i) ids.data<int64_t>()[i] = "the cat sat on the mat. a dog ran"[i];
+  const auto want = lm.gpt().forward(ids.to(lm.gpt().device())).to(Device::cpu()).to_vector();
+  const auto got = onnx->forward(ids).to_vector();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); i += 97) EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i]))) << i;
   fs::remove_all(dir);
 }
 

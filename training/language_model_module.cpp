@@ -58,7 +58,14 @@ std::filesystem::path export_language_model(LanguageModelModule& m, const Export
   spec.graph = m.gpt().spec();
   spec.metadata = {{"trained_by", "hgraph-train"}, {"model", "gpt"}, {"model_config", m.spec().config.to_json()},
                    {"optimizer", m.spec().optimizer}, {"seed", m.spec().seed}};
-  return export_package(m.gpt(), spec, opt);
+  if (opt.format != "onnx") return export_package(m.gpt(), spec, opt);
+  // model.onnx: the forward traced with the batch and the sequence dynamic (1 to max_len).
+  ExportOptions o = opt;
+  o.metadata = spec.metadata;
+  for (const auto& [k, val] : opt.metadata.items()) o.metadata[k] = val;
+  return export_traced(m.gpt(), {Tensor::zeros({2, s}, DType::I64)}, o,
+                       {.input_names = {"ids"}, .output_names = {"logits"},
+                        .dynamic_axes = {{"ids", {{0, "batch"}, {1, "seq"}}}}});
 }
 
 }  // namespace hg::training

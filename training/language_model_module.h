@@ -47,7 +47,8 @@ class LanguageModelModule : public LightningModule {
 // The GPT package (graph {"type": "zoo", "model": "gpt"}, input "ids" INT64 [-1, max_len],
 // output "logits" FP32 [-1, max_len, vocab]) with metadata {"trained_by": "hgraph-train",
 // "model": "gpt", "model_config", "optimizer", "seed"} plus opt.metadata; hgraph-serve's
-// /infer and generate endpoints serve it.
+// /infer and generate endpoints serve it. opt.format "onnx": model.onnx instead, the forward
+// traced with the batch and the sequence length dynamic (served by /infer).
 std::filesystem::path export_language_model(LanguageModelModule& m, const ExportOptions& opt);
 
 }  // namespace hg::training
