@@ -26,6 +26,7 @@
 #include "server/kserve.h"
 #include "server/model_repository.h"
 #include "wait.h"
+#include "tests/test_env.h"
 
 #ifndef HG_TESTDATA_DIR
 #error "HG_TESTDATA_DIR must be defined (tests/CMakeLists.txt)"
@@ -39,12 +40,7 @@ using hg::models::Predictor;
 fs::path data_dir() { return fs::path(HG_TESTDATA_DIR) / "onnx"; }
 
 // A fresh directory under the test temp dir.
-fs::path scratch(const std::string& name) {
-  fs::path d = fs::path(testing::TempDir()) / ("hg_onnx_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path scratch(const std::string& name) { return test::temp_dir("onnx_" + name); }  // per process
 
 // The input batch and PyTorch's output of a case (scripts/testdata_onnx.py).
 struct Reference {

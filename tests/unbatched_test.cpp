@@ -22,6 +22,7 @@
 #include "server/kserve.h"
 #include "server/model_repository.h"
 #include "server/server_metrics.h"
+#include "tests/test_env.h"
 
 #ifndef HG_TESTDATA_DIR
 #error "HG_TESTDATA_DIR must be defined (tests/CMakeLists.txt)"
@@ -39,8 +40,7 @@ fs::path data_dir() { return fs::path(HG_TESTDATA_DIR) / "onnx"; }
 // A repository under the test temp dir holding `model` (the test data's `file`.onnx as
 // <model>/1/model.onnx) and, when given, its config.json.
 fs::path repository(const std::string& model, const std::string& file, const std::string& config = "") {
-  const fs::path root = fs::path(testing::TempDir()) / ("hg_unbatched_" + model);
-  fs::remove_all(root);
+  const fs::path root = test::temp_dir("unbatched_" + model);  // per process: suites may run side by side
   fs::create_directories(root / model / "1");
   fs::copy_file(data_dir() / (file + ".onnx"), root / model / "1" / "model.onnx");
   if (!config.empty()) std::ofstream(root / model / "config.json") << config;
