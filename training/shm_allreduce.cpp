@@ -170,9 +170,6 @@ std::unique_ptr<ShmAllReduce> ShmAllReduce::join(TcpStore& store, const std::str
     // Pages reserved now: a full /dev/shm is a fallback here, not a SIGBUS in the middle of a step.
     if (fd >= 0 && (errno = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes))) != 0)
       problem = "reserving " + std::to_string(bytes) + " bytes in /dev/shm: " + std::strerror(errno);
-    std::ostringstream v;
-    if (problem.empty()) v << name << " " << std::hex << nonce;
-    store.set(ns + "shm/segment", v.str());
   } else {
     std::istringstream v(store.get(ns + "shm/segment", timeout));
     v >> name >> std::hex >> nonce;
@@ -201,7 +198,11 @@ std::unique_ptr<ShmAllReduce> ShmAllReduce::join(TcpStore& store, const std::str
     seg->chunk = kChunkFloats;
     for (int r = 0; r < world; ++r) new (&seg->rank(r)) RankState{};
   }
-  // Rank 0 wrote the header before it published the name; the store's round trips order it.
+  if (rank == 0) {  // the name goes out once the header is written (the store's round trips order it)
+    std::ostringstream v;
+    if (problem.empty()) v << name << " " << std::hex << nonce;
+    store.set(ns + "shm/segment", v.str());
+  }
   if (problem.empty() && (seg->magic != kMagic || seg->version != kVersion || seg->world != static_cast<uint32_t>(world) ||
                           seg->nonce != nonce || seg->chunk != kChunkFloats))
     problem = name + " does not hold this group's header";
