@@ -130,13 +130,14 @@ TEST(InGraphReducerReplay, ReplayedDDPStepsMatchTracedStepsBitwise) {
     std::unique_ptr<models::Sequential> net = models::zoo::mlp({8, 16, 4}, 5);
     std::unique_ptr<SGD> sgd;
     std::unique_ptr<DDPReducer> reducer;
-    Run(bool in_graph, const DDPReducer::AllReduce& ar) {
+    Run(bool in_graph, const DDPReducer::AllReduce& ar, bool inline_allreduce = false) {
       net->to(Device::hpu(0));
       sgd = std::make_unique<SGD>(net->named_parameters(), SGDOptions{.lr = 0.1, .momentum = 0.9});
       // 2.bias + 2.weight (272 bytes) fill the first bucket, 0.bias + 0.weight the second.
       reducer = std::make_unique<DDPReducer>(net->named_parameters(), ar, 2,
                                              DDPReducerOptions{.bucket_cap_mb = 200.0 / kMB,
-                                                               .first_bucket_mb = 200.0 / kMB, .in_graph = in_graph});
+                                                               .first_bucket_mb = 200.0 / kMB, .in_graph = in_graph,
+                                                               .allreduce_inline = inline_allreduce});
     }
     std::vector<Tensor> step(const std::vector<Tensor>& in) {
       Tensor loss = ops::cross_entropy(net->forward(in[0]), in[1]);
@@ -155,14 +156,21 @@ TEST(InGraphReducerReplay, ReplayedDDPStepsMatchTracedStepsBitwise) {
     }
   };
   Run replayed(true, twice), plain(false, twice);
+  // allreduce_inline (a shared-memory group): the buckets reduced on the device's queue (in
+  // graph), or the last one on the host thread: the same bits.
+  Run replayed_inline(true, twice, true), plain_inline(false, twice, true);
   ASSERT_EQ(replayed.reducer->bucket_indices().size(), 2u);
-  graphs::StepReplay sr(d);
+  graphs::StepReplay sr(d), sr_inline(d);
   std::vector<Tensor> losses, plain_losses;
   for (int64_t step = 0; step < 10; ++step) {
     auto [x, y] = rows(step % 4, 0, 8, d);
     losses.push_back(sr.run({x, y}, [&](const std::vector<Tensor>& in) { return replayed.step(in); },
                             replayed.sgd->replay_guard(), [&] { replayed.reducer->check_error(); })[0]);
     plain_losses.push_back(plain.step({x, y})[0]);
+    graphs::mark_step(d);
+    sr_inline.run({x, y}, [&](const std::vector<Tensor>& in) { return replayed_inline.step(in); },
+                  replayed_inline.sgd->replay_guard(), [&] { replayed_inline.reducer->check_error(); });
+    plain_inline.step({x, y});
     graphs::mark_step(d);
   }
   EXPECT_EQ(sr.stats().last_fallback, "");
@@ -171,6 +179,9 @@ TEST(InGraphReducerReplay, ReplayedDDPStepsMatchTracedStepsBitwise) {
   const std::vector<float> got = replayed.params(), want = plain.params();
   EXPECT_EQ(got, want);
   EXPECT_EQ(max_diff(got, want), 0.0f);  // and finite
+  EXPECT_EQ(sr_inline.stats().replayed, 7u) << sr_inline.stats().last_fallback;
+  EXPECT_EQ(replayed_inline.params(), want);
+  EXPECT_EQ(plain_inline.params(), want);
   EXPECT_LT(losses.back().item(), losses.front().item());
 }
 

@@ -2,6 +2,9 @@
 // killed, and rendezvous failures (training/process_group.h).
 #include "training/process_group.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -10,6 +13,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <functional>
 #include <future>
 #include <optional>
@@ -18,6 +22,7 @@
 #include "tests/errors.h"
 #include "tests/wait.h"
 #include "training/cluster_env.h"
+#include "training/shm_allreduce.h"
 #include "training/tcp_store.h"
 
 namespace hg::training {
@@ -176,6 +181,113 @@ TEST(ProcessGroupTest, ConcurrentCollectivesOnDistinctTags) {
   });
 }
 
+// Ranks on one host: the DDP buckets' all-reduces (tags >= kShmTags) go through shared memory,
+// with the bits Gloo gives for two ranks (a + b == b + a), in chunks, and the segment's name is
+// gone from /dev/shm once the group is set up.
+TEST(ProcessGroupTest, SharedMemoryAllreduceMatchesGlooBitwise) {
+  run_ranks(2, local_store(), kGroupTimeout, [](ProcessGroup& pg) {
+    EXPECT_TRUE(pg.shares_memory());
+    auto values = [](int rank) {  // more than two chunks of arbitrary floats
+      std::vector<float> out(ShmAllReduce::kChunkFloats * 2 + 123);
+      uint32_t x = 12345u + 977u * static_cast<uint32_t>(rank);
+      for (float& v : out) v = static_cast<float>((x = x * 1664525u + 1013904223u) >> 8) * 1e-5f - 80.f;
+      return out;
+    };
+    const std::vector<float> a = values(0), b = values(1);
+    std::vector<float> gloo = values(pg.rank()), shm = gloo, most = gloo;
+    pg.allreduce(gloo.data(), gloo.size(), ReduceOp::Sum, /*tag=*/0);
+    pg.allreduce(shm.data(), shm.size(), ReduceOp::Sum, ProcessGroup::kShmTags);
+    EXPECT_EQ(shm, gloo);
+    pg.allreduce(most.data(), most.size(), ReduceOp::Max, ProcessGroup::kShmTags + 1);
+    for (size_t i = 0; i < a.size(); i += 997) {
+      ASSERT_EQ(shm[i], a[i] + b[i]) << i;
+      ASSERT_EQ(most[i], std::max(a[i], b[i])) << i;
+    }
+    float one = 1.f + pg.rank();
+    pg.allreduce(&one, 1, ReduceOp::Mean, ProcessGroup::kShmTags);
+    EXPECT_EQ(one, 1.5f);
+  });
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+    EXPECT_NE(e.path().filename().string().rfind("hgraph-ddp-" + std::to_string(::getpid()) + "-", 0), 0u) << e.path();
+}
+
+// One rank without it (ProcessGroupOptions::shared_memory, or HG_DDP_SHM=0) turns it off for all.
+TEST(ProcessGroupTest, SharedMemoryOffOnOneRankIsGlooForAll) {
+  auto server = local_store();
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        auto o = options(r, 2, kGroupTimeout);
+        o.shared_memory = r == 0;
+        ProcessGroup pg(o, r == 0 ? server : std::make_shared<TcpStore>("127.0.0.1", server->port(), false, kGroupTimeout));
+        EXPECT_FALSE(pg.shares_memory());
+        float v = 1.f + r;
+        pg.allreduce(&v, 1, ReduceOp::Sum, ProcessGroup::kShmTags);
+        EXPECT_EQ(v, 3.f);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << r << ": " << e.what();
+      }
+    });
+  for (auto& t : ts) t.join();
+}
+
+// A segment left by a rank 0 killed while setting its group up (its pid in the name is gone) is
+// removed by the next group on the host; one whose creator lives is left alone.
+TEST(ProcessGroupTest, StaleSharedMemorySegmentsAreRemoved) {
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ASSERT_TRUE(hg::test::waitpid_within(dead, hg::test::kWaitLimit, "a child that exits at once").has_value());
+  const std::string stale = "/hgraph-ddp-" + std::to_string(dead) + "-5ta1e", alive = "/hgraph-ddp-" + std::to_string(::getpid()) + "-a11ve";
+  for (const std::string& n : {stale, alive}) {
+    const int fd = ::shm_open(n.c_str(), O_RDWR | O_CREAT, 0600);
+    ASSERT_GE(fd, 0) << n;
+    ASSERT_EQ(::write(fd, "junk", 4), 4);  // not a segment: never mapped, only removed
+    ::close(fd);
+  }
+  run_ranks(2, local_store(), kGroupTimeout, [](ProcessGroup& pg) { EXPECT_TRUE(pg.shares_memory()); });
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm" + stale));
+  EXPECT_TRUE(std::filesystem::exists("/dev/shm" + alive));
+  ::shm_unlink(alive.c_str());
+}
+
+// Over shared memory too, a peer that leaves the group or does not take part fails the others:
+// at once when it left, after the group's timeout when it is there but absent.
+TEST(ProcessGroupTest, SharedMemoryPeerThatLeavesOrStaysAwayFailsTheCollective) {
+  for (const bool leave : {true, false}) {
+    auto server = local_store();
+    hg::test::Event left, done;
+    auto absent = std::async(std::launch::async, [&] {
+      try {
+        ProcessGroup pg(options(1, 2, 1s), std::make_shared<TcpStore>("127.0.0.1", server->port(), false, kGroupTimeout));
+        if (!leave) (void)done.wait(hg::test::kWaitLimit, "rank 0's allreduce to time out");
+      } catch (const std::exception& ex) {
+        ADD_FAILURE() << ex.what();
+      }
+      left.set();
+    });
+    hg::test::SetOnExit release_absent(done);
+    std::string e;
+    {
+      ProcessGroup pg(options(0, 2, 1s), server);
+      ASSERT_TRUE(pg.shares_memory());
+      if (leave) ASSERT_TRUE(left.wait(hg::test::kWaitLimit, "rank 1 to leave the group"));
+      std::vector<float> v(10, 1.f);
+      const auto t0 = std::chrono::steady_clock::now();
+      e = hg::test::error_of<DistError>([&] { pg.allreduce(v.data(), v.size(), ReduceOp::Sum, ProcessGroup::kShmTags); });
+      if (leave) EXPECT_LT(std::chrono::steady_clock::now() - t0, 900ms);
+      // the channel is broken from then on
+      EXPECT_THAT(hg::test::error_of<DistError>([&] { pg.allreduce(v.data(), v.size(), ReduceOp::Sum, ProcessGroup::kShmTags); }),
+                  HasSubstr("broke earlier"));
+      done.set();
+      hg::test::get_within(absent, hg::test::kWaitLimit, "the absent rank's thread to leave the group");
+    }
+    EXPECT_THAT(e, HasSubstr("allreduce of 10 floats (tag 1000) failed on rank 0 of 2"));
+    EXPECT_THAT(e, HasSubstr(leave ? "peer rank 1 (pid " : "timed out after 1000 ms"));
+    if (leave) EXPECT_THAT(e, HasSubstr("left the group"));
+  }
+}
+
 // A rank that never enters the collective: the others fail after the timeout, not hang.
 TEST(ProcessGroupTest, CollectiveTimesOutWhenAPeerDoesNotTakePart) {
   auto server = local_store();
@@ -253,7 +365,7 @@ TEST(ProcessGroupTest, KilledPeerMakesAllreduceThrowNamingIt) {
       if (::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
     }
   } reap{child};
-  std::string e;
+  std::string e, shm_error;
   {
     ProcessGroup pg(options(0, 2, kGroupTimeout, port));
     float v = 2;
@@ -269,8 +381,13 @@ TEST(ProcessGroupTest, KilledPeerMakesAllreduceThrowNamingIt) {
     EXPECT_TRUE(WIFSIGNALED(*status));
     std::vector<float> g(1000, 1.f);
     e = hg::test::error_of<DistError>([&] { pg.allreduce(g.data(), g.size()); });
+    ASSERT_TRUE(pg.shares_memory());  // the buckets' channel notices too: the pid is gone
+    shm_error = hg::test::error_of<DistError>([&] { pg.allreduce(g.data(), g.size(), ReduceOp::Sum, ProcessGroup::kShmTags); });
   }
   ::close(ready[0]);
+  EXPECT_THAT(shm_error, HasSubstr("allreduce of 1000 floats (tag 1000) failed on rank 0 of 2: peer rank 1 (pid " +
+                                   std::to_string(child) + " on "));
+  EXPECT_THAT(shm_error, HasSubstr("is gone"));
   EXPECT_THAT(e, HasSubstr("allreduce of 1000 floats"));
   EXPECT_THAT(e, HasSubstr("rank 0 of 2"));
   EXPECT_THAT(e, HasSubstr("peer rank 1 (pid " + std::to_string(child) + " on "));

@@ -259,6 +259,11 @@ void DDPReducer::mark_ready(size_t i, Tensor grad) {
 
 void DDPReducer::launch_ready_buckets() {
   for (; next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0; ++next_launch_) {
+    if (!opt_.in_graph && opt_.allreduce_inline && next_launch_ + 1 == buckets_.size()) {
+      for (size_t r = reduced_; r != next_launch_; r = reduced_) reduced_.wait(r);  // one caller at a time
+      reduce_and_count(next_launch_);
+      continue;
+    }
     if (!opt_.in_graph) {
       queue_->push(next_launch_);
       continue;
@@ -281,6 +286,7 @@ void DDPReducer::start_in_graph(size_t b, const void* const* grads) {
     std::memcpy(bk.flat.data() + p.offset, grads[k], static_cast<size_t>(p.tensor->numel()) * sizeof(float));
   }
   started_[b].fetch_add(1, std::memory_order_relaxed);
+  if (opt_.allreduce_inline) return reduce_and_count(b);  // in device order already: no hand-off
   queue_->push(b);
 }
 
@@ -305,22 +311,26 @@ void DDPReducer::comm_loop() {
     size_t b = kStopComm;
     queue_->pop(b);
     if (stop_) return;
-    if (!error_) {  // after an error the group is broken: later buckets are only counted
-      try {
-        reduce_bucket(b);
-      } catch (...) {
-        error_ = std::current_exception();
-        failed_.store(true, std::memory_order_release);
-      }
-    }
-    if (opt_.in_graph) {
-      done_[b].fetch_add(1, std::memory_order_release);
-      done_[b].notify_all();
-      continue;
-    }
-    ++reduced_;
-    reduced_.notify_all();
+    reduce_and_count(b);
   }
+}
+
+void DDPReducer::reduce_and_count(size_t b) {
+  if (!failed_.load(std::memory_order_acquire)) {  // after an error the group is broken: later buckets are only counted
+    try {
+      reduce_bucket(b);
+    } catch (...) {
+      error_ = std::current_exception();
+      failed_.store(true, std::memory_order_release);
+    }
+  }
+  if (opt_.in_graph) {
+    done_[b].fetch_add(1, std::memory_order_release);
+    done_[b].notify_all();
+    return;
+  }
+  ++reduced_;
+  reduced_.notify_all();
 }
 
 void DDPReducer::reduce_bucket(size_t b) {

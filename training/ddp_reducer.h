@@ -16,6 +16,10 @@
 // rest of backward meanwhile, the host never waits, and a lazy step stays one graph, which
 // graphs::StepReplay can replay (the Trainer's replay_steps under DDP).
 //
+// With allreduce_inline (a group whose ranks share this host's memory: ProcessGroup::
+// shares_memory) there is no hand-off: the start op all-reduces the bucket itself on the device's
+// queue, and outside in_graph the last bucket is reduced on the host thread that completes it.
+//
 //   auto allreduce = [&pg](float* d, size_t n, uint32_t tag) { pg.allreduce(d, n, hg::training::ReduceOp::Sum, tag); };
 //   hg::training::DDPReducer r(net.named_parameters(), allreduce, pg.size(), {.bucket_cap_mb = 25});
 //   r.prepare_for_backward(loss, /*sync=*/true);   // hooks armed (find_unused: graph walked)
@@ -51,6 +55,11 @@ struct DDPReducerOptions {
   // run on the device, where nothing throws) and is thrown by the next prepare_for_backward,
   // finish or check_error.
   bool in_graph = false;
+  // The all-reduce does not block in socket I/O (ProcessGroup::shares_memory): run it where the
+  // bucket completes instead of handing it to the communication thread. in_graph: every bucket,
+  // on the device's queue inside its start op; otherwise the last bucket (nothing of backward is
+  // left to overlap with), on the host thread, after the earlier buckets.
+  bool allreduce_inline = false;
 };
 
 class DDPReducer {
@@ -109,7 +118,8 @@ class DDPReducer {
   void on_grad_ready(size_t i, const Tensor& leaf);
   void mark_ready(size_t i, Tensor grad);
   void launch_ready_buckets();
-  void reduce_bucket(size_t b);  // communication thread
+  void reduce_bucket(size_t b);  // communication thread (or inline)
+  void reduce_and_count(size_t b);  // reduce_bucket, its error recorded, the bucket counted done
   void comm_loop();
   // in_graph: the ops' kernels, on the device's queue (ddp_reducer.cpp).
   struct GraphOps;

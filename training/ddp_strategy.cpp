@@ -284,7 +284,8 @@ void DDPStrategy::make_reducer(bool in_graph) {
       DDPReducerOptions{.bucket_cap_mb = opt_.bucket_cap_mb,
                         .first_bucket_mb = opt_.first_bucket_mb,
                         .find_unused_parameters = opt_.find_unused_parameters,
-                        .in_graph = in_graph});
+                        .in_graph = in_graph,
+                        .allreduce_inline = pg->shares_memory()});
   in_graph_ = in_graph;
 }
 

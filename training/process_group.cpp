@@ -23,6 +23,7 @@
 #include <numeric>
 
 #include "engine/error.h"
+#include "training/shm_allreduce.h"
 #include "training/tcp_store.h"
 
 namespace hg::training {
@@ -85,6 +86,7 @@ struct ProcessGroup::Impl {
   std::shared_ptr<gloo::rendezvous::Context> ctx;
   std::vector<std::string> peer_addr;  // per rank: the address its pair with us listens on
   std::vector<std::string> who_is;     // per rank: "pid <pid> on <host>", from the store
+  std::unique_ptr<ShmAllReduce> shm;   // every rank on this host: the float all-reduces of tags >= kShmTags
 
   std::string who() const {
     return "rank " + std::to_string(opt.rank) + " of " + std::to_string(opt.world_size);
@@ -179,6 +181,9 @@ struct ProcessGroup::Impl {
     ctx = std::make_shared<gloo::rendezvous::Context>(opt.rank, opt.world_size);
     ctx->setTimeout(opt.timeout);
     guarded("rendezvous (connecting the full mesh)", [&] { ctx->connectFullMesh(prefixed, device); });
+    guarded("setting up the shared-memory all-reduce", [&] {
+      shm = ShmAllReduce::join(*store, ns, opt.rank, opt.world_size, opt.timeout, who_is, opt.shared_memory);
+    });
     // Gloo names a failed peer by address: key "<i>" holds rank i's pair addresses for every
     // other rank (its own omitted), in rank order, all of one size.
     peer_addr.assign(opt.world_size, "");
@@ -226,18 +231,22 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& opt, std::shared_ptr<TcpSt
 
 // The context (and its pairs) goes before the device, the store last: members in reverse order.
 ProcessGroup::~ProcessGroup() {
-  if (impl_) impl_->ctx.reset();
+  if (!impl_) return;
+  impl_->shm.reset();
+  impl_->ctx.reset();
 }
 
 int ProcessGroup::rank() const { return impl_->opt.rank; }
 int ProcessGroup::size() const { return impl_->opt.world_size; }
 const std::string& ProcessGroup::run_id() const { return impl_->run_id; }
+bool ProcessGroup::shares_memory() const { return impl_->shm != nullptr; }
 
 void ProcessGroup::allreduce(float* data, size_t n, ReduceOp op, uint32_t tag) {
   auto& m = *impl_;
   if (n == 0) return;
   if (m.opt.world_size > 1) {
     m.guarded("allreduce of " + std::to_string(n) + " floats (tag " + std::to_string(tag) + ")", [&] {
+      if (m.shm && tag >= kShmTags) return m.shm->allreduce(data, n, op);
       gloo::AllreduceOptions o(m.ctx);
       o.setOutput(data, n);
       o.setReduceFunction(reduce_fn<float>(op));

@@ -40,6 +40,10 @@ struct ProcessGroupOptions {
   // The address this rank's Gloo device binds: empty = the local address that routes to
   // master_addr (127.0.0.1 when master_addr is loopback).
   std::string local_addr;
+  // When every rank is on this host (training/shm_allreduce.h), the float all-reduces with tags
+  // >= ProcessGroup::kShmTags go through a shared-memory segment instead of Gloo's sockets.
+  // false (or HG_DDP_SHM=0 in the environment) on any rank turns it off for the whole group.
+  bool shared_memory = true;
 };
 
 class TcpStore;
@@ -60,6 +64,11 @@ class ProcessGroup {
   int size() const;
   // The key prefix of this run in the store: opt.run_id, or "gen<N>" agreed through the store.
   const std::string& run_id() const;
+  // The tags of the DDP reducer's buckets. With shares_memory(), these all-reduces go through
+  // shared memory and must come from one thread at a time (in the same order on every rank).
+  static constexpr uint32_t kShmTags = 1000;
+  // Every rank is on this host and the float all-reduces of tags >= kShmTags use shared memory.
+  bool shares_memory() const;
   // In place over n floats. Thread-safe against the other calls only by `tag`: the DDP
   // reducer's communication thread uses tags >= 1000, everything else tag 0 from the main thread.
   void allreduce(float* data, size_t n, ReduceOp op = ReduceOp::Sum, uint32_t tag = 0);
