@@ -40,7 +40,7 @@ using hg::models::Predictor;
 fs::path data_dir() { return fs::path(HG_TESTDATA_DIR) / "onnx"; }
 
 // A fresh directory under the test temp dir.
-fs::path scratch(const std::string& name) { return test::temp_dir("onnx_" + name); }  // per process
+fs::path scratch(const std::string& name) { return hg::test::temp_dir("onnx_" + name); }  // per process
 
 // The input batch and PyTorch's output of a case (scripts/testdata_onnx.py).
 struct Reference {

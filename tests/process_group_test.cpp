@@ -269,13 +269,17 @@ TEST(ProcessGroupTest, SharedMemoryPeerThatLeavesOrStaysAwayFailsTheCollective) 
     hg::test::SetOnExit release_absent(done);
     std::string e;
     {
-      ProcessGroup pg(options(0, 2, 1s), server);
+      ProcessGroup pg(options(0, 2, 3s), server);
       ASSERT_TRUE(pg.shares_memory());
-      if (leave) ASSERT_TRUE(left.wait(hg::test::kWaitLimit, "rank 1 to leave the group"));
+      if (leave) {
+        ASSERT_TRUE(left.wait(hg::test::kWaitLimit, "rank 1 to leave the group"));
+      }
       std::vector<float> v(10, 1.f);
       const auto t0 = std::chrono::steady_clock::now();
       e = hg::test::error_of<DistError>([&] { pg.allreduce(v.data(), v.size(), ReduceOp::Sum, ProcessGroup::kShmTags); });
-      if (leave) EXPECT_LT(std::chrono::steady_clock::now() - t0, 900ms);
+      if (leave) {
+        EXPECT_LT(std::chrono::steady_clock::now() - t0, 2500ms) << "a peer that left fails the wait before the timeout";
+      }
       // the channel is broken from then on
       EXPECT_THAT(hg::test::error_of<DistError>([&] { pg.allreduce(v.data(), v.size(), ReduceOp::Sum, ProcessGroup::kShmTags); }),
                   HasSubstr("broke earlier"));
@@ -283,8 +287,10 @@ TEST(ProcessGroupTest, SharedMemoryPeerThatLeavesOrStaysAwayFailsTheCollective) 
       hg::test::get_within(absent, hg::test::kWaitLimit, "the absent rank's thread to leave the group");
     }
     EXPECT_THAT(e, HasSubstr("allreduce of 10 floats (tag 1000) failed on rank 0 of 2"));
-    EXPECT_THAT(e, HasSubstr(leave ? "peer rank 1 (pid " : "timed out after 1000 ms"));
-    if (leave) EXPECT_THAT(e, HasSubstr("left the group"));
+    EXPECT_THAT(e, HasSubstr(leave ? "peer rank 1 (pid " : "timed out after 3000 ms"));
+    if (leave) {
+      EXPECT_THAT(e, HasSubstr("left the group"));
+    }
   }
 }
 
