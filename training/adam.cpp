@@ -104,8 +104,8 @@ void Adam::step() {
       const StepScalars& sc = slots[slot->second];
       // g (+ weight_decay * p for Adam's L2), inside each program that needs it.
       const bool l2 = wd != 0 && !decoupled_;
-      auto grad = [&](Fused& f) {
-        const Fused::Reg gr = f.in(g), pr = l2 ? f.in(*p) : 0;
+      auto grad = [&, param = p](Fused& f) {  // a copy: clang 14 cannot capture a structured binding
+        const Fused::Reg gr = f.in(g), pr = l2 ? f.in(*param) : 0;
         return l2 ? f.op(ew::Add, gr, f.scale(pr, wd)) : gr;
       };
       Fused fm, fv;
