@@ -210,6 +210,14 @@ TEST(DataFiles, DamagedTablesAreNamedWithRowAndOffset) {
   descr.replace(descr.find("<f8"), 3, "<c8");
   m = test::error_of<FormatError>([&] { read_table(dir.write("complex.npy", descr)); });
   EXPECT_THAT(m, HasSubstr(".npy dtype '<c8' is not supported"));
+  // A label past what int64 (and a double, exactly) holds is refused, not converted.
+  std::string big = "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 2), }";
+  big.resize(128 - 10 - 1, ' ');
+  big = std::string("\x93NUMPY\x01\x00", 8) + char(big.size() + 1) + '\0' + big + '\n';
+  for (double v : {0.5, 1e300}) big.append(reinterpret_cast<const char*>(&v), sizeof v);
+  m = test::error_of<FormatError>([&] { read_table(dir.write("big_label.npy", big)); });
+  EXPECT_THAT(m, HasSubstr("row 0: label 1000000"));
+  EXPECT_THAT(m, HasSubstr("is not an integer of at most 2^53 in magnitude"));
   EXPECT_THROW(read_table(dir.write("t.parquet", "x")), InvalidArgument);
 }
 

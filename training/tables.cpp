@@ -379,6 +379,10 @@ Table table_from_csv(std::string_view s, const std::string& src, const TableOpti
   return t;
 }
 
+// A label read from an array: an integer that a double holds exactly (NaN, infinities and values
+// past 2^53 are refused before the conversion to int64).
+bool is_integer_label(double v) { return std::isfinite(v) && v == std::floor(v) && std::fabs(v) <= 9007199254740992.0; }
+
 Table table_from_arrays(const NpyArray& xa, const NpyArray* ya, const std::string& xsrc, const std::string& ysrc,
                         const TableOptions& opt) {
   if (xa.shape.size() != 2 || xa.shape[0] == 0 || xa.shape[1] < (ya ? 1 : 2))
@@ -401,8 +405,9 @@ Table table_from_arrays(const NpyArray& xa, const NpyArray* ya, const std::strin
     for (int64_t c = 0; c < xa.shape[1]; ++c) {
       const double v = xa.at2(i, c);
       if (static_cast<size_t>(c) == lc) {
-        if (v != std::floor(v))
-          throw FormatError(xsrc + ": row " + std::to_string(i) + ": label " + std::to_string(v) + " is not an integer");
+        if (!is_integer_label(v))
+          throw FormatError(xsrc + ": row " + std::to_string(i) + ": label " + std::to_string(v) +
+                            " is not an integer of at most 2^53 in magnitude");
         labels[static_cast<size_t>(i)] = std::to_string(static_cast<int64_t>(v));
         continue;
       }
@@ -412,8 +417,9 @@ Table table_from_arrays(const NpyArray& xa, const NpyArray* ya, const std::strin
     }
     if (ya) {
       const double v = ya->at(static_cast<size_t>(i));
-      if (v != std::floor(v) || !std::isfinite(v))
-        throw FormatError(ysrc + ": element [" + std::to_string(i) + "] (" + std::to_string(v) + ") is not an integer label");
+      if (!is_integer_label(v))
+        throw FormatError(ysrc + ": element [" + std::to_string(i) + "] (" + std::to_string(v) +
+                          ") is not an integer label of at most 2^53 in magnitude");
       labels[static_cast<size_t>(i)] = std::to_string(static_cast<int64_t>(v));
     }
     rows[static_cast<size_t>(i)] = static_cast<size_t>(i);
