@@ -77,11 +77,13 @@ class Executable {
   // The graph with each node's memory location, then arena vs buffer bytes and the pass report.
   std::string dump() const;
 
+  // The most inputs one op node may have (compile refuses more: run keeps them on the stack).
+  static constexpr size_t kMaxOpInputs = 16;
+
   // inputs[i] / outputs[i] point at contiguous buffers of the metas above.
   void run(void* arena, const void* const* inputs, void* const* outputs) const noexcept;
 
  private:
-  static constexpr size_t kMaxOpInputs = 16;
   struct Step {
     Kernel kernel;  // null: a copy of `bytes` from ins[0] to out
     std::vector<Loc> ins;

@@ -114,6 +114,43 @@ TEST_P(InGraphReducer, AParameterWithoutGradientIsAnErrorBeforeAnyBucketIsSent) 
                InvalidArgument);
 }
 
+// A bucket of more parameters than a graph op takes inputs (BERT's encoder has ~200 in a few
+// buckets) is recorded as a chain of pieces; the all-reduce runs once, after the last piece.
+TEST_P(InGraphReducer, ABucketOfManyParametersIsReducedOnce) {
+  constexpr int kParams = 37;  // three pieces: 16 + 15 + 6
+  std::vector<Tensor> w;
+  std::vector<std::pair<std::string, Tensor*>> named;
+  w.reserve(kParams);
+  for (int k = 0; k < kParams; ++k) {
+    w.push_back(Tensor::from_vector({0.5f * k, -1.0f}, {2}, dev()));
+    w.back().set_requires_grad(true);
+  }
+  for (int k = 0; k < kParams; ++k) named.emplace_back("w" + std::to_string(k), &w[static_cast<size_t>(k)]);
+  std::mutex mu;
+  std::vector<size_t> sizes;
+  auto allreduce = [&](float* d, size_t n, uint32_t) {  // the other rank: ours + 1
+    std::lock_guard lk(mu);
+    sizes.push_back(n);
+    for (size_t i = 0; i < n; ++i) d[i] = 2 * d[i] + 1;
+  };
+  DDPReducer r(named, allreduce, 2, {.in_graph = true});
+  ASSERT_EQ(r.bucket_indices().size(), 1u);
+  Tensor loss;
+  for (int k = 0; k < kParams; ++k) {  // d loss / d w_k = [k, k + 1]
+    Tensor c = Tensor::from_vector({float(k), float(k + 1)}, {2}, dev());
+    Tensor term = ops::sum(ops::mul(w[static_cast<size_t>(k)], c));
+    loss = k == 0 ? term : ops::add(loss, term);
+  }
+  r.prepare_for_backward(loss, true);
+  loss.backward();
+  r.finish();
+  run_queued();
+  for (int k = 0; k < kParams; ++k)
+    EXPECT_THAT(w[static_cast<size_t>(k)].grad().to_vector(), ElementsAre(k + 0.5f, k + 1.5f)) << "w" << k;
+  std::lock_guard lk(mu);
+  EXPECT_THAT(sizes, ElementsAre(size_t{2 * kParams}));
+}
+
 INSTANTIATE_TEST_SUITE_P(LazyAndEager, InGraphReducer,
                          ::testing::Values(Where::LazyHpu, Where::EagerHpu, Where::EagerCpu), where_name);
 

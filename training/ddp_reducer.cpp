@@ -12,6 +12,7 @@
 #include "engine/device.h"
 #include "engine/error.h"
 #include "engine/op.h"
+#include "graphs/executable.h"
 #include "graphs/lazy.h"
 #include "training/process_group.h"
 
@@ -22,10 +23,15 @@ struct DDPReducer::CommQueue : tbb::concurrent_bounded_queue<size_t> {};
 
 namespace {
 constexpr size_t kStopComm = std::numeric_limits<size_t>::max();  // wakes the communication thread to see stop_
+constexpr size_t kStartGrads = graphs::Executable::kMaxOpInputs - 1;  // gradients per ddp_bucket_start piece
 }  // namespace
 
-// The in_graph ops. "ddp_bucket_start" (inputs: a bucket's gradients in bucket order; attrs:
-// reducer id, bucket) returns a token F32[1]; "ddp_bucket_mean" (input: that token; attrs:
+// The in_graph ops. "ddp_bucket_start" (inputs: the previous piece's token unless this is the
+// bucket's first piece, then up to kStartGrads of the bucket's gradients in bucket order; attrs:
+// reducer id, bucket, index of the piece's first gradient in the bucket, 1 on the bucket's last
+// piece) copies them into the bucket and returns a token F32[1]: a graph op takes at most
+// graphs::Executable::kMaxOpInputs inputs, so a bucket of many parameters is a chain of pieces,
+// the last of which starts the all-reduce. "ddp_bucket_mean" (input: that token; attrs:
 // reducer id, bucket, offset, then the parameter's shape) returns the parameter's mean
 // gradient. Their kernels find the reducer by id when they run, and never throw (kernels run
 // inside Runtime::invoke): a failed all-reduce makes the means NaN and is thrown by the
@@ -58,12 +64,14 @@ struct DDPReducer::GraphOps {
       throw InvalidArgument(op_context(op, in) + ": expects the F32[1] token of ddp_bucket_start");
     return {Shape(a.ints.begin() + 3, a.ints.end()), DType::F32};
   }
-  static Kernel prepare_start(const std::vector<TensorMeta>&, const TensorMeta&, const Attrs& a) {
+  static Kernel prepare_start(const std::vector<TensorMeta>& in, const TensorMeta&, const Attrs& a) {
     const int64_t id = a.i(0);
-    const auto b = static_cast<size_t>(a.i(1));
-    return [id, b](const void* const* in, void* out) {
+    const auto b = static_cast<size_t>(a.i(1)), first = static_cast<size_t>(a.i(2));
+    const bool last = a.i(3) != 0;
+    const size_t token = first > 0 ? 1 : 0, count = in.size() - token;
+    return [id, b, first, count, last, token](const void* const* in, void* out) {
       *static_cast<float*>(out) = 0;
-      if (DDPReducer* r = get().find(id)) r->start_in_graph(b, in);
+      if (DDPReducer* r = get().find(id)) r->start_in_graph(b, first, count, in + token, last);
     };
   }
   static Kernel prepare_mean(const std::vector<TensorMeta>&, const TensorMeta& out, const Attrs& a) {
@@ -270,21 +278,28 @@ void DDPReducer::launch_ready_buckets() {
     }
     // Recorded (lazy) or queued (eager) in bucket order on every rank, like the pushes above.
     const Bucket& bk = buckets_[next_launch_];
-    std::vector<Tensor> grads;
-    for (size_t i : bk.params) grads.push_back(params_[i].grad);
-    tokens_[next_launch_] =
-        dispatch(GraphOps::start_op(), std::move(grads), Attrs{{id_, static_cast<int64_t>(next_launch_)}, {}});
+    Tensor token;
+    for (size_t first = 0; first < bk.params.size(); first += kStartGrads) {
+      const size_t end = std::min(bk.params.size(), first + kStartGrads);
+      std::vector<Tensor> in;
+      if (first > 0) in.push_back(token);
+      for (size_t k = first; k < end; ++k) in.push_back(params_[bk.params[k]].grad);
+      const Attrs a{{id_, static_cast<int64_t>(next_launch_), static_cast<int64_t>(first), end == bk.params.size()}, {}};
+      token = dispatch(GraphOps::start_op(), std::move(in), a);
+    }
+    tokens_[next_launch_] = std::move(token);
   }
 }
 
 // Kernels of the in_graph ops, in device order: a bucket's mean ops run after its start op and
 // before the next round's start op, so the flat buffer is the round's alone.
-void DDPReducer::start_in_graph(size_t b, const void* const* grads) {
+void DDPReducer::start_in_graph(size_t b, size_t first, size_t count, const void* const* grads, bool last) {
   Bucket& bk = buckets_[b];
-  for (size_t k = 0; k < bk.params.size(); ++k) {
-    const Param& p = params_[bk.params[k]];
+  for (size_t k = 0; k < count; ++k) {
+    const Param& p = params_[bk.params[first + k]];
     std::memcpy(bk.flat.data() + p.offset, grads[k], static_cast<size_t>(p.tensor->numel()) * sizeof(float));
   }
+  if (!last) return;
   started_[b].fetch_add(1, std::memory_order_relaxed);
   if (opt_.allreduce_inline) return reduce_and_count(b);  // in device order already: no hand-off
   queue_->push(b);

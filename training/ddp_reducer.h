@@ -123,7 +123,7 @@ class DDPReducer {
   void comm_loop();
   // in_graph: the ops' kernels, on the device's queue (ddp_reducer.cpp).
   struct GraphOps;
-  void start_in_graph(size_t b, const void* const* grads);
+  void start_in_graph(size_t b, size_t first, size_t count, const void* const* grads, bool last);
   void mean_in_graph(size_t b, size_t offset, size_t n, float* out);
   void finish_in_graph();
 
