@@ -135,9 +135,10 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--epochs", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=None, help="the seed of the weights and the data order (default: 0 and the config's data.seed)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
+    torch.manual_seed(a.seed or 0)
     c = json.load(open(a.config))
     d, m, o, t = c["data"], c["model"], c["optimizer"], c["trainer"]
     path = d.get("path", "/usr/share/datasets/fashion-mnist")
@@ -146,7 +147,7 @@ def main():
     t_start = time.time()
     x, y = load(path, "train", image_size, flatten)
     xt, yt = load(path, "t10k", image_size, flatten)
-    gen = torch.Generator().manual_seed(d.get("seed", 0))
+    gen = torch.Generator().manual_seed(d.get("seed", 0) if a.seed is None else a.seed)
     perm = torch.randperm(len(y), generator=gen)
     hold = int(len(y) * d.get("holdout_fraction", 0.1))
     xv, yv, xs, ys = x[perm[:hold]], y[perm[:hold]], x[perm[hold:]], y[perm[hold:]]
@@ -185,7 +186,7 @@ def main():
         w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
         w.writeheader()
         w.writerows(rows)
-    print(json.dumps({"framework": "pytorch " + torch.__version__, "model": m["name"], "test_acc": ta, "test_loss": tl,
+    print(json.dumps({"framework": "pytorch " + torch.__version__, "model": m["name"], "seed": a.seed, "test_acc": ta, "test_loss": tl,
                       "epochs": epochs, "fit_seconds": fit_seconds, "seconds_per_epoch": fit_seconds / epochs,
                       "run_seconds": time.time() - t_start, "threads": a.threads}))
 
