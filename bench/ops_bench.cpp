@@ -132,6 +132,82 @@ BENCHMARK(BM_SmallGemmOneDnnDirect)->Apply(small_gemm_shapes)->UseRealTime()->Un
 BENCHMARK(BM_MatmulHgraph)->RangeMultiplier(2)->Range(64, 2048)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MatmulOneDnnDirect)->RangeMultiplier(2)->Range(64, 2048)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
+// Batch norm on the Fashion CNN's [128, 16, 28, 28] (training/configs/fashion_cnn.json): our
+// kernels (engine/kernels_norm.cpp) against oneDNN's batch normalization on the same plain NCHW
+// tensors, the primitive they replaced. Argument 0: the training forward; 1: the backward to x
+// and to the weight (ours: the two kernels autograd runs; oneDNN: the forward that gives it the
+// statistics, then one backward for x and the weight. hgraph ran that pair twice, once per output).
+namespace {
+
+const hg::Shape kBnShape{128, 16, 28, 28};
+
+void BM_BatchNormHgraph(benchmark::State& st) {
+  const hg::Tensor x = rand_tensor(kBnShape), g = rand_tensor(kBnShape), w = rand_tensor({16}), b = rand_tensor({16});
+  hg::Tensor y = rand_tensor(kBnShape), dw = rand_tensor({16});
+  const hg::TensorMeta xm{kBnShape, hg::DType::F32}, cm{{16}, hg::DType::F32};
+  if (st.range(0) == 0) {
+    const hg::Kernel k = hg::op_schema("batch_norm_train").prepare({xm, cm, cm}, xm, hg::Attrs{{}, {1e-5}});
+    const void* in[] = {x.raw_data(), w.raw_data(), b.raw_data()};
+    for (auto _ : st) k(in, y.raw_data());
+    return;
+  }
+  const hg::OpSchema& op = hg::op_schema("batch_norm_train_backward");
+  const hg::Kernel kx = op.prepare({xm, xm, cm}, xm, hg::Attrs{{0}, {1e-5}}),
+                   kw = op.prepare({xm, xm, cm}, cm, hg::Attrs{{1}, {1e-5}});
+  const void* in[] = {g.raw_data(), x.raw_data(), w.raw_data()};
+  for (auto _ : st) {
+    kx(in, y.raw_data());
+    kw(in, dw.raw_data());
+  }
+}
+
+void BM_BatchNormOneDnnDirect(benchmark::State& st) {
+  using namespace dnnl;
+  using flags = normalization_flags;
+  engine eng(engine::kind::cpu, 0);
+  stream s(eng);
+  const memory::desc md({128, 16, 28, 28}, memory::data_type::f32, memory::format_tag::nchw),
+      cmd({16}, memory::data_type::f32, memory::format_tag::a);
+  const hg::Tensor x = rand_tensor(kBnShape), g = rand_tensor(kBnShape), w = rand_tensor({16}), b = rand_tensor({16});
+  hg::Tensor y = rand_tensor(kBnShape), dx = rand_tensor(kBnShape), mean = rand_tensor({16}), var = rand_tensor({16}),
+             dw = rand_tensor({16});
+  auto mem = [&](const memory::desc& d, const hg::Tensor& t) { return memory(d, eng, t.raw_data()); };
+  const flags f = flags::use_scale | flags::use_shift;
+  const batch_normalization_forward::primitive_desc fpd(
+      batch_normalization_forward::desc(prop_kind::forward_training, md, 1e-5f, f), eng);
+  const batch_normalization_forward forward(fpd);
+  const std::unordered_map<int, memory> fargs{{DNNL_ARG_SRC, mem(md, x)},       {DNNL_ARG_DST, mem(md, y)},
+                                              {DNNL_ARG_SCALE, mem(cmd, w)},    {DNNL_ARG_SHIFT, mem(cmd, b)},
+                                              {DNNL_ARG_MEAN, mem(cmd, mean)},  {DNNL_ARG_VARIANCE, mem(cmd, var)}};
+  st.SetLabel(fpd.impl_info_str());
+  if (st.range(0) == 0) {
+    for (auto _ : st) {
+      forward.execute(s, fargs);
+      s.wait();
+    }
+    return;
+  }
+  const batch_normalization_forward::primitive_desc hint(
+      batch_normalization_forward::desc(prop_kind::forward_training, md, 1e-5f, flags::use_scale), eng);
+  const batch_normalization_backward::primitive_desc bpd(
+      batch_normalization_backward::desc(prop_kind::backward, md, md, 1e-5f, flags::use_scale), eng, hint);
+  const batch_normalization_backward backward(bpd);
+  const std::unordered_map<int, memory> bargs{
+      {DNNL_ARG_DIFF_DST, mem(md, g)},  {DNNL_ARG_SRC, mem(md, x)},          {DNNL_ARG_MEAN, mem(cmd, mean)},
+      {DNNL_ARG_VARIANCE, mem(cmd, var)}, {DNNL_ARG_SCALE, mem(cmd, w)},      {DNNL_ARG_DIFF_SRC, mem(md, dx)},
+      {DNNL_ARG_DIFF_SCALE, mem(cmd, dw)}};
+  for (auto _ : st) {
+    forward.execute(s, fargs);
+    backward.execute(s, bargs);
+    s.wait();
+  }
+}
+
+}  // namespace
+
+BENCHMARK(BM_BatchNormHgraph)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_BatchNormOneDnnDirect)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
 // conv2d on ResNet-18's layer shapes (batch 1, 224x224 input): hgraph eager against oneDNN
 // called directly with NCHW activations and weights reordered once to oneDNN's preferred
 // layout (the best a direct caller gets with user-facing NCHW tensors).

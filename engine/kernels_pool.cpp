@@ -216,8 +216,10 @@ Kernel prepare_adaptive_avg_pool2d(const std::vector<TensorMeta>& in, const Tens
   });
 }
 
-// input: grad [..., OH, OW]; output [..., H, W]. Each input element gathers the output cells
-// whose windows cover it, so every result is rounded once.
+// input: grad [..., OH, OW]; output [..., H, W]. Each input element sums g / count of the output
+// cells whose windows cover it, in row order of the cells. F32 and F64 scatter: each cell's
+// g / count (one division per cell, not one per element and cell) is added over its window, the
+// same additions in the same order. BF16 and F16 gather into a float, so they round once.
 Kernel prepare_adaptive_avg_pool2d_backward(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs&) {
   const Shape& s = out.shape;
   const size_t r = s.size();
@@ -232,6 +234,16 @@ Kernel prepare_adaptive_avg_pool2d_backward(const std::vector<TensorMeta>& in, c
         for (int64_t p = 0; p < planes; ++p) {
           const T* g = static_cast<const T*>(inp[0]) + p * oh * ow;
           T* dx = static_cast<T*>(o) + p * h * w;
+          if constexpr (std::is_same_v<T, A>) {
+            std::fill(dx, dx + h * w, T(0));
+            for (int64_t i = 0; i < oh; ++i)
+              for (int64_t j = 0; j < ow; ++j) {
+                const A d = g[i * ow + j] / static_cast<A>((wh.end[i] - wh.start[i]) * (ww.end[j] - ww.start[j]));
+                for (int64_t a = wh.start[i]; a < wh.end[i]; ++a)
+                  for (int64_t b = ww.start[j]; b < ww.end[j]; ++b) dx[a * w + b] += d;
+              }
+            continue;
+          }
           for (int64_t a = 0; a < h; ++a)
             for (int64_t b = 0; b < w; ++b) {
               A acc = 0;

@@ -144,6 +144,24 @@ def norm_cases():
         case("ln_wide_offset", "layer_norm", ln([768]), [g.randn(2, 768) + 5, g.randn(768), g.randn(768)],
              {"normalized_shape": [768], "eps": 1e-5}, [0]),
     ]
+    # Batch norm (engine/kernels_norm.cpp sums in F32 blocks of at most 1024 values): rows of
+    # 16-lane vectors and a tail, rows longer than a block, many short rows per block, [N, C]
+    # in eval mode; channel means far from 0.
+    cases += [
+        case("bn_train_vectors_and_tail", "batch_norm_train", bn_train,
+             [g.f32(g.randn(5, 3, 7, 9) * 2 + 3), positive(3), g.randn(3)], {"eps": 1e-5}, bf16=True),
+        case("bn_train_long_rows", "batch_norm_train", bn_train,
+             [g.f32(g.randn(1, 2, 36, 30) - 4), positive(2), g.randn(2)], {"eps": 1e-5}),
+        case("bn_train_many_rows", "batch_norm_train", bn_train,
+             [g.f32(g.randn(210, 2, 5) + 1), positive(2), g.randn(2)], {"eps": 1e-5}),
+        case("bn_eval_2d", "batch_norm_eval", bn_eval,
+             [g.randn(7, 20), positive(20), g.randn(20), g.randn(20), positive(20)], {"eps": 1e-5}, [0, 1, 2]),
+    ]
+    x, rm, rv = g.f32(g.randn(6, 3, 50) * 0.5 + 10), g.randn(3), positive(3)
+    cases += [
+        case("bn_update_mean_offset", "bn_update_mean", update("mean"), [x, rm, rv], {"momentum": 0.1}, []),
+        case("bn_update_var_offset", "bn_update_var", update("var"), [x, rm, rv], {"momentum": 0.1}, []),
+    ]
     return cases
 
 
