@@ -1,8 +1,8 @@
 // Text generation for the generate extension: POST /v2/models/{m}[/versions/{v}]/generate
-// and /generate_stream (server-sent events), served by the GPT zoo model decoding through
-// captured HPU graphs (one per attention-length bucket) with its KV cache.
+// and /generate_stream (server-sent events), served by the GPT zoo model: concurrent requests
+// share decode steps (continuous batching over a paged KV cache, captured graphs per bucket).
 //
-//   auto gen = make_gpt_generator(version_dir, config, predictor_options);   // warms up every bucket
+//   auto gen = make_gpt_generator(predictor->module(), config);   // warms up every bucket
 //   GenerateRequest r = parse_generate_request(body);   // {"text_input": "hi", "parameters": {"max_tokens": 16}}
 //   GenerateResult res = gen->generate(r, [](std::string_view piece) { return true; });   // blocks
 //   serve_generate(gen, "gpt", "1", std::move(http_req), reply, /*stream=*/true);   // from the router
@@ -83,12 +83,12 @@ class TextGenerator {
 
 // True for packages the generate endpoints serve (the GPT zoo model: graph {"type": "zoo", "model": "gpt"}).
 bool is_text_generation_model(const models::PackageSpec& spec);
-// Loads the package in `version_dir` onto opt.device and builds config.instance_count decoders
-// (batch 1, each with its own KV cache), capturing every attention bucket of each before
-// returning (always, whatever config.warmup says: serving never captures). Throws
-// InvalidArgument when the package is not a GPT, or the loader's errors.
-std::shared_ptr<TextGenerator> make_gpt_generator(const std::filesystem::path& version_dir, const ModelConfig& config,
-                                                  const models::PredictorOptions& opt);
+// Starts the scheduler of a loaded GPT (the module /infer serves, models::Predictor::module():
+// one load, one set of weights) on its device: continuous batching of up to
+// config.generation.max_batch sequences over a paged KV cache (server/generate_scheduler.h),
+// every (batch, length) bucket captured before returning (always, whatever config.warmup says:
+// serving never captures). Throws InvalidArgument when the module is not a GPT.
+std::shared_ptr<TextGenerator> make_gpt_generator(std::shared_ptr<models::Module> module, const ModelConfig& config);
 
 // Answers a generate (stream = false) or generate_stream request for a loaded generator:
 // parses the body, submits it and returns at once; the reply is sent from a generator thread
