@@ -139,7 +139,8 @@ bool is_text_generation_model(const models::PackageSpec& spec) {
   return spec.graph.is_object() && spec.graph.value("type", "") == "zoo" && spec.graph.value("model", "") == "gpt";
 }
 
-std::shared_ptr<TextGenerator> make_gpt_generator(std::shared_ptr<models::Module> module, const ModelConfig& config) {
+std::shared_ptr<TextGenerator> make_gpt_generator(std::shared_ptr<models::Module> module, const ModelConfig& config,
+                                                  GenerationHooks hooks) {
   auto gpt = std::dynamic_pointer_cast<models::GPT>(module);
   if (!gpt)
     throw InvalidArgument("model '" + config.name +
@@ -154,7 +155,8 @@ std::shared_ptr<TextGenerator> make_gpt_generator(std::shared_ptr<models::Module
                                        .max_batch_total_tokens = g.max_batch_total_tokens,
                                        .max_queue = config.max_queue_size,
                                        .default_timeout_us = config.default_timeout_us,
-                                       .allow_timeout_override = config.allow_timeout_override});
+                                       .allow_timeout_override = config.allow_timeout_override,
+                                       .hooks = std::move(hooks)});
 }
 
 }  // namespace hg::server

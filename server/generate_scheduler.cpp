@@ -31,6 +31,7 @@ struct GenerateScheduler::Sequence {
   GenerateResult result;
   std::exception_ptr error;
   uint64_t order = 0;  // admission number
+  Clock::time_point last_token;  // when the previous token was generated (metrics)
 };
 
 namespace {
@@ -116,9 +117,9 @@ size_t GenerateScheduler::queue_depth() const {
   return waiting_.size();
 }
 
-SchedulerStats GenerateScheduler::stats() const {
+GenerationStats GenerateScheduler::stats() const {
   std::lock_guard lk(mu_);
-  SchedulerStats s = stats_;
+  GenerationStats s = stats_;
   s.waiting = static_cast<int64_t>(waiting_.size());
   s.kv_blocks_free = pool_->free_blocks();
   return s;
@@ -190,11 +191,13 @@ void GenerateScheduler::prefill(std::vector<SeqPtr> seqs) {
   for (const SeqPtr& s : seqs)
     rows.push_back({.tokens = {s->tokens.begin() + s->computed, s->tokens.end()}, .start = s->computed, .blocks = &s->blocks});
   std::vector<float> logits;
+  const auto t0 = Clock::now();
   try {
     logits = decoder_->step(rows);
   } catch (...) {
     return fail_step(seqs, std::current_exception());
   }
+  if (opt_.hooks.on_step) opt_.hooks.on_step(static_cast<int64_t>(rows.size()), Clock::now() - t0);
   {
     std::lock_guard lk(mu_);
     ++stats_.prefill_steps;
@@ -223,6 +226,7 @@ void GenerateScheduler::decode() {
   std::vector<models::PagedRow> rows;
   for (const SeqPtr& s : running_) rows.push_back({.tokens = {s->tokens.back()}, .start = s->computed, .blocks = &s->blocks});
   std::vector<float> logits;
+  const auto t0 = Clock::now();
   try {
     logits = decoder_->step(rows);
   } catch (...) {
@@ -230,6 +234,7 @@ void GenerateScheduler::decode() {
     running_.clear();
     return fail_step(all, std::current_exception());
   }
+  if (opt_.hooks.on_step) opt_.hooks.on_step(static_cast<int64_t>(rows.size()), Clock::now() - t0);
   {
     std::lock_guard lk(mu_);
     ++stats_.decode_steps;
@@ -267,6 +272,9 @@ bool GenerateScheduler::accept(Sequence& s, const float* logits) {
   }
   s.tokens.push_back(token);
   s.result.tokens.push_back(token);
+  const auto now = Clock::now();
+  if (opt_.hooks.on_token) opt_.hooks.on_token(s.result.tokens.size() == 1, now - (s.result.tokens.size() == 1 ? s.enqueued : s.last_token));
+  s.last_token = now;
   {
     std::lock_guard lk(mu_);
     ++stats_.tokens;

@@ -6,7 +6,7 @@
 //
 //   auto gen = std::make_shared<GenerateScheduler>(gpt, SchedulerOptions{.max_batch = 32});   // shared_ptr<GPT> on an HPU
 //   gen->submit(request, on_piece, done);        // as any TextGenerator (server/generate.h)
-//   SchedulerStats s = gen->stats();             // steps, batch sizes, blocks, preemptions, ...
+//   GenerationStats s = gen->stats();             // steps, batch sizes, blocks, preemptions, ...
 //
 // Admission is first come, first served: the oldest waiting request enters when a running slot
 // and the blocks for its prompt are free (later ones wait behind it), up to max_prefill_batch
@@ -43,17 +43,7 @@ struct SchedulerOptions {
   size_t max_queue = 0;             // waiting requests; 0: unbounded; beyond: 503
   uint64_t default_timeout_us = 0;  // 0: none
   bool allow_timeout_override = true;
-};
-
-struct SchedulerStats {
-  uint64_t prefill_steps = 0, decode_steps = 0;
-  uint64_t prefill_rows = 0, decode_rows = 0;  // sequences summed over the steps (mean batch = rows / steps)
-  uint64_t tokens = 0;                         // generated
-  uint64_t preemptions = 0;
-  uint64_t finished = 0, cancelled = 0, failed = 0;  // failed: errors, timeouts (504) and shutdown (503) included
-  int64_t running = 0, waiting = 0;
-  int64_t kv_blocks_total = 0, kv_blocks_free = 0;
-  size_t captured_graphs = 0;
+  GenerationHooks hooks;
 };
 
 class GenerateScheduler final : public TextGenerator {
@@ -66,7 +56,7 @@ class GenerateScheduler final : public TextGenerator {
 
   void submit(GenerateRequest req, PieceCallback on_piece, GenerateDone done) override;
   size_t queue_depth() const override;
-  SchedulerStats stats() const;
+  GenerationStats stats() const override;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -96,7 +86,7 @@ class GenerateScheduler final : public TextGenerator {
   std::condition_variable cv_;
   std::deque<SeqPtr> waiting_;
   bool stopping_ = false;
-  SchedulerStats stats_;  // under mu_
+  GenerationStats stats_;  // under mu_
   std::thread thread_;
 };
 

@@ -275,7 +275,12 @@ struct ModelRepository::Impl {
           own->eval();
           module = std::move(own);
         }
-        mv->generator = make_gpt_generator(module, config);
+        GenerationHooks hooks;
+        if (opt.on_batch)
+          hooks.on_step = [hook = opt.on_batch, name, version](int64_t rows, Clock::duration d) { hook(name, version, rows, d); };
+        if (opt.on_token)
+          hooks.on_token = [hook = opt.on_token, name, version](bool first, Clock::duration d) { hook(name, version, first, d); };
+        mv->generator = make_gpt_generator(module, config, std::move(hooks));
       }
     }
     BatcherConfig bc = mv->config.batcher_config();

@@ -464,7 +464,7 @@ TEST(GptGenerator, ConcurrentRequestsShareStepsAndEachGetTheirOwnTokens) {
   for (size_t i = 0; i < prompts.size(); ++i)
     EXPECT_EQ(test::get_within(got[i], test::kWaitLimit, "the thread generating '" + prompts[i] + "'").tokens, want[i])
         << prompts[i];
-  const SchedulerStats st = gen->stats();
+  const GenerationStats st = gen->stats();
   EXPECT_GT(st.decode_rows, st.decode_steps) << "some decode steps ran several sequences";
   EXPECT_EQ(st.finished, prompts.size());
   EXPECT_EQ(st.kv_blocks_free, st.kv_blocks_total);
@@ -494,7 +494,7 @@ TEST(GptGenerator, PreemptedSequencesResumeWithTheSameTokens) {
   for (size_t i = 0; i < prompts.size(); ++i)
     EXPECT_EQ(test::get_within(got[i], test::kWaitLimit, "generation " + std::to_string(i)).tokens, f.eager_ids(prompts[i], 100))
         << prompts[i];
-  const SchedulerStats st = gen->stats();
+  const GenerationStats st = gen->stats();
   EXPECT_GT(st.preemptions, 0u) << "6 x 120 positions do not fit 256";
   EXPECT_EQ(st.failed, 0u);
   EXPECT_EQ(st.kv_blocks_free, st.kv_blocks_total);
@@ -692,6 +692,7 @@ class FailingGenerator : public TextGenerator {
     });
   }
   size_t queue_depth() const override { return 0; }
+  GenerationStats stats() const override { return {}; }
   ~FailingGenerator() override { worker_.join(); }
 
  private:
