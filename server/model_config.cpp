@@ -331,7 +331,7 @@ Calibration parse_calibration(const Fields& p) {
 Generation parse_generation(const Fields& p) {
   p.only({"max_batch", "max_prefill_batch", "block_size", "max_batch_total_tokens"});
   Generation g;
-  if (auto n = p.integer("max_batch", 1, 4096)) g.max_batch = *n;
+  if (auto n = p.integer("max_batch", 0, 4096)) g.max_batch = *n;  // 0: max_batch_size
   if (auto n = p.integer("max_prefill_batch", 1, 4096)) g.max_prefill_batch = *n;
   if (auto n = p.integer("block_size", 1, 4096)) g.block_size = *n;
   if (auto n = p.integer("max_batch_total_tokens", 0, int64_t{1} << 30)) g.max_batch_total_tokens = *n;
