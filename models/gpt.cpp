@@ -9,6 +9,7 @@
 #include "engine/generator.h"
 #include "engine/ops.h"
 #include "models/config_fields.h"
+#include "models/kv_blocks.h"
 #include "models/zoo.h"
 
 namespace hg::models {
@@ -53,15 +54,17 @@ class GPTAttention : public Module {
   // x [N, S, D] -> q, k, v [N, H, S, D/H].
   std::array<Tensor, 3> heads(const Tensor& x) {
     const int64_t n = x.dim(0), s = x.dim(1);
-    auto parts = ops::split(qkv_->forward(x), d_, -1);
+    auto parts = ops::split(project_qkv(x), d_, -1);
     std::array<Tensor, 3> r;
     for (size_t i = 0; i < 3; ++i) r[i] = ops::permute(ops::reshape(parts[i], {n, s, h_, d_ / h_}), {0, 2, 1, 3});
     return r;
   }
   // o [N, H, S, D/H] -> proj(o as [N, S, D]).
   Tensor merge(const Tensor& o) {
-    return proj_->forward(ops::reshape(ops::permute(o, {0, 2, 1, 3}), {o.dim(0), o.dim(2), d_}));
+    return project_out(ops::reshape(ops::permute(o, {0, 2, 1, 3}), {o.dim(0), o.dim(2), d_}));
   }
+  Tensor project_qkv(const Tensor& x) { return qkv_->forward(x); }  // x [N, S, D] -> q, k, v joined [N, S, 3D]
+  Tensor project_out(const Tensor& o) { return proj_->forward(o); }  // heads joined [N, S, D] -> [N, S, D]
 
  private:
   int64_t d_, h_;
@@ -263,6 +266,27 @@ Tensor GPT::decode(const DecodeInputs& in, KVCache& cache) {
     });
   }
   return ops::reshape(logits(x), {n, config_.vocab});
+}
+
+KVBlockOptions GPT::kv_options(int64_t block_size, int64_t blocks) const {
+  return {.layers = config_.layers, .heads = config_.nhead, .head_dim = config_.d_model / config_.nhead,
+          .block_size = block_size, .blocks = blocks};
+}
+
+Tensor GPT::paged_step(const PagedInputs& in, KVBlockPool& pool) {
+  NoGradGuard no_grad;
+  const int64_t n = in.tokens.dim(0), s = in.tokens.dim(1);
+  Tensor x = ops::add(tok_emb_->forward(in.tokens), pos_emb_->forward(in.pos_ids));  // [N, S, D]
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    GPTAttention& attn = blocks_[l]->attn();
+    x = blocks_[l]->run(x, [&](const Tensor& h) {
+      const Tensor qkv = attn.project_qkv(h);
+      const Tensor written = kv_write(qkv, in.slots, pool, static_cast<int64_t>(l));
+      return attn.project_out(paged_attention(qkv, written, in.tables, in.positions, pool, static_cast<int64_t>(l)));
+    });
+  }
+  // Only each sequence's last position goes through the final norm and the head.
+  return logits(ops::embedding(in.last, ops::reshape(x, {n * s, config_.d_model})));
 }
 
 Tensor GPT::decode_step(const Tensor& tokens, KVCache& cache) {

@@ -13,12 +13,12 @@
 //   hg::models::SamplingOptions o{.greedy = false, .top_k = 40, .top_p = 0.9, .seed = 7};
 //   hg::models::Utf8Text t = gpt.generate("Once upon a time", /*max_new_tokens=*/64, o);
 //
-// Shapes for HPU graphs: the cache is preallocated for max_len positions ([N, H, max_len, Dh]
-// per layer and for keys and values) and a decode step only uses tensors whose shapes depend
-// on the batch and on its attention bucket (bucket()): the new key/value is written with a
-// one-hot position mask (`where`), attention reads the first `bucket` cache positions under a
-// mask of the valid ones. decode() is that step as a function of static-shape inputs;
-// GPTGraphDecoder (models/gpt_graphs.h) replays it from one HPU graph per bucket.
+// KVCache is the simple cache of one batch of sequences of equal length (eager generation, the
+// reference): preallocated for max_len positions ([N, H, max_len, Dh] per layer, for keys and
+// values); a decode step writes its key/value with a one-hot position mask (`where`) and attends
+// over the first bucket() positions. Serving uses the paged cache instead: paged_step() over a
+// KVBlockPool (models/kv_blocks.h), batched and replayed from HPU graphs by PagedDecoder
+// (models/gpt_paged.h).
 #pragma once
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -58,7 +58,20 @@ struct DecodeInputs {
   Tensor attend;    // BOOL [1, 1, 1, B]: true at positions <= `position`
 };
 
+// The inputs of a step over a paged KV cache (models/kv_blocks.h, models/gpt_paged.h): N
+// sequences with S new positions each; padding rows have position -1 and slot -1.
+struct PagedInputs {
+  Tensor tokens;     // I64 [N, S]
+  Tensor pos_ids;    // I64 [N, S]: each token's position for the position embedding (padding: 0)
+  Tensor positions;  // I64 [N, S]: the same, -1 for padding (attention skips those rows)
+  Tensor slots;      // I64 [N, S]: the pool slot of each position's keys and values (-1: none)
+  Tensor tables;     // I64 [N, T]: each sequence's blocks
+  Tensor last;       // I64 [N]: flat index n * S + s of each sequence's last new position
+};
+
 class GPTBlock;
+class KVBlockPool;
+struct KVBlockOptions;
 
 class GPT : public Module {
  public:
@@ -89,6 +102,13 @@ class GPT : public Module {
   // tensors; leaves cache.length alone (decode_step advances it).
   Tensor decode(const DecodeInputs& in, KVCache& cache);
 
+  // The pool layout for this model: layers, heads and head_dim from the config.
+  KVBlockOptions kv_options(int64_t block_size, int64_t blocks) const;
+  // One step over a paged KV cache: writes each position's keys and values into its slot and
+  // attends over its sequence's earlier positions through the table; returns the logits of each
+  // sequence's last new position [N, vocab].
+  Tensor paged_step(const PagedInputs& in, KVBlockPool& pool);
+
   // Appends up to max_new_tokens tokens to `prompt` (prefill, then decode steps; the first
   // token comes from the prompt's logits). Throws InvalidArgument for an empty prompt, a token
   // out of range, or prompt + max_new_tokens > max_len. Returns only the new tokens.
@@ -98,7 +118,7 @@ class GPT : public Module {
   // ill-formed bytes replaced (and their offsets reported).
   Utf8Text generate(std::string_view prompt, int64_t max_new_tokens, const SamplingOptions& options = {});
   // The generation loop (with generate_ids' checks) over any prefill/step pair: first(ids [1, P])
-  // and next(token [1]) return logits [1, vocab]. GPTGraphDecoder (models/gpt_graphs.h) uses it.
+  // and next(token [1]) return logits [1, vocab].
   std::vector<int64_t> generate_with(const std::vector<int64_t>& prompt, int64_t max_new_tokens,
                                      const SamplingOptions& options, const std::function<Tensor(const Tensor&)>& first,
                                      const std::function<Tensor(const Tensor&)>& next);

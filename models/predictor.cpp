@@ -39,8 +39,9 @@ Predictor::~Predictor() = default;
 std::unique_ptr<Predictor> Predictor::load(const std::filesystem::path& dir, const PredictorOptions& opt) {
   auto impl = std::make_unique<Impl>();
   const bool onnx = !std::filesystem::exists(dir / "model.json") && std::filesystem::exists(dir / "model.onnx");
-  impl->package = onnx ? import_onnx(dir / "model.onnx", &impl->module, opt.device)
-                        : load_package(dir, &impl->module, opt.device);
+  std::unique_ptr<Module> module;
+  impl->package = onnx ? import_onnx(dir / "model.onnx", &module, opt.device) : load_package(dir, &module, opt.device);
+  impl->module = std::move(module);
   if (!opt.batched) impl->package.spec.batched = false;
   impl->opt = opt;
   impl->dir = dir;
@@ -82,6 +83,7 @@ std::unique_ptr<Predictor> Predictor::load(const std::filesystem::path& dir, con
 }
 
 const ModelPackage& Predictor::package() const { return impl_->package; }
+std::shared_ptr<Module> Predictor::module() const { return impl_->module; }
 
 namespace {
 int64_t sample_elements(const PackageSpec& spec, const IOSpec& s) {

@@ -93,6 +93,9 @@ class Predictor {
   static std::unique_ptr<Predictor> load(const std::filesystem::path& dir, const PredictorOptions& opt);
   ~Predictor();
   const ModelPackage& package() const;
+  // The loaded module, frozen into the captured graphs: do not change its weights. Shared so that
+  // another user of the same weights (the text generator of a GPT package) needs no second load.
+  std::shared_ptr<Module> module() const;
   // Elements of one sample of input/output i (the shape without the batch dimension); -1 when
   // a dimension besides the batch is dynamic.
   int64_t input_size(size_t i) const;

@@ -57,7 +57,7 @@ struct Predictor::Impl {
   std::filesystem::path dir;
   PredictorOptions opt;
   int64_t calibration_tag = 0;  // > 0 while calibrate_int8 runs: the captures report their ranges
-  std::unique_ptr<Module> module;
+  std::shared_ptr<Module> module;  // shared with a text generator (server/generate.h): one load
   std::vector<Tensor> frozen;  // the module's parameters and buffers
   std::vector<int64_t> batch_sizes;
   bool dynamic = false;  // an input has a dynamic dimension besides the batch

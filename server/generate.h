@@ -1,8 +1,8 @@
 // Text generation for the generate extension: POST /v2/models/{m}[/versions/{v}]/generate
-// and /generate_stream (server-sent events), served by the GPT zoo model decoding through
-// captured HPU graphs (one per attention-length bucket) with its KV cache.
+// and /generate_stream (server-sent events), served by the GPT zoo model: concurrent requests
+// share decode steps (continuous batching over a paged KV cache, captured graphs per bucket).
 //
-//   auto gen = make_gpt_generator(version_dir, config, predictor_options);   // warms up every bucket
+//   auto gen = make_gpt_generator(predictor->module(), config);   // warms up every bucket
 //   GenerateRequest r = parse_generate_request(body);   // {"text_input": "hi", "parameters": {"max_tokens": 16}}
 //   GenerateResult res = gen->generate(r, [](std::string_view piece) { return true; });   // blocks
 //   serve_generate(gen, "gpt", "1", std::move(http_req), reply, /*stream=*/true);   // from the router
@@ -23,6 +23,7 @@
 // Retry-After, 504 timed out in the queue, 500); a failure after it is a last
 // `data: {"error": ...}` event.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -61,6 +62,26 @@ struct GenerateResult {
   int64_t prompt_tokens = 0;
 };
 
+// What a generator reports (metrics at scrape time): step and token counters since it started
+// (mean decode batch = decode_rows / decode_steps) and its state now.
+struct GenerationStats {
+  uint64_t prefill_steps = 0, decode_steps = 0;
+  uint64_t prefill_rows = 0, decode_rows = 0;  // sequences summed over the steps
+  uint64_t tokens = 0;                         // generated
+  uint64_t preemptions = 0;
+  uint64_t finished = 0, cancelled = 0, failed = 0;  // failed: errors, timeouts (504) and shutdown (503) included
+  int64_t running = 0, waiting = 0;
+  int64_t kv_blocks_total = 0, kv_blocks_free = 0;
+  size_t captured_graphs = 0;
+};
+
+// Metrics hooks of a generator (must not throw): each step (its sequences and compute time), and
+// each generated token (time to first token from submit, or the time since the request's last one).
+struct GenerationHooks {
+  std::function<void(int64_t rows, std::chrono::steady_clock::duration compute)> on_step;
+  std::function<void(bool first, std::chrono::steady_clock::duration latency)> on_token;
+};
+
 // Gets each new piece of text (whole UTF-8 characters, never empty); returns false to stop
 // generating (the client is gone).
 using PieceCallback = std::function<bool(std::string_view)>;
@@ -75,20 +96,22 @@ class TextGenerator {
   // threads, and up to max_queue_size wait (0: unbounded); beyond that HttpError(503). Both
   // errors are thrown here, before anything is queued. on_piece and done run on a generator thread.
   virtual void submit(GenerateRequest req, PieceCallback on_piece, GenerateDone done) = 0;
-  // Requests waiting for a free instance (for the pending-requests gauge).
+  // Requests waiting to be admitted (for the pending-requests gauge).
   virtual size_t queue_depth() const = 0;
+  virtual GenerationStats stats() const = 0;
   // submit() and wait: the result, or the generation's error rethrown.
   GenerateResult generate(const GenerateRequest& req, const PieceCallback& on_piece);
 };
 
 // True for packages the generate endpoints serve (the GPT zoo model: graph {"type": "zoo", "model": "gpt"}).
 bool is_text_generation_model(const models::PackageSpec& spec);
-// Loads the package in `version_dir` onto opt.device and builds config.instance_count decoders
-// (batch 1, each with its own KV cache), capturing every attention bucket of each before
-// returning (always, whatever config.warmup says: serving never captures). Throws
-// InvalidArgument when the package is not a GPT, or the loader's errors.
-std::shared_ptr<TextGenerator> make_gpt_generator(const std::filesystem::path& version_dir, const ModelConfig& config,
-                                                  const models::PredictorOptions& opt);
+// Starts the scheduler of a loaded GPT (the module /infer serves, models::Predictor::module():
+// one load, one set of weights) on its device: continuous batching of up to
+// config.generation.max_batch sequences over a paged KV cache (server/generate_scheduler.h),
+// every (batch, length) bucket captured before returning (always, whatever config.warmup says:
+// serving never captures). Throws InvalidArgument when the module is not a GPT.
+std::shared_ptr<TextGenerator> make_gpt_generator(std::shared_ptr<models::Module> module, const ModelConfig& config,
+                                                  GenerationHooks hooks = {});
 
 // Answers a generate (stream = false) or generate_stream request for a loaded generator:
 // parses the body, submits it and returns at once; the reply is sent from a generator thread

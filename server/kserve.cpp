@@ -143,6 +143,11 @@ KServeHandler::KServeHandler(ModelRepository& repo, ServerMetrics& metrics, KSer
         g.model = v->name;
         g.version = std::to_string(v->version);
         g.depth = static_cast<double>(v->batcher ? v->batcher->queue_depth() : 0);
+        if (v->generator) {
+          g.generates = true;
+          g.generation = v->generator->stats();
+          g.depth += static_cast<double>(g.generation.waiting);
+        }
         if (v->model) {
           for (size_t i = 0; i < v->model->spec().inputs.size(); ++i) g.dynamic |= v->model->input_size(i) < 0;
           g.signatures = v->model->signature_stats();

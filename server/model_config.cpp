@@ -328,6 +328,16 @@ Calibration parse_calibration(const Fields& p) {
   return c;
 }
 
+Generation parse_generation(const Fields& p) {
+  p.only({"max_batch", "max_prefill_batch", "block_size", "max_batch_total_tokens"});
+  Generation g;
+  if (auto n = p.integer("max_batch", 0, 4096)) g.max_batch = *n;  // 0: max_batch_size
+  if (auto n = p.integer("max_prefill_batch", 1, 4096)) g.max_prefill_batch = *n;
+  if (auto n = p.integer("block_size", 1, 4096)) g.block_size = *n;
+  if (auto n = p.integer("max_batch_total_tokens", 0, int64_t{1} << 30)) g.max_batch_total_tokens = *n;
+  return g;
+}
+
 json padding_json(const Padding& p) {
   return {{"dims", p.dims}, {"buckets", p.buckets}, {"pad_value", p.pad_value}, {"mask", p.mask}, {"strip", p.strip}};
 }
@@ -356,7 +366,7 @@ ModelConfig ModelConfig::parse(const json& j, const std::string& file, const std
   Fields f(j, file, "");
   f.only({"name", "platform", "backend", "max_batch_size", "batch_buckets", "dynamic_batching", "instance_group",
           "version_policy", "model_warmup", "max_signatures", "max_signature_bytes", "padding", "precision",
-          "precision_check", "calibration", "input", "inputs", "output", "outputs"},
+          "precision_check", "calibration", "generation", "input", "inputs", "output", "outputs"},
          {{"sequence_batching", "hgraph serves stateless models"},
           {"ensemble_scheduling", "hgraph has no ensembles"},
           {"preferred_batch_size", "list the batch sizes in batch_buckets"}});
@@ -406,6 +416,7 @@ ModelConfig ModelConfig::parse(const json& j, const std::string& file, const std
     }
   }
   if (f.find("precision_check")) c.precision_check = parse_precision_check(f.object("precision_check"));
+  if (f.find("generation")) c.generation = parse_generation(f.object("generation"));
   if (f.find("calibration")) {
     c.calibration = parse_calibration(f.object("calibration"));
     if (c.precision != graphs::Precision::Int8)
@@ -492,6 +503,10 @@ json ModelConfig::to_json() const {
   if (precision_check.max_relative_error) j["precision_check"]["max_relative_error"] = *precision_check.max_relative_error;
   if (!precision_check.inputs.empty()) j["precision_check"]["inputs"] = precision_check.inputs;
   if (calibration) j["calibration"] = {{"inputs", calibration->inputs}, {"samples", calibration->samples}};
+  j["generation"] = {{"max_batch", generation.max_batch},
+                     {"max_prefill_batch", generation.max_prefill_batch},
+                     {"block_size", generation.block_size},
+                     {"max_batch_total_tokens", generation.max_batch_total_tokens}};
   j["input"] = json::array();
   for (const auto& io : inputs) j["input"].push_back(tensor_json(io, max_batch_size));
   j["output"] = json::array();

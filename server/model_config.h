@@ -17,6 +17,8 @@
 //    "precision_check": {"samples": 64, "seed": 0, "min_top1_agreement": 0.99, "max_relative_error": 0.05,
 //                        "inputs": "samples.safetensors"},            // optional: the inputs to check on
 //    "calibration": {"inputs": "calibration.safetensors", "samples": 512},  // int8: static ranges
+//    "generation": {"max_batch": 32, "max_prefill_batch": 8, "block_size": 16,   // text generation models:
+//                   "max_batch_total_tokens": 8192},                            // see Generation
 //    "platform": "hgraph"}                                // or "identity" (with "input"/"output" lists)
 //
 //   ModelConfig c = ModelConfig::parse(json, "repo/m/config.json", "m");   // throws FormatError naming the field
@@ -78,6 +80,17 @@ struct Calibration {
   int64_t samples = kMaxPrecisionSamples;
 };
 
+// Text generation (the GPT zoo model): continuous batching over a paged KV cache
+// (server/generate_scheduler.h). max_batch: sequences decoding together (default: max_batch_size,
+// at least 1); max_prefill_batch: prompts prefilled in one step; block_size: positions per KV
+// block; max_batch_total_tokens: the KV cache's capacity in tokens (0: max_batch * max_len).
+struct Generation {
+  int64_t max_batch = 0;  // 0: max_batch_size
+  int64_t max_prefill_batch = 8;
+  int64_t block_size = 16;
+  int64_t max_batch_total_tokens = 0;
+};
+
 struct VersionPolicy {
   enum class Kind { Latest, All, Specific } kind = Kind::Latest;
   int64_t num_versions = 1;       // Latest
@@ -113,6 +126,7 @@ struct ModelConfig {
   graphs::Precision precision = graphs::Precision::Fp32;  // the arithmetic of the captured graphs
   PrecisionCheck precision_check;
   std::optional<Calibration> calibration;  // int8 only
+  Generation generation;
   // The tensors, with -1 for the batch dimension when max_batch_size > 0: required for the identity
   // platform (output i echoes input i); for hgraph models they must match the package.
   std::vector<models::IOSpec> inputs, outputs;

@@ -82,6 +82,9 @@ struct RepositoryOptions {
   // Installed as every batcher's BatcherConfig::on_batch (metrics): model, version, the run's
   // batch size and compute time.
   std::function<void(const std::string& model, int64_t version, int64_t batch, Clock::duration compute)> on_batch;
+  // Text generation models: each generated token (first: time to first token, else the time
+  // since the previous one). Their steps go to on_batch (batch: the step's sequences).
+  std::function<void(const std::string& model, int64_t version, bool first, Clock::duration latency)> on_token;
   // Every batcher's BatcherConfig::inline_max_us: a cheap model's request that finds it idle runs
   // on the I/O thread that decoded it (0: never).
   uint64_t inline_max_us = 0;

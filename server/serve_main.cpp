@@ -231,6 +231,9 @@ int main(int argc, char** argv) {
       metrics.model(model, std::to_string(version))
           .execution(batch, std::chrono::duration<double, std::micro>(compute).count());
     };
+    ropt.on_token = [&metrics](const std::string& model, int64_t version, bool first, hg::server::Clock::duration d) {
+      metrics.model(model, std::to_string(version)).token(first, std::chrono::duration<double, std::micro>(d).count());
+    };
     hg::server::ModelRepository repo(ropt);
     hg::server::KServeHandler kserve(repo, metrics, kopt);
 

@@ -158,7 +158,13 @@ ModelMetrics::ModelMetrics(MetricsRegistry& reg, const std::string& model, const
   respond_us_ = hist("hg_respond_duration_us", "Time to encode a response (us).", latency_buckets());
   batch_size_ = hist("hg_batch_size", "Samples per model run (before padding to a bucket).",
                      exponential_buckets(1, 2, 11));
+  first_token_us_ = hist("hg_generate_time_to_first_token_us", "Time from a generate request's arrival to its first token (us).",
+                         latency_buckets());
+  inter_token_us_ = hist("hg_generate_inter_token_us", "Time between consecutive tokens of a generation (us).",
+                         latency_buckets());
 }
+
+void ModelMetrics::token(bool first, double us) { (first ? first_token_us_ : inter_token_us_)->observe(us); }
 
 void ModelMetrics::success(int64_t batch, const RequestTimes& t) {
   success_->inc();
@@ -225,27 +231,42 @@ nlohmann::json ModelMetrics::stats() const {
 ServerMetrics::ServerMetrics() {
   auto& http = registry_.counter("hg_http_responses_total", "HTTP responses sent, by status class.", {"code"});
   for (int c = 0; c < 5; ++c) http_[c] = &http.with({std::to_string(c + 1) + "xx"});
-  // One family per field of ModelGauges; `all`: every model, else the dynamic ones.
-  auto gauge = [this](const char* name, const char* help, MetricType type, bool all, double (*value)(const ModelGauges&)) {
-    registry_.callback(name, help, type, kModelLabels, [this, all, value] {
+  // One family per field of ModelGauges, over the models `which` selects.
+  enum Which { kAll, kDynamic, kGenerating };
+  auto gauge = [this](const char* name, const char* help, MetricType type, Which which, double (*value)(const ModelGauges&)) {
+    registry_.callback(name, help, type, kModelLabels, [this, which, value] {
       std::vector<Sample> out;
       for (const ModelGauges& g : gauges())
-        if (all || g.dynamic) out.push_back({{g.model, g.version}, value(g)});
+        if (which == kAll || (which == kDynamic ? g.dynamic : g.generates)) out.push_back({{g.model, g.version}, value(g)});
       return out;
     });
   };
-  gauge("hg_inference_pending_requests", "Requests waiting in a model version's queue.", MetricType::Gauge, true,
+  gauge("hg_inference_pending_requests", "Requests waiting in a model version's queue.", MetricType::Gauge, kAll,
         [](const ModelGauges& g) { return g.depth; });
   gauge("hg_model_signatures", "Input signatures (sample shapes) kept with their captured graphs.", MetricType::Gauge,
-        false, [](const ModelGauges& g) { return static_cast<double>(g.signatures.live); });
-  gauge("hg_model_signature_bytes", "Arena and constant bytes of the kept signatures' graphs.", MetricType::Gauge, false,
+        kDynamic, [](const ModelGauges& g) { return static_cast<double>(g.signatures.live); });
+  gauge("hg_model_signature_bytes", "Arena and constant bytes of the kept signatures' graphs.", MetricType::Gauge, kDynamic,
         [](const ModelGauges& g) { return static_cast<double>(g.signatures.bytes); });
   gauge("hg_model_signatures_seen_total", "Input signatures met (each new one, and each one met again after eviction).",
-        MetricType::Counter, false, [](const ModelGauges& g) { return static_cast<double>(g.signatures.seen); });
-  gauge("hg_model_signature_captures_total", "Graphs captured for input signatures.", MetricType::Counter, false,
+        MetricType::Counter, kDynamic, [](const ModelGauges& g) { return static_cast<double>(g.signatures.seen); });
+  gauge("hg_model_signature_captures_total", "Graphs captured for input signatures.", MetricType::Counter, kDynamic,
         [](const ModelGauges& g) { return static_cast<double>(g.signatures.captures); });
   gauge("hg_model_signature_evictions_total", "Input signatures evicted by max_signatures / max_signature_bytes.",
-        MetricType::Counter, false, [](const ModelGauges& g) { return static_cast<double>(g.signatures.evictions); });
+        MetricType::Counter, kDynamic, [](const ModelGauges& g) { return static_cast<double>(g.signatures.evictions); });
+  gauge("hg_generate_running_sequences", "Sequences in a text generation model's running batch.", MetricType::Gauge,
+        kGenerating, [](const ModelGauges& g) { return static_cast<double>(g.generation.running); });
+  gauge("hg_generate_kv_blocks_used", "KV cache blocks held by sequences.", MetricType::Gauge, kGenerating,
+        [](const ModelGauges& g) { return static_cast<double>(g.generation.kv_blocks_total - g.generation.kv_blocks_free); });
+  gauge("hg_generate_kv_blocks_free", "KV cache blocks free.", MetricType::Gauge, kGenerating,
+        [](const ModelGauges& g) { return static_cast<double>(g.generation.kv_blocks_free); });
+  gauge("hg_generate_tokens_total", "Tokens generated.", MetricType::Counter, kGenerating,
+        [](const ModelGauges& g) { return static_cast<double>(g.generation.tokens); });
+  gauge("hg_generate_preemptions_total", "Sequences preempted (blocks freed, recomputed later) for lack of KV blocks.",
+        MetricType::Counter, kGenerating, [](const ModelGauges& g) { return static_cast<double>(g.generation.preemptions); });
+  gauge("hg_generate_decode_steps_total", "Decode steps (every running sequence advances one token).", MetricType::Counter,
+        kGenerating, [](const ModelGauges& g) { return static_cast<double>(g.generation.decode_steps); });
+  gauge("hg_generate_decode_rows_total", "Sequences summed over the decode steps (mean batch: rows / steps).",
+        MetricType::Counter, kGenerating, [](const ModelGauges& g) { return static_cast<double>(g.generation.decode_rows); });
   register_graph_cache(registry_);
   register_device_memory(registry_);
 }

@@ -28,6 +28,11 @@
 //   hg_graph_cache_entries, hg_graph_cache_bytes (memory cache),
 //   hg_device_memory_{limit,in_use,max_in_use,max_alloc}_bytes{device}, hg_device_memory_active_allocs{device},
 //   hg_device_memory_{allocs,frees}_total{device} (every HPU, from hg::memory_stats),
+//   text generation models: histograms hg_generate_time_to_first_token_us and
+//   hg_generate_inter_token_us (per token), their steps in hg_batch_size and the exec counts;
+//   from set_model_gauges: hg_generate_running_sequences, hg_generate_kv_blocks_used,
+//   hg_generate_kv_blocks_free (gauges), hg_generate_tokens_total, hg_generate_preemptions_total,
+//   hg_generate_decode_steps_total, hg_generate_decode_rows_total (mean batch = rows / steps);
 //   hg_http_responses_total{code="1xx".."5xx"}.
 // Triton statistics mapping: success/fail = whole requests (count, total time);
 // queue = waiting in the batcher; compute_input = parse_us (decode and bind the inputs);
@@ -48,6 +53,7 @@
 #include <vector>
 
 #include "models/predictor.h"
+#include "server/generate.h"
 #include "server/metrics.h"
 
 namespace hg::server {
@@ -77,8 +83,12 @@ class ModelMetrics {
   void success(int64_t batch, const RequestTimes& t);
   // A request that failed after `total_us`.
   void failure(FailureReason reason, double total_us = 0);
-  // One model run of `batch` samples (before padding) taking `compute_us`.
+  // One model run of `batch` samples (before padding) taking `compute_us` (a generation step:
+  // its sequences).
   void execution(int64_t batch, double compute_us);
+  // A generated token: the first of a request (time to first token, from submit) or a later one
+  // (inter-token latency).
+  void token(bool first, double us);
 
   // This version's Triton $model_stat object.
   nlohmann::json stats() const;
@@ -99,6 +109,7 @@ class ModelMetrics {
   Counter *success_, *samples_, *executions_;
   Counter* failures_[kFailureReasons];
   Histogram *request_us_, *queue_us_, *compute_us_, *parse_us_, *respond_us_, *batch_size_;
+  Histogram *first_token_us_, *inter_token_us_;
   Stat fail_stat_;
   std::atomic<uint64_t> last_inference_ms_{0};
   std::unique_ptr<Stat[]> batch_slots_;  // index batch - 1
@@ -109,7 +120,9 @@ class ModelMetrics {
 // What a model version reports at scrape time.
 struct ModelGauges {
   std::string model, version;
-  double depth = 0;        // requests waiting in its queue
+  double depth = 0;        // requests waiting in its queue (and its generate queue)
+  bool generates = false;  // a text generation model: `generation` applies
+  GenerationStats generation;
   bool dynamic = false;    // dynamic dimensions besides the batch: `signatures` applies
   models::SignatureStats signatures;
 };

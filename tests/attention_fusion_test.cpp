@@ -98,8 +98,8 @@ TEST(AttentionFusion, CausalPrefill) {
   expect_golden("attention", "causal", attention_graph(c), fused(attention_graph(c), 1));
 }
 
-// GPTGraphDecoder's step: one query row against a bucket of keys, a BOOL mask of the valid
-// positions and the -inf fill as a one-element tensor.
+// GPT::decode_step's attention: one query row against a bucket of keys, a BOOL mask of the
+// valid positions and the -inf fill as a one-element tensor.
 TEST(AttentionFusion, GptDecodeWithWhereMask) {
   const Case c{{1, 4, 1, 32}, {1, 4, 16, 32}, {1, 4, 16, 32}, Mask::Where, {1, 1, 1, 16}};
   expect_golden("attention", "decode_where", attention_graph(c), fused(attention_graph(c), 1));

@@ -21,12 +21,12 @@
 #include "engine/autograd.h"
 #include "errors.h"
 #include "models/gpt.h"
-#include "models/gpt_graphs.h"
 #include "models/package.h"
 #include "models/safetensors.h"
 #include "models/state_dict.h"
 #include "models/tokenizer.h"
 #include "server/generate.h"
+#include "server/generate_scheduler.h"
 #include "server/generate_text.h"
 #include "server/http_error.h"
 #include "server/sse_parser.h"
@@ -77,13 +77,21 @@ GptFixture& fixture() {
   return f;
 }
 
-std::shared_ptr<TextGenerator> generator(int instances = 1, size_t max_queue = 0, uint64_t default_timeout_us = 0) {
+// The fixture's package loaded afresh on hpu:0 (what the model repository hands a generator).
+std::shared_ptr<models::Module> loaded_gpt() {
+  std::unique_ptr<models::Module> m;
+  models::load_package(fixture().package, &m, Device::hpu(0));
+  m->to(Device::hpu(0));
+  m->eval();
+  return m;
+}
+
+std::shared_ptr<TextGenerator> generator(size_t max_queue = 0, uint64_t default_timeout_us = 0) {
   ModelConfig c;
   c.name = "gpt";
-  c.instance_count = instances;
   c.max_queue_size = max_queue;
   c.default_timeout_us = default_timeout_us;
-  return make_gpt_generator(fixture().package, c, {});
+  return make_gpt_generator(loaded_gpt(), c);
 }
 
 GenerateRequest request(const std::string& text, int64_t max_tokens, std::vector<std::string> stop = {}) {
@@ -154,6 +162,10 @@ class HeldGeneration {
     const bool either = test::wait_for(state_->cv, lk, test::kWaitLimit, "the held generation to start",
                                        [&] { return state_->started || state_->finished; });
     return either && state_->started;
+  }
+  bool wait_ended() {
+    std::unique_lock lk(state_->mu);
+    return test::wait_for(state_->cv, lk, test::kWaitLimit, "the held generation to end", [&] { return state_->finished; });
   }
   void release() {
     std::lock_guard lk(state_->mu);
@@ -376,18 +388,14 @@ TEST(GeneratedText, StopStringsEndTheTextAndAreHeldBack) {
   EXPECT_EQ(t.finish(), "");
 }
 
-TEST(GptGenerator, WarmupCapturesEveryBucketAndResetReusesThem) {
-  auto& f = fixture();
-  models::GPTGraphDecoder dec(*f.eager, 1);
-  EXPECT_EQ(dec.warmup(), 5u);  // 16, 32, 64, 128, 256
-  EXPECT_EQ(dec.length(), 0);
-  EXPECT_EQ(dec.warmup(), 0u);
-  const auto prompt = models::encode_bytes("Hello");
-  EXPECT_EQ(dec.generate_ids(prompt, 40), f.eager_ids("Hello", 40));
-  dec.reset();
-  EXPECT_EQ(dec.length(), 0);
-  EXPECT_EQ(dec.generate_ids(prompt, 40), f.eager_ids("Hello", 40));
-  EXPECT_EQ(dec.captured_graphs(), 5u);
+TEST(GptGenerator, WarmupCapturesTheGridBeforeServing) {
+  auto gen = std::dynamic_pointer_cast<GenerateScheduler>(generator());
+  ASSERT_TRUE(gen);
+  // decode batches 1..32 (6), prefill batches 1..8 (4) x lengths 16..256 (5)
+  EXPECT_EQ(gen->stats().captured_graphs, 6u + 4u * 5u);
+  EXPECT_EQ(generate_within(*gen, request("Hello", 40)).tokens, fixture().eager_ids("Hello", 40));
+  EXPECT_EQ(gen->stats().captured_graphs, 26u) << "serving only replays";
+  EXPECT_EQ(gen->stats().kv_blocks_free, gen->stats().kv_blocks_total) << "a finished request frees its blocks";
 }
 
 // Greedy through the graphs gives PyTorch's tokens (scripts/testdata_gpt.py) and the eager
@@ -440,9 +448,11 @@ TEST(GptGenerator, ChecksTheRequestAgainstTheModel) {
   EXPECT_EQ(generate_within(*gen, request(std::string(250, 'a'), 6)).tokens.size(), 6u);
 }
 
-TEST(GptGenerator, ConcurrentRequestsOnTwoInstancesEachGetTheirOwnTokens) {
+// Concurrent requests share decode steps (continuous batching) and each gets the tokens it
+// would get alone.
+TEST(GptGenerator, ConcurrentRequestsShareStepsAndEachGetTheirOwnTokens) {
   auto& f = fixture();
-  auto gen = generator(2);
+  auto gen = std::dynamic_pointer_cast<GenerateScheduler>(generator());
   const std::vector<std::string> prompts = {"The cat", "A dog ran", "hgraph", "0123456789", "zz", "Graphs!"};
   std::vector<std::vector<int64_t>> want;
   for (const auto& p : prompts) want.push_back(f.eager_ids(p, 24 + static_cast<int64_t>(p.size())));
@@ -454,12 +464,46 @@ TEST(GptGenerator, ConcurrentRequestsOnTwoInstancesEachGetTheirOwnTokens) {
   for (size_t i = 0; i < prompts.size(); ++i)
     EXPECT_EQ(test::get_within(got[i], test::kWaitLimit, "the thread generating '" + prompts[i] + "'").tokens, want[i])
         << prompts[i];
+  const GenerationStats st = gen->stats();
+  EXPECT_GT(st.decode_rows, st.decode_steps) << "some decode steps ran several sequences";
+  EXPECT_EQ(st.finished, prompts.size());
+  EXPECT_EQ(st.kv_blocks_free, st.kv_blocks_total);
 }
 
-// One instance, a queue of one: with a generation running (held in its callback) and one
-// waiting, the next is refused with 503 at once; the held ones then finish.
+// A KV cache too small for every request at once: sequences are preempted (their blocks freed,
+// recomputed later) and still get exactly the tokens they would get alone; none fails.
+TEST(GptGenerator, PreemptedSequencesResumeWithTheSameTokens) {
+  auto& f = fixture();
+  ModelConfig c;
+  c.name = "gpt";
+  c.generation = {.max_batch = 8, .max_prefill_batch = 8, .block_size = 16, .max_batch_total_tokens = 256};
+  auto gen = std::dynamic_pointer_cast<GenerateScheduler>(make_gpt_generator(loaded_gpt(), c));
+  ASSERT_TRUE(gen);
+  std::vector<std::string> prompts;
+  for (int i = 0; i < 6; ++i) prompts.push_back("prompt number " + std::to_string(i) + " says");
+  std::vector<std::shared_ptr<std::promise<GenerateResult>>> promises;
+  std::vector<std::future<GenerateResult>> got;
+  for (const auto& p : prompts) {  // submitted together: admitted in one prefill, then out of blocks
+    promises.push_back(std::make_shared<std::promise<GenerateResult>>());
+    got.push_back(promises.back()->get_future());
+    gen->submit(request(p, 100), any_piece(), [pr = promises.back()](std::exception_ptr e, GenerateResult r) {
+      if (e) pr->set_exception(e);
+      else pr->set_value(std::move(r));
+    });
+  }
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(test::get_within(got[i], test::kWaitLimit, "generation " + std::to_string(i)).tokens, f.eager_ids(prompts[i], 100))
+        << prompts[i];
+  const GenerationStats st = gen->stats();
+  EXPECT_GT(st.preemptions, 0u) << "6 x 120 positions do not fit 256";
+  EXPECT_EQ(st.failed, 0u);
+  EXPECT_EQ(st.kv_blocks_free, st.kv_blocks_total);
+}
+
+// A queue of one: with a generation running (held in its callback, which holds the scheduler's
+// step) and one waiting, the next is refused with 503 at once; the held ones then finish.
 TEST(GptGenerator, FullQueueAnswers503) {
-  auto gen = generator(1, 1);
+  auto gen = generator(1);
   HeldGeneration held(*gen, "held", 8);
   ASSERT_TRUE(held.wait_started()) << "the held generation failed: " << held.error();
   auto waiting = serve(gen, R"({"text_input": "queued", "parameters": {"max_tokens": 4}})", false);
@@ -498,7 +542,7 @@ TEST(GptGenerator, FullQueueAnswers503) {
 TEST(GptGenerator, QueuedPastItsTimeoutIs504) {
   for (uint64_t default_timeout_us : {uint64_t{0}, uint64_t{500'000}}) {
     SCOPED_TRACE("default_timeout_us " + std::to_string(default_timeout_us));
-    auto gen = generator(1, 0, default_timeout_us);
+    auto gen = generator(0, default_timeout_us);
     std::unique_ptr<HeldGeneration> held;
     const auto give_up = std::chrono::steady_clock::now() + test::kWaitLimit;
     for (;;) {
@@ -517,7 +561,13 @@ TEST(GptGenerator, QueuedPastItsTimeoutIs504) {
     // (the default for `longer`, else expiring's 1 ms), then let the instance go.
     std::this_thread::sleep_until(queued + std::chrono::microseconds(std::max<uint64_t>(default_timeout_us, 1000)) + 5ms);
     held->release();
-    EXPECT_EQ(held->result().tokens.size(), 4u);
+    if (default_timeout_us == 0) {
+      EXPECT_EQ(held->result().tokens.size(), 4u);
+    } else {  // the deadline passed while it ran: it ends at its next step
+      ASSERT_TRUE(held->wait_ended());
+      EXPECT_EQ(held->error_status(), 504);
+      EXPECT_THAT(held->error(), HasSubstr("model 'gpt': the request's deadline passed after "));
+    }
     ASSERT_TRUE(expiring->wait_closed());
     EXPECT_EQ(expiring->status(), 504);
     EXPECT_THAT(expiring->body(), HasSubstr("model 'gpt': request timeout expired after"));
@@ -642,6 +692,7 @@ class FailingGenerator : public TextGenerator {
     });
   }
   size_t queue_depth() const override { return 0; }
+  GenerationStats stats() const override { return {}; }
   ~FailingGenerator() override { worker_.join(); }
 
  private:

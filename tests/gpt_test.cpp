@@ -15,7 +15,8 @@
 #include "engine/ops.h"
 #include "golden.h"
 #include "models/gpt.h"
-#include "models/gpt_graphs.h"
+#include "models/gpt_paged.h"
+#include "models/kv_blocks.h"
 #include "models/package.h"
 #include "models/predictor.h"
 #include "models/state_dict.h"
@@ -165,62 +166,125 @@ TEST_P(GPTTest, SamplingIsReproducibleAndTopK1IsGreedy) {
 
 // Decoding through HPU graphs (one per attention bucket, captured on first use) gives the
 // eager model's logits at every position, and the same generated tokens.
-TEST(GPT, GraphDecoderEqualsEagerDecoding) {
-  const Device d = Device::hpu(0);
-  auto gpt = torch_gpt(d);
-  const Tensor ids = Tensor::from_indices([] {
-    std::vector<int64_t> v;
-    for (int64_t i = 0; i < 2 * 40; ++i) v.push_back((i * 53 + 7) % 256);
-    return v;
-  }(), {2, 40});
-  NoGradGuard g;
-  const std::vector<float> full = gpt->forward(ids.to(d)).to_vector();  // [2, 40, 256]
-  GPTGraphDecoder dec(*gpt, 2);
-  dec.prefill(ops::slice(ids, 1, 0, 5).to(d));
-  for (int64_t t = 5; t < 40; ++t) {
-    const auto got = dec.step(ops::slice(ids, 1, t, t + 1)).to_vector();
-    for (size_t n = 0; n < 2; ++n)
-      test::expect_close(row(got, n, 256), row(full, n * 40 + static_cast<size_t>(t), 256), 1e-4,
-                         "graph step, sequence " + std::to_string(n) + " position " + std::to_string(t), 1e-5);
-  }
-  EXPECT_EQ(dec.length(), 40);
-  EXPECT_EQ(dec.captured_graphs(), 3u);  // buckets 16, 32, 64
-  expect_error([&] { dec.step(Tensor::from_indices({1}, {1})); }, "tokens must be [2] or [2, 1]");
-
-  GPTGraphDecoder one(*gpt, 1);
-  const auto prompt = encode_bytes("Hello");
-  EXPECT_EQ(one.generate_ids(prompt, 30), gpt->generate_ids(prompt, 30));
-  const SamplingOptions o{.greedy = false, .top_k = 50, .top_p = 0.9, .seed = 5};
-  EXPECT_EQ(one.generate_ids(prompt, 30, o), gpt->generate_ids(prompt, 30, o));
-  EXPECT_EQ(one.captured_graphs(), 3u);  // the second generation replayed the first one's graphs
-
-  gpt->to(Device::cpu());
-  expect_error([&] { GPTGraphDecoder(*gpt, 1); }, "HPU graphs need the model on an HPU, it is on cpu");
-}
-
 // A capture that fails (here: no memory for the graph's outputs and arena) leaves no half-built
 // bucket and no open capture: the next step captures afresh and decodes correctly.
-TEST(GPT, GraphDecoderRecoversFromAFailedCapture) {
+TEST(GPT, PagedDecoderRecoversFromAFailedCapture) {
   const Device d = Device::hpu(0);
   GPT gpt({.d_model = 16, .nhead = 2, .layers = 1, .ff = 32, .max_len = 32});
   gpt.to(d);
-  NoGradGuard g;
-  const Tensor prompt = Tensor::from_indices({72, 105}, {1, 2}).to(d);
-  GPTGraphDecoder ref(gpt, 1);
-  ref.prefill(prompt);
-  const std::vector<float> want = ref.step(Tensor::from_indices({33}, {1})).to_vector();
-  GPTGraphDecoder dec(gpt, 1);
-  dec.prefill(prompt);
+  gpt.eval();
+  KVBlockPool pool(gpt.kv_options(8, 8));
+  std::vector<int32_t> a, b;
+  ASSERT_TRUE(pool.allocate(1, a));
+  ASSERT_TRUE(pool.allocate(1, b));
+  PagedDecoder ref(gpt, pool), dec(gpt, pool);
+  ref.step({{.tokens = {72, 105}, .blocks = &a}});
+  const std::vector<float> want = ref.step({{.tokens = {33}, .start = 2, .blocks = &a}});
+  dec.step({{.tokens = {72, 105}, .blocks = &b}});
   {
     synchronize(d);
     const MemoryStats s = memory_stats(d);
-    const Tensor hog = Tensor::empty({(s.limit - s.in_use - 4096) / 4}, DType::F32, d);
-    EXPECT_THROW(dec.step(Tensor::from_indices({33}, {1})), OutOfMemoryError);
+    // 64 bytes left: the new bucket's logits (1 KiB) and arena cannot be allocated
+    const Tensor hog = Tensor::empty({(s.limit - s.in_use - 64) / 4}, DType::F32, d);
+    EXPECT_THROW(dec.step({{.tokens = {33}, .start = 2, .blocks = &b}}), OutOfMemoryError);
   }
-  EXPECT_EQ(dec.captured_graphs(), 0u);
-  EXPECT_EQ(dec.length(), 2);
-  test::expect_close(dec.step(Tensor::from_indices({33}, {1})).to_vector(), want, 1e-6, "step after a failed capture", 1e-6);
-  EXPECT_EQ(dec.captured_graphs(), 1u);
+  EXPECT_EQ(dec.captured_graphs(), 1u);  // the prefill's only
+  test::expect_close(dec.step({{.tokens = {33}, .start = 2, .blocks = &b}}), want, 1e-6, "step after a failed capture", 1e-6);
+  EXPECT_EQ(dec.captured_graphs(), 2u);
+}
+
+// Paged KV cache (models/kv_blocks.h) and batched steps (models/gpt_paged.h): three sequences
+// of different lengths prefilled in one step, then decoded together, each step's logits equal to
+// the full recomputation's at that position; blocks handed out interleaved so that no sequence's
+// blocks are contiguous.
+TEST(GPT, PagedStepsEqualFullRecomputation) {
+  const Device d = Device::hpu(0);
+  auto gpt = torch_gpt(d);
+  NoGradGuard g;
+  constexpr int64_t kLen = 40;
+  std::vector<std::vector<int64_t>> seqs(3);
+  for (size_t n = 0; n < 3; ++n)
+    for (int64_t i = 0; i < kLen; ++i) seqs[n].push_back((i * 53 + 7 + static_cast<int64_t>(n) * 31) % 256);
+  std::vector<float> full;  // [3, kLen, 256]
+  for (const auto& q : seqs) {
+    const auto f = gpt->forward(Tensor::from_indices(q, {1, kLen}, d)).to_vector();
+    full.insert(full.end(), f.begin(), f.end());
+  }
+  KVBlockPool pool(gpt->kv_options(/*block_size=*/4, /*blocks=*/40));
+  PagedDecoder dec(*gpt, pool, {.batch_buckets = {1, 2, 4}, .prefill_batch_buckets = {1, 4}});
+  std::vector<std::vector<int32_t>> tables(3);
+  for (int64_t b = 0; b < pool.blocks_for(kLen); ++b)
+    for (auto& t : tables) ASSERT_TRUE(pool.allocate(1, t));
+  EXPECT_EQ(pool.free_blocks(), 40 - 3 * 10);
+  const std::vector<int64_t> prompt = {5, 11, 1};
+  std::vector<PagedRow> rows;
+  for (size_t n = 0; n < 3; ++n)
+    rows.push_back({.tokens = {seqs[n].begin(), seqs[n].begin() + prompt[n]}, .start = 0, .blocks = &tables[n]});
+  // Row i of `got` is sequence seq[i] (default: i) at position at[i].
+  auto expect_rows = [&](const std::vector<float>& got, const std::vector<int64_t>& at, const std::string& what,
+                         std::vector<size_t> seq = {0, 1, 2}) {
+    ASSERT_EQ(got.size(), at.size() * 256);
+    for (size_t i = 0; i < at.size(); ++i)
+      test::expect_close(row(got, i, 256), row(full, seq[i] * kLen + static_cast<size_t>(at[i]), 256), 1e-4,
+                         what + ", sequence " + std::to_string(seq[i]) + " position " + std::to_string(at[i]), 1e-5);
+  };
+  expect_rows(dec.step(rows), {4, 10, 0}, "prefill");
+  // Sequence 2 catches up with a 6-token chunk while the others decode one token: one step.
+  rows = {{.tokens = {seqs[0][5]}, .start = 5, .blocks = &tables[0]},
+          {.tokens = {seqs[1][11]}, .start = 11, .blocks = &tables[1]},
+          {.tokens = {seqs[2].begin() + 1, seqs[2].begin() + 7}, .start = 1, .blocks = &tables[2]}};
+  expect_rows(dec.step(rows), {5, 11, 6}, "mixed step");
+  std::vector<int64_t> len = {6, 12, 7};
+  for (int step = 0; step < 20; ++step) {
+    rows.clear();
+    for (size_t n = 0; n < 3; ++n) rows.push_back({.tokens = {seqs[n][static_cast<size_t>(len[n])]}, .start = len[n], .blocks = &tables[n]});
+    expect_rows(dec.step(rows), len, "decode step " + std::to_string(step));
+    for (auto& l : len) ++l;
+  }
+  // A batch of 1 (a sequence alone) reads the same pool.
+  expect_rows(dec.step({{.tokens = {seqs[1][static_cast<size_t>(len[1])]}, .start = len[1], .blocks = &tables[1]}}),
+              {len[1]}, "alone", {1});
+  EXPECT_EQ(dec.captured_graphs(), 3u);  // prefill (4, 16), also the mixed step's; decode 4 and 1
+  for (auto& t : tables) pool.release(t);
+  EXPECT_EQ(pool.free_blocks(), 40);
+}
+
+TEST(GPT, PagedWarmupCapturesTheGridAndStepsOnlyReplay) {
+  auto gpt = std::make_unique<GPT>(GPTConfig{.d_model = 32, .nhead = 2, .layers = 1, .ff = 64, .max_len = 64});
+  gpt->to(Device::hpu(0));
+  gpt->eval();
+  KVBlockPool pool(gpt->kv_options(8, 16));
+  PagedDecoder dec(*gpt, pool, {.batch_buckets = {1, 2}, .prefill_batch_buckets = {1, 2}});
+  EXPECT_EQ(dec.warmup(), 2u + 2u * 3u);  // decode 1, 2; prefill {1, 2} x {16, 32, 64}
+  std::vector<int32_t> a, b;
+  ASSERT_TRUE(pool.allocate(pool.blocks_for(50), a));
+  ASSERT_TRUE(pool.allocate(pool.blocks_for(50), b));
+  EXPECT_FALSE(pool.allocate(pool.blocks_for(50), b)) << "16 blocks of 8: two sequences of 50 leave 2";
+  EXPECT_EQ(b.size(), 7u) << "a failed allocation leaves the table alone";
+  std::vector<int64_t> prompt(40, 65);
+  dec.step({{.tokens = prompt, .start = 0, .blocks = &a}, {.tokens = {66, 67}, .start = 0, .blocks = &b}});
+  dec.step({{.tokens = {68}, .start = 40, .blocks = &a}});
+  EXPECT_EQ(dec.warmup(), 0u);
+  EXPECT_EQ(dec.captured_graphs(), 8u);
+  EXPECT_GT(dec.arena_bytes(), 0u);
+  // Host-side checks name the row and what is wrong; nothing runs.
+  expect_error([&] { dec.step({{.tokens = {1}, .start = 60, .blocks = &a}}); }, "row 0: its block table has 7 blocks, positions up to 61 need 8");
+  expect_error([&] { dec.step({{.tokens = {1}, .start = 64, .blocks = &a}}); }, "row 0: 1 tokens at position 64 go past max_len 64");
+  std::vector<int32_t> bad = {0, 99};
+  expect_error([&] { dec.step({{.tokens = {1}, .start = 9, .blocks = &bad}}); }, "block table entry 1 (99) is outside the pool's 16 blocks");
+  expect_error([&] { dec.step({{.tokens = {300}, .start = 0, .blocks = &a}}); }, "token 300 at 0 is outside the vocabulary");
+  expect_error([&] { dec.step({{.tokens = {1}, .blocks = &a}, {.tokens = {1}, .blocks = &a}, {.tokens = {1}, .blocks = &a}}); },
+               "a step of 3 rows is past the buckets");
+  expect_error([&] { dec.step({{.tokens = std::vector<int64_t>(65, 1), .blocks = &a}}); }, "past the buckets");
+  expect_error([&] { dec.step({{.tokens = {}, .blocks = &a}}); }, "row 0: no tokens");
+  expect_error([&] { dec.step({{.tokens = {1}}}); }, "row 0: no block table");
+  KVBlockPool other({.layers = 2, .heads = 2, .head_dim = 16, .block_size = 8, .blocks = 4});
+  expect_error([&] { PagedDecoder(*gpt, other); }, "the KV block pool holds 2 layers of 2 heads x 16, the model has 1 of 2 x 16");
+  expect_error([&] { PagedDecoder(*gpt, pool, {.batch_buckets = {2, 1}}); }, "batch_buckets must be increasing");
+  expect_error([&] { KVBlockPool({.layers = 1, .heads = 1, .head_dim = 1, .block_size = 0, .blocks = 1}); },
+               "block_size must be in [1, 2^31], got 0");
+  pool.release(a);
+  pool.release(b);
 }
 
 TEST(GPT, ZooBuilderChecksThePackageSpec) {

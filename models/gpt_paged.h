@@ -1,0 +1,81 @@
+// Batched GPT steps over a paged KV cache (models/kv_blocks.h), each replayed from an HPU graph:
+// a step runs N sequences with S new tokens each, padded up to a (batch, length) bucket, so
+// prompts of several requests prefill together (S = their longest, bucketed) and running
+// sequences at any lengths decode together (S = 1). The context length is not a bucket: the
+// paged attention reads each sequence's own positions through its block table.
+//
+//   hg::models::KVBlockPool pool(gpt.kv_options(/*block_size=*/16, /*blocks=*/1024));
+//   hg::models::PagedDecoder dec(gpt, pool, {.batch_buckets = {1, 2, 4, 8, 16, 32}});
+//   dec.warmup();                                       // captures every bucket of the grid
+//   std::vector<int32_t> blocks;  pool.allocate(pool.blocks_for(prompt.size() + 1), blocks);
+//   std::vector<float> logits = dec.step({{.tokens = prompt, .start = 0, .blocks = &blocks}});   // prefill
+//   logits = dec.step({{.tokens = {next}, .start = int64_t(prompt.size()), .blocks = &blocks}});   // decode
+//
+// step() checks every row on the host first (InvalidArgument naming the row and what is wrong:
+// token out of range, positions past max_len, a table that does not cover the row or names a
+// block outside the pool), so the graph's kernels only see valid slots.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "graphs/hpu_graph.h"
+#include "graphs/lru_cache.h"
+#include "models/gpt.h"
+#include "models/kv_blocks.h"
+
+namespace hg::models {
+
+struct PagedRow {
+  std::vector<int64_t> tokens;                   // the new tokens: a prompt (or a part of one), or the last sampled
+  int64_t start = 0;                             // position of tokens[0]; positions before it are in the pool
+  const std::vector<int32_t>* blocks = nullptr;  // the sequence's block table, covering start + tokens.size()
+};
+
+struct PagedDecoderOptions {
+  std::vector<int64_t> batch_buckets = {1, 2, 4, 8, 16, 32};  // decode steps (S = 1)
+  std::vector<int64_t> prefill_batch_buckets = {1, 2, 4, 8};  // steps with S > 1
+  // Token counts of steps with S > 1; empty: 16, 32, 64, ... up to max_len (max_len included).
+  std::vector<int64_t> prefill_lengths = {};
+};
+
+class PagedDecoder {
+ public:
+  // The model must be on an HPU and stay unchanged (its weights are frozen into the graphs);
+  // the pool must match it (GPT::kv_options). Both outlive the decoder. Throws InvalidArgument
+  // for empty or unsorted buckets, or a pool that does not match.
+  PagedDecoder(GPT& gpt, KVBlockPool& pool, PagedDecoderOptions opt = {});
+
+  // Logits of each row's last new token, row after row: [rows.size() * vocab]. Writes every
+  // row's keys and values into its blocks. Rows must all be 1 token (a decode step, up to the
+  // largest batch bucket) or any lengths up to the largest prefill length (up to the largest
+  // prefill batch bucket).
+  std::vector<float> step(const std::vector<PagedRow>& rows);
+
+  // Captures every (batch, length) bucket not captured yet; returns how many were captured.
+  size_t warmup();
+  size_t captured_graphs() const { return graphs_.size(); }
+  size_t max_batch() const { return static_cast<size_t>(opt_.batch_buckets.back()); }
+  size_t max_prefill_batch() const { return static_cast<size_t>(opt_.prefill_batch_buckets.back()); }
+  int64_t max_prefill_tokens() const { return opt_.prefill_lengths.back(); }
+  size_t arena_bytes() const;  // of every captured graph
+
+ private:
+  struct Graph {
+    std::unique_ptr<graphs::HPUGraph> graph;
+    int64_t n = 0, s = 0;
+    // Host buffers the replay reads and writes (replay_host: no copies).
+    std::vector<int64_t> tokens, pos_ids, positions, slots, tables, last;
+    std::vector<float> logits;
+  };
+  Graph& graph_for(int64_t n, int64_t s);
+  void check(const std::vector<PagedRow>& rows, int64_t n_bucket, int64_t s_bucket) const;
+
+  GPT& gpt_;
+  KVBlockPool& pool_;
+  PagedDecoderOptions opt_;
+  int64_t table_width_;  // blocks per sequence: max_len / block_size, rounded up
+  graphs::LruCache<int64_t, Graph> graphs_;  // by n * (max_len + 1) + s; unbounded (the grid)
+};
+
+}  // namespace hg::models

@@ -1,0 +1,78 @@
+// A decoder's keys and values in fixed-size blocks (a paged KV cache, as vLLM's PagedAttention):
+// one pool of blocks shared by every sequence, its allocator, and the two graph ops that write
+// a step's keys and values into the pool and attend over them through a sequence's block table.
+//
+//   hg::models::KVBlockPool pool({.layers = 4, .heads = 4, .head_dim = 32, .block_size = 16, .blocks = 512});
+//   std::vector<int32_t> table;
+//   if (!pool.allocate(3, table)) { /* fewer than 3 blocks free: preempt or wait */ }
+//   // qkv [N, S, 3D] (a layer's fused projection), slots I64 [N, S] (block * block_size + offset; -1: none),
+//   // tables I64 [N, T] (each sequence's blocks), positions I64 [N, S] (-1: a padding row)
+//   hg::Tensor written = hg::models::kv_write(qkv, slots, pool, layer);
+//   hg::Tensor o = hg::models::paged_attention(qkv, written, tables, positions, pool, layer);   // [N, S, D]
+//   pool.release(table);
+//
+// Layout: per layer, keys and values are [blocks * block_size, heads, head_dim] (a slot is one
+// position's D = heads * head_dim floats, the layout of the projection's output). The ops find the
+// pool by its id when they run, as a graph replayed later must: a graph that outlives its pool
+// writes nothing and attends to NaN (logged). Ops never throw while running: out-of-range slots
+// are skipped and out-of-range table entries give NaN rows; the decoder checks both on the host
+// before a step (models/gpt_paged.h).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace hg::models {
+
+struct KVBlockOptions {
+  int64_t layers = 1, heads = 1, head_dim = 1;
+  int64_t block_size = 16;  // positions per block
+  int64_t blocks = 0;       // blocks in the pool
+};
+
+class KVBlockPool {
+ public:
+  // Throws InvalidArgument naming the field (values < 1, or a pool past 2^40 bytes).
+  explicit KVBlockPool(const KVBlockOptions& opt);
+  ~KVBlockPool();
+  KVBlockPool(const KVBlockPool&) = delete;
+  KVBlockPool& operator=(const KVBlockPool&) = delete;
+
+  // Appends n free blocks to `table` and returns true, or leaves it alone and returns false when
+  // fewer than n are free. Thread-safe (as release and free_blocks).
+  bool allocate(int64_t n, std::vector<int32_t>& table);
+  void release(std::vector<int32_t>& table);  // frees every block of `table` and empties it
+  int64_t free_blocks() const;
+  int64_t total_blocks() const { return opt_.blocks; }
+  // Blocks that hold `positions` positions.
+  int64_t blocks_for(int64_t positions) const { return (positions + opt_.block_size - 1) / opt_.block_size; }
+
+  const KVBlockOptions& options() const { return opt_; }
+  int64_t id() const { return id_; }
+  size_t bytes() const { return k_.size() * 2 * static_cast<size_t>(slot_floats() * slots()) * sizeof(float); }
+  int64_t slots() const { return opt_.blocks * opt_.block_size; }
+  int64_t slot_floats() const { return opt_.heads * opt_.head_dim; }
+  float* keys(int64_t layer) { return k_[static_cast<size_t>(layer)].get(); }
+  float* values(int64_t layer) { return v_[static_cast<size_t>(layer)].get(); }
+
+ private:
+  KVBlockOptions opt_;
+  int64_t id_ = 0;
+  std::vector<std::unique_ptr<float[]>> k_, v_;
+  mutable std::mutex mu_;
+  std::vector<int32_t> free_;  // a stack: the block freed last is handed out first (warm in cache)
+};
+
+// The ops (see the top of this file). qkv F32 [N, S, 3 * heads * head_dim]; slots and positions
+// I64 [N, S]; tables I64 [N, T]. kv_write returns a token F32 [1] that paged_attention takes,
+// so that a layer's attention runs after its keys and values are in the pool. Position p of
+// row (n, s) attends to positions 0..p of sequence n, in slots tables[n][j / block_size] *
+// block_size + j % block_size; a row with position -1 is zeros.
+Tensor kv_write(const Tensor& qkv, const Tensor& slots, KVBlockPool& pool, int64_t layer);
+Tensor paged_attention(const Tensor& qkv, const Tensor& written, const Tensor& tables, const Tensor& positions,
+                       KVBlockPool& pool, int64_t layer);
+
+}  // namespace hg::models

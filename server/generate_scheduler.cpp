@@ -1,0 +1,322 @@
+#include "server/generate_scheduler.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "models/sampling.h"
+#include "models/tokenizer.h"
+#include "server/generate_text.h"
+#include "server/http_error.h"
+
+namespace hg::server {
+
+struct GenerateScheduler::Sequence {
+  Sequence(GenerateRequest r, PieceCallback piece, GenerateDone d, Clock::time_point now, Clock::time_point until)
+      : req(std::move(r)), on_piece(std::move(piece)), done(std::move(d)), enqueued(now), deadline(until),
+        tokens(models::encode_bytes(req.text_input)), sampler(req.sampling), text(req.stop) {
+    result.prompt_tokens = static_cast<int64_t>(tokens.size());
+  }
+  GenerateRequest req;
+  PieceCallback on_piece;
+  GenerateDone done;
+  Clock::time_point enqueued, deadline;
+  std::vector<int64_t> tokens;  // the prompt, then every generated token
+  int64_t computed = 0;         // positions whose keys and values are in the pool
+  std::vector<int32_t> blocks;
+  models::Sampler sampler;
+  GeneratedText text;
+  GenerateResult result;
+  std::exception_ptr error;
+  uint64_t order = 0;  // admission number
+  Clock::time_point last_token;  // when the previous token was generated (metrics)
+};
+
+namespace {
+
+std::vector<int64_t> powers_of_two_up_to(int64_t max) {
+  std::vector<int64_t> b;
+  for (int64_t n = 1; n < max; n *= 2) b.push_back(n);
+  b.push_back(max);
+  return b;
+}
+
+[[noreturn]] void bad_field(const std::string& field, const std::string& what) {
+  throw InvalidArgument("generate request: field '" + field + "' " + what);
+}
+
+}  // namespace
+
+GenerateScheduler::GenerateScheduler(std::shared_ptr<models::GPT> gpt, const SchedulerOptions& opt)
+    : gpt_(std::move(gpt)), opt_(opt) {
+  const int64_t max_len = gpt_->config().max_len;
+  if (opt_.max_batch < 1 || opt_.max_prefill_batch < 1 || opt_.block_size < 1 || opt_.max_batch_total_tokens < 0)
+    throw InvalidArgument("model '" + opt_.name + "': max_batch, max_prefill_batch and block_size must be >= 1");
+  opt_.max_prefill_batch = std::min(opt_.max_prefill_batch, opt_.max_batch);
+  const int64_t tokens = std::max(opt_.max_batch_total_tokens ? opt_.max_batch_total_tokens : opt_.max_batch * max_len, max_len);
+  pool_ = std::make_unique<models::KVBlockPool>(gpt_->kv_options(opt_.block_size, (tokens + opt_.block_size - 1) / opt_.block_size));
+  decoder_ = std::make_unique<models::PagedDecoder>(
+      *gpt_, *pool_,
+      models::PagedDecoderOptions{.batch_buckets = powers_of_two_up_to(opt_.max_batch),
+                                  .prefill_batch_buckets = powers_of_two_up_to(opt_.max_prefill_batch)});
+  decoder_->warmup();
+  stats_.kv_blocks_total = pool_->total_blocks();
+  stats_.captured_graphs = decoder_->captured_graphs();
+  thread_ = std::thread([this] { loop(); });
+}
+
+GenerateScheduler::~GenerateScheduler() {
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void GenerateScheduler::check(const GenerateRequest& r) const {
+  const int64_t max_len = gpt_->config().max_len, p = static_cast<int64_t>(r.text_input.size());
+  if (p == 0) bad_field("text_input", "is empty (the model needs at least one token)");
+  if (p >= max_len)
+    bad_field("text_input", "is " + std::to_string(p) + " tokens (bytes); model '" + opt_.name + "' takes at most " +
+                                std::to_string(max_len - 1) + " (max_len " + std::to_string(max_len) + " with one new token)");
+  if (r.max_tokens < 1) bad_field("parameters.max_tokens", "must be >= 1, got " + std::to_string(r.max_tokens));
+  if (r.max_tokens > max_len - p)
+    bad_field("parameters.max_tokens", "is " + std::to_string(r.max_tokens) + ": the prompt's " + std::to_string(p) +
+                                           " tokens + max_tokens exceed model '" + opt_.name + "''s max_len " +
+                                           std::to_string(max_len) + " (at most " + std::to_string(max_len - p) + ")");
+  models::validate(r.sampling);
+}
+
+void GenerateScheduler::submit(GenerateRequest req, PieceCallback on_piece, GenerateDone done) {
+  check(req);
+  // A request's timeout may only lower the model's default (0: none).
+  uint64_t timeout_us = opt_.default_timeout_us;
+  if (req.timeout_us > 0 && opt_.allow_timeout_override)
+    timeout_us = timeout_us == 0 ? req.timeout_us : std::min(timeout_us, req.timeout_us);
+  const auto now = Clock::now();
+  constexpr uint64_t kLongest = uint64_t{1} << 50;  // about 35 years: the deadline cannot overflow
+  const auto deadline =
+      timeout_us > 0 ? now + std::chrono::microseconds(std::min(timeout_us, kLongest)) : Clock::time_point::max();
+  auto s = std::make_unique<Sequence>(std::move(req), std::move(on_piece), std::move(done), now, deadline);
+  {
+    std::lock_guard lk(mu_);
+    if (stopping_) throw HttpError(503, "model '" + opt_.name + "' is shutting down");
+    if (opt_.max_queue && waiting_.size() >= opt_.max_queue)
+      throw HttpError(503, "model '" + opt_.name + "': the generate queue is full (max_queue_size " +
+                               std::to_string(opt_.max_queue) + ")");
+    waiting_.push_back(std::move(s));
+  }
+  cv_.notify_one();
+}
+
+size_t GenerateScheduler::queue_depth() const {
+  std::lock_guard lk(mu_);
+  return waiting_.size();
+}
+
+GenerationStats GenerateScheduler::stats() const {
+  std::lock_guard lk(mu_);
+  GenerationStats s = stats_;
+  s.waiting = static_cast<int64_t>(waiting_.size());
+  s.kv_blocks_free = pool_->free_blocks();
+  return s;
+}
+
+void GenerateScheduler::loop() {
+  NoGradGuard no_grad;
+  for (;;) {
+    std::deque<SeqPtr> refused;
+    bool stop = false;
+    {
+      std::unique_lock lk(mu_);
+      stats_.running = static_cast<int64_t>(running_.size());
+      cv_.wait(lk, [&] { return stopping_ || !waiting_.empty() || !running_.empty(); });
+      stop = stopping_;
+      if (stop) refused.swap(waiting_);  // the server has stopped serving: answer, do not make them wait
+    }
+    for (SeqPtr& s : refused)
+      retire(std::move(s), std::make_exception_ptr(HttpError(503, "model '" + opt_.name + "' is shutting down")));
+    if (stop && running_.empty()) return;
+    // Deadlines at token granularity: a running request past its deadline ends before the step.
+    const auto now = Clock::now();
+    for (size_t i = 0; i < running_.size();) {
+      if (now <= running_[i]->deadline) {
+        ++i;
+        continue;
+      }
+      SeqPtr s = std::move(running_[i]);
+      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+      const std::string why = "model '" + opt_.name + "': the request's deadline passed after " +
+                              std::to_string(s->result.tokens.size()) + " generated tokens";
+      retire(std::move(s), std::make_exception_ptr(HttpError(504, why)));
+    }
+    std::vector<SeqPtr> fresh = admit();
+    if (!fresh.empty()) prefill(std::move(fresh));
+    else if (!running_.empty()) decode();
+  }
+}
+
+std::vector<GenerateScheduler::SeqPtr> GenerateScheduler::admit() {
+  std::vector<SeqPtr> out, expired;
+  {
+    std::lock_guard lk(mu_);
+    const auto now = Clock::now();
+    while (!waiting_.empty() && static_cast<int64_t>(out.size()) < opt_.max_prefill_batch &&
+           static_cast<int64_t>(running_.size() + out.size()) < opt_.max_batch) {
+      Sequence& s = *waiting_.front();
+      if (now > s.deadline && s.order == 0) {  // never started: 504, as a request timed out in a queue
+        expired.push_back(std::move(waiting_.front()));
+        waiting_.pop_front();
+        continue;
+      }
+      if (!pool_->allocate(pool_->blocks_for(static_cast<int64_t>(s.tokens.size())), s.blocks)) break;  // first come, first served
+      s.order = ++admitted_;
+      out.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+    }
+  }
+  for (SeqPtr& s : expired) {
+    const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - s->enqueued).count();
+    retire(std::move(s), std::make_exception_ptr(HttpError(504, "model '" + opt_.name + "': request timeout expired after " +
+                                                                    std::to_string(waited) + " us in the generate queue")));
+  }
+  return out;
+}
+
+void GenerateScheduler::prefill(std::vector<SeqPtr> seqs) {
+  std::vector<models::PagedRow> rows;
+  for (const SeqPtr& s : seqs)
+    rows.push_back({.tokens = {s->tokens.begin() + s->computed, s->tokens.end()}, .start = s->computed, .blocks = &s->blocks});
+  std::vector<float> logits;
+  const auto t0 = Clock::now();
+  try {
+    logits = decoder_->step(rows);
+  } catch (...) {
+    return fail_step(seqs, std::current_exception());
+  }
+  if (opt_.hooks.on_step) opt_.hooks.on_step(static_cast<int64_t>(rows.size()), Clock::now() - t0);
+  {
+    std::lock_guard lk(mu_);
+    ++stats_.prefill_steps;
+    stats_.prefill_rows += seqs.size();
+  }
+  const int64_t vocab = gpt_->config().vocab;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i]->computed = static_cast<int64_t>(seqs[i]->tokens.size());
+    if (accept(*seqs[i], logits.data() + static_cast<int64_t>(i) * vocab)) running_.push_back(std::move(seqs[i]));
+    else retire(std::move(seqs[i]), nullptr);
+  }
+}
+
+void GenerateScheduler::decode() {
+  // Every running sequence needs the slot of its next position; out of blocks, the newest go back.
+  for (size_t i = 0; i < running_.size();) {
+    Sequence& s = *running_[i];
+    if (static_cast<int64_t>(s.blocks.size()) >= pool_->blocks_for(s.computed + 1) || pool_->allocate(1, s.blocks)) {
+      ++i;
+      continue;
+    }
+    preempt_newest();
+    i = 0;  // the vector changed; the pool holds one max_len sequence, so this ends
+  }
+  if (running_.empty()) return;
+  std::vector<models::PagedRow> rows;
+  for (const SeqPtr& s : running_) rows.push_back({.tokens = {s->tokens.back()}, .start = s->computed, .blocks = &s->blocks});
+  std::vector<float> logits;
+  const auto t0 = Clock::now();
+  try {
+    logits = decoder_->step(rows);
+  } catch (...) {
+    std::vector<SeqPtr> all = std::move(running_);
+    running_.clear();
+    return fail_step(all, std::current_exception());
+  }
+  if (opt_.hooks.on_step) opt_.hooks.on_step(static_cast<int64_t>(rows.size()), Clock::now() - t0);
+  {
+    std::lock_guard lk(mu_);
+    ++stats_.decode_steps;
+    stats_.decode_rows += running_.size();
+  }
+  const int64_t vocab = gpt_->config().vocab;
+  std::vector<SeqPtr> still;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    ++running_[i]->computed;
+    if (accept(*running_[i], logits.data() + static_cast<int64_t>(i) * vocab)) still.push_back(std::move(running_[i]));
+    else retire(std::move(running_[i]), nullptr);
+  }
+  running_ = std::move(still);
+}
+
+void GenerateScheduler::preempt_newest() {
+  const auto newest = std::max_element(running_.begin(), running_.end(),
+                                       [](const SeqPtr& a, const SeqPtr& b) { return a->order < b->order; });
+  SeqPtr s = std::move(*newest);
+  running_.erase(newest);
+  pool_->release(s->blocks);
+  s->computed = 0;  // recomputed from its tokens when admitted again
+  std::lock_guard lk(mu_);
+  ++stats_.preemptions;
+  waiting_.push_front(std::move(s));
+}
+
+bool GenerateScheduler::accept(Sequence& s, const float* logits) {
+  int64_t token = 0;
+  try {
+    token = s.sampler.next(std::vector<float>(logits, logits + gpt_->config().vocab));
+  } catch (...) {
+    s.error = std::current_exception();
+    return false;
+  }
+  s.tokens.push_back(token);
+  s.result.tokens.push_back(token);
+  const auto now = Clock::now();
+  if (opt_.hooks.on_token) opt_.hooks.on_token(s.result.tokens.size() == 1, now - (s.result.tokens.size() == 1 ? s.enqueued : s.last_token));
+  s.last_token = now;
+  {
+    std::lock_guard lk(mu_);
+    ++stats_.tokens;
+  }
+  auto emit = [&](std::string piece) {
+    if (piece.empty()) return true;
+    s.result.text += piece;
+    try {
+      return s.on_piece(piece);
+    } catch (const std::exception& e) {
+      spdlog::error("model '{}': a generate piece callback threw: {}", opt_.name, e.what());
+      return false;
+    }
+  };
+  if (!emit(s.text.push(static_cast<char>(token)))) {
+    s.result.finish_reason = "cancelled";
+    return false;
+  }
+  if (!s.text.stopped() && static_cast<int64_t>(s.result.tokens.size()) < s.req.max_tokens) return true;
+  s.result.finish_reason = !emit(s.text.finish()) ? "cancelled" : s.text.stopped() ? "stop" : "length";
+  return false;
+}
+
+void GenerateScheduler::retire(SeqPtr s, std::exception_ptr error) {
+  pool_->release(s->blocks);
+  if (!error) error = s->error;
+  {
+    std::lock_guard lk(mu_);
+    if (error) ++stats_.failed;
+    else if (s->result.finish_reason == "cancelled") ++stats_.cancelled;
+    else ++stats_.finished;
+  }
+  try {
+    s->done(error, error ? GenerateResult{} : std::move(s->result));
+  } catch (const std::exception& e) {
+    spdlog::error("model '{}': a generate completion callback threw: {}", opt_.name, e.what());
+  }
+}
+
+void GenerateScheduler::fail_step(std::vector<SeqPtr>& seqs, std::exception_ptr error) {
+  for (SeqPtr& s : seqs)
+    if (s) retire(std::move(s), error);
+}
+
+}  // namespace hg::server

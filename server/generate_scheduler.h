@@ -1,0 +1,93 @@
+// Continuous (iteration-level) batching for the generate endpoints: one scheduler thread per
+// model admits waiting requests into the running batch between steps, prefills their prompts
+// together, decodes every running sequence in one step, and retires finished, cancelled and
+// expired sequences at once, over a paged KV cache (models/kv_blocks.h) and captured graphs
+// (models/gpt_paged.h).
+//
+//   auto gen = std::make_shared<GenerateScheduler>(gpt, SchedulerOptions{.max_batch = 32});   // shared_ptr<GPT> on an HPU
+//   gen->submit(request, on_piece, done);        // as any TextGenerator (server/generate.h)
+//   GenerationStats s = gen->stats();             // steps, batch sizes, blocks, preemptions, ...
+//
+// Admission is first come, first served: the oldest waiting request enters when a running slot
+// and the blocks for its prompt are free (later ones wait behind it), up to max_prefill_batch
+// prompts per prefill step. A running sequence gets a new block when it crosses a block
+// boundary; when none is free, the most recently admitted running sequence is preempted: its
+// blocks are freed and it goes back to the front of the queue, to be prefilled again from its
+// prompt and the tokens it has generated (recompute), its sampler and text state kept, so its
+// client sees one uninterrupted stream. A request that fits the limits never fails for lack of
+// blocks: the pool always holds one sequence of max_len.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "models/gpt.h"
+#include "models/gpt_paged.h"
+#include "models/kv_blocks.h"
+#include "server/generate.h"
+
+namespace hg::server {
+
+struct SchedulerOptions {
+  std::string name = "gpt";         // the model, in errors
+  int64_t max_batch = 32;           // sequences decoding in one step (a power-of-two bucket grid up to it)
+  int64_t max_prefill_batch = 8;    // prompts prefilled in one step
+  int64_t block_size = 16;          // positions per KV block
+  // The KV cache's capacity in tokens (rounded up to blocks); 0: max_batch * max_len. At least max_len.
+  int64_t max_batch_total_tokens = 0;
+  size_t max_queue = 0;             // waiting requests; 0: unbounded; beyond: 503
+  uint64_t default_timeout_us = 0;  // 0: none
+  bool allow_timeout_override = true;
+  GenerationHooks hooks;
+};
+
+class GenerateScheduler final : public TextGenerator {
+ public:
+  // The model (on its HPU, in eval mode, its weights unchanged while the scheduler lives: they are
+  // frozen into its graphs); builds the pool and captures the whole grid before returning.
+  GenerateScheduler(std::shared_ptr<models::GPT> gpt, const SchedulerOptions& opt);
+  // Waiting requests are answered 503; running ones finish.
+  ~GenerateScheduler() override;
+
+  void submit(GenerateRequest req, PieceCallback on_piece, GenerateDone done) override;
+  size_t queue_depth() const override;
+  GenerationStats stats() const override;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Sequence;
+  using SeqPtr = std::unique_ptr<Sequence>;
+
+  void check(const GenerateRequest& r) const;
+  void loop();
+  std::vector<SeqPtr> admit();  // waiting -> the next prefill step
+  void prefill(std::vector<SeqPtr> seqs);
+  void decode();
+  bool grow(Sequence& s);  // a block for the next position; preempts others when none is free
+  void preempt_newest();
+  // The token sampled for `s` from `logits`; false when `s` is done (then retired).
+  bool accept(Sequence& s, const float* logits);
+  void retire(SeqPtr s, std::exception_ptr error);
+  void fail_step(std::vector<SeqPtr>& seqs, std::exception_ptr error);
+
+  std::shared_ptr<models::GPT> gpt_;
+  SchedulerOptions opt_;
+  std::unique_ptr<models::KVBlockPool> pool_;
+  std::unique_ptr<models::PagedDecoder> decoder_;
+  std::vector<SeqPtr> running_;  // the scheduler thread's only
+  uint64_t admitted_ = 0;        // admission counter (preemption picks the newest)
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<SeqPtr> waiting_;
+  bool stopping_ = false;
+  GenerationStats stats_;  // under mu_
+  std::thread thread_;
+};
+
+}  // namespace hg::server
