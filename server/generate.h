@@ -41,6 +41,10 @@
 
 namespace hg::server {
 
+// Gets each generated token with its logprob and top alternatives (models::token_logprobs), before
+// the piece of text it completes (if any) goes to the PieceCallback.
+using TokenCallback = std::function<void(const models::TokenLogprobs&)>;
+
 struct GenerateRequest {
   std::optional<std::string> id;
   std::string text_input;
@@ -48,6 +52,10 @@ struct GenerateRequest {
   models::SamplingOptions sampling;
   std::vector<std::string> stop;
   uint64_t timeout_us = 0;  // parameters.timeout; 0: none
+  // Not from the generate request's JSON: set by callers that report per-token logprobs (the
+  // OpenAI endpoints). Every generated token is reported, a stop string's included.
+  TokenCallback on_token;
+  int64_t top_logprobs = 0;  // alternatives given to on_token per token
 };
 
 // Throws hg::InvalidArgument naming the field (JSON syntax, unknown fields, types, ranges).
@@ -77,6 +85,8 @@ class TextGenerator {
   virtual void submit(GenerateRequest req, PieceCallback on_piece, GenerateDone done) = 0;
   // Requests waiting for a free instance (for the pending-requests gauge).
   virtual size_t queue_depth() const = 0;
+  // The most tokens a generation holds: its prompt's plus max_tokens (the model's max_len).
+  virtual int64_t context_length() const = 0;
   // submit() and wait: the result, or the generation's error rethrown.
   GenerateResult generate(const GenerateRequest& req, const PieceCallback& on_piece);
 };
