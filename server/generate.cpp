@@ -52,7 +52,8 @@ void parse_parameters(const json& p, GenerateRequest& r) {
       sampled = true;
     } else if (key == "top_p") {
       r.sampling.top_p = kFields.number(v, field);
-      if (!(r.sampling.top_p > 0 && r.sampling.top_p <= 1)) kFields.fail(field, "must be in (0, 1], got " + RequestFields::shown(v));
+      if (!(r.sampling.top_p > 0 && r.sampling.top_p <= 1))
+        kFields.fail(field, "must be in (0, 1], got " + RequestFields::shown(v));
       sampled = true;
     } else if (key == "seed") {
       if (!v.is_number_unsigned()) kFields.fail(field, "must be an integer >= 0, got " + RequestFields::shown(v));
@@ -61,12 +62,14 @@ void parse_parameters(const json& p, GenerateRequest& r) {
     } else if (key == "stop") {
       r.stop = kFields.strings(v, field, kMaxStopStrings, SIZE_MAX);
     } else if (key == "timeout") {
-      if (!v.is_number_unsigned()) kFields.fail(field, "must be an integer >= 0 (microseconds), got " + RequestFields::shown(v));
+      if (!v.is_number_unsigned())
+        kFields.fail(field, "must be an integer >= 0 (microseconds), got " + RequestFields::shown(v));
       r.timeout_us = v.get<uint64_t>();
     } else if (key == "stream") {
       kFields.boolean(v, field);
     } else {
-      kFields.fail(field, "is not a generate parameter (max_tokens, temperature, top_k, top_p, seed, stop, timeout, stream)");
+      kFields.fail(field,
+                   "is not a generate parameter (max_tokens, temperature, top_k, top_p, seed, stop, timeout, stream)");
     }
   }
   r.sampling.greedy = !sampled || greedy_temperature;
@@ -133,12 +136,14 @@ class GptGenerator final : public TextGenerator {
     if (p == 0) kFields.fail("text_input", "is empty (the model needs at least one token)");
     if (p >= max_len)
       kFields.fail("text_input", "is " + std::to_string(p) + " tokens (bytes); model '" + name_ + "' takes at most " +
-                                  std::to_string(max_len - 1) + " (max_len " + std::to_string(max_len) + " with one new token)");
+                                     std::to_string(max_len - 1) + " (max_len " + std::to_string(max_len) +
+                                     " with one new token)");
     if (r.max_tokens < 1) kFields.fail("parameters.max_tokens", "must be >= 1, got " + std::to_string(r.max_tokens));
     if (r.max_tokens > max_len - p)
-      kFields.fail("parameters.max_tokens", "is " + std::to_string(r.max_tokens) + ": the prompt's " + std::to_string(p) +
-                                             " tokens + max_tokens exceed model '" + name_ + "''s max_len " +
-                                             std::to_string(max_len) + " (at most " + std::to_string(max_len - p) + ")");
+      kFields.fail("parameters.max_tokens", "is " + std::to_string(r.max_tokens) + ": the prompt's " +
+                                                std::to_string(p) + " tokens + max_tokens exceed model '" + name_ +
+                                                "''s max_len " + std::to_string(max_len) + " (at most " +
+                                                std::to_string(max_len - p) + ")");
     if (r.top_logprobs < 0) kFields.fail("top_logprobs", "must be >= 0, got " + std::to_string(r.top_logprobs));
     models::validate(r.sampling);
   }
@@ -217,7 +222,8 @@ class GptGenerator final : public TextGenerator {
 
 GenerateRequest parse_generate_request(std::string_view body) {
   const json j = read_json(body, kGenerateJsonLimits, "the generate request body");
-  if (!j.is_object()) throw InvalidArgument("generate request: the body must be a JSON object, got " + RequestFields::shown(j));
+  if (!j.is_object())
+    throw InvalidArgument("generate request: the body must be a JSON object, got " + RequestFields::shown(j));
   GenerateRequest r;
   bool has_text = false;
   for (const auto& [key, v] : j.items()) {

@@ -28,7 +28,8 @@ constexpr std::string_view kChatFields[] = {
 
 json object_body(std::string_view body, const char* what) {
   const json j = read_json(body, kOpenAiJsonLimits, what);
-  if (!j.is_object()) throw InvalidArgument(std::string(what) + " must be a JSON object, got " + RequestFields::shown(j));
+  if (!j.is_object())
+    throw InvalidArgument(std::string(what) + " must be a JSON object, got " + RequestFields::shown(j));
   return j;
 }
 
@@ -146,7 +147,8 @@ OpenAiRequest parse_chat_request(std::string_view body) {
         common_field(key, v, fields, r, seeded, has_model))
       continue;
     if (key == "messages") {
-      if (!v.is_array() || v.empty()) fields.fail(key, "must be a non-empty array of messages, got " + RequestFields::shown(v));
+      if (!v.is_array() || v.empty())
+        fields.fail(key, "must be a non-empty array of messages, got " + RequestFields::shown(v));
       if (v.size() > kMaxChatMessages)
         fields.fail(key, "has " + std::to_string(v.size()) + " messages, at most " + std::to_string(kMaxChatMessages));
       for (size_t i = 0; i < v.size(); ++i) {
@@ -221,13 +223,17 @@ HttpResponse openai_error(const std::exception& e) {
   return r;
 }
 
+int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 json openai_model_list(const std::vector<OpenAiModel>& models) {
-  const auto now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch());
+  const int64_t now = unix_seconds();
   json data = json::array();
   for (const OpenAiModel& m : models)
     data.push_back({{"id", m.id},
                     {"object", "model"},
-                    {"created", now.count()},
+                    {"created", now},
                     {"owned_by", "hgraph"},
                     {"max_model_len", m.context_length}});
   return {{"object", "list"}, {"data", std::move(data)}};

@@ -79,6 +79,9 @@ std::string token_text(int64_t token);
 // field a request error names; "code" is "model_not_found" for 404).
 HttpResponse openai_error(const std::exception& e);
 
+// Seconds since the Unix epoch: the "created" of responses and of listed models.
+int64_t unix_seconds();
+
 // One served text generation model for GET /v1/models.
 struct OpenAiModel {
   std::string id;

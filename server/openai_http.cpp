@@ -1,6 +1,5 @@
 // serve_openai: the HTTP side of the OpenAI-compatible endpoints (server/openai.h): n
 // generations of one request, gathered into one JSON response or sent as server-sent events.
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <mutex>
@@ -64,7 +63,7 @@ class OpenAiGeneration : public std::enable_shared_from_this<OpenAiGeneration> {
   OpenAiGeneration(OpenAiRequest req, HttpRequest& http, Reply reply)
       : req_(std::move(req)),
         id_(random_id(req_.chat ? "chatcmpl-" : "cmpl-")),
-        created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()),
+        created_(unix_seconds()),
         cancelled_(http.cancelled),
         coding_(negotiate_encoding(http.header("Accept-Encoding"))),
         reply_(std::move(reply)),
@@ -221,7 +220,10 @@ class OpenAiGeneration : public std::enable_shared_from_this<OpenAiGeneration> {
   void send_role(size_t i) {
     if (choices_[i].role_sent) return;
     choices_[i].role_sent = true;
-    send_chunk({{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+    send_chunk({{"index", i},
+                {"delta", {{"role", "assistant"}, {"content", ""}}},
+                {"logprobs", nullptr},
+                {"finish_reason", nullptr}});
   }
 
   bool send_chunk(json choice) {
@@ -236,7 +238,9 @@ class OpenAiGeneration : public std::enable_shared_from_this<OpenAiGeneration> {
     json out;
     if (req_.chat) {
       auto entry = [](const models::TokenLogprob& t) {
-        return json{{"token", token_text(t.token)}, {"logprob", logprob_value(t.logprob)}, {"bytes", json::array({t.token})}};
+        return json{{"token", token_text(t.token)},
+                    {"logprob", logprob_value(t.logprob)},
+                    {"bytes", json::array({t.token})}};
       };
       json content = json::array();
       for (const models::TokenLogprobs& t : c.tokens) {
@@ -248,7 +252,8 @@ class OpenAiGeneration : public std::enable_shared_from_this<OpenAiGeneration> {
       }
       out = {{"content", std::move(content)}};
     } else {
-      json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
+      json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array();
+      json offsets = json::array();
       for (const models::TokenLogprobs& t : c.tokens) {
         tokens.push_back(token_text(t.chosen.token));
         token_logprobs.push_back(logprob_value(t.chosen.logprob));
@@ -270,7 +275,9 @@ class OpenAiGeneration : public std::enable_shared_from_this<OpenAiGeneration> {
   json usage() const {
     int64_t completion = 0;
     for (const Choice& c : choices_) completion += c.completion_tokens;
-    return {{"prompt_tokens", prompt_tokens_}, {"completion_tokens", completion}, {"total_tokens", prompt_tokens_ + completion}};
+    return {{"prompt_tokens", prompt_tokens_},
+            {"completion_tokens", completion},
+            {"total_tokens", prompt_tokens_ + completion}};
   }
 
   const OpenAiRequest req_;
@@ -301,9 +308,9 @@ void check_context(OpenAiRequest& r, const TextGenerator& gen) {
                                   std::to_string(context) + " tokens, at least one of them for the completion");
   if (!r.max_tokens) r.max_tokens = context - p;
   if (*r.max_tokens > context - p)
-    fields.fail("max_tokens",
-                "is " + std::to_string(*r.max_tokens) + ": the prompt's " + std::to_string(p) + " tokens + max_tokens exceed model '" +
-                    r.model + "''s context of " + std::to_string(context) + " tokens (at most " + std::to_string(context - p) + ")");
+    fields.fail("max_tokens", "is " + std::to_string(*r.max_tokens) + ": the prompt's " + std::to_string(p) +
+                                  " tokens + max_tokens exceed model '" + r.model + "''s context of " +
+                                  std::to_string(context) + " tokens (at most " + std::to_string(context - p) + ")");
 }
 
 }  // namespace
