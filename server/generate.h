@@ -4,6 +4,7 @@
 //
 //   auto gen = make_gpt_generator(version_dir, config, predictor_options);   // warms up every bucket
 //   GenerateRequest r = parse_generate_request(body);   // {"text_input": "hi", "parameters": {"max_tokens": 16}}
+//   r.on_token = [](const models::TokenLogprobs& t) {};  // optional: each token's logprobs (top_logprobs of them)
 //   GenerateResult res = gen->generate(r, [](std::string_view piece) { return true; });   // blocks
 //   serve_generate(gen, "gpt", "1", std::move(http_req), reply, /*stream=*/true);   // from the router
 //
