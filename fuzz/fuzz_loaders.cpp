@@ -5,7 +5,7 @@
 //   HG_FUZZ_TARGET=onnx        ./hgraph-fuzz ...   # input: an .onnx file
 //   HG_FUZZ_TARGET=infer       ./hgraph-fuzz ...   # input: ["#<header length>\n"] infer request body
 //   HG_FUZZ_TARGET=http        ./hgraph-fuzz ...   # input: raw bytes a client sends (requests, pipelined)
-//   HG_FUZZ_TARGET=generate    ./hgraph-fuzz ...   # input: a generate request body
+//   HG_FUZZ_TARGET=generate    ./hgraph-fuzz ...   # input: a generate, completions or chat request body
 //   HG_FUZZ_TARGET=config      ./hgraph-fuzz ...   # input: a model's config.json
 //   HG_FUZZ_TARGET=checkpoint  ./hgraph-fuzz ...   # input: a trainer checkpoint (.ckpt)
 //   HG_FUZZ_TARGET=graph_cache ./hgraph-fuzz ...   # input: a graph-cache entry without its checksum

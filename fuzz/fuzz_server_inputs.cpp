@@ -1,5 +1,5 @@
 // The fuzz targets for what the HTTP server reads from a client or its model repository: raw
-// request bytes (http), a generate request body (generate) and a model's config.json (config).
+// request bytes (http), a generate or OpenAI request body (generate) and a model's config.json (config).
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <optional>
@@ -8,6 +8,7 @@
 #include "engine/error.h"
 #include "fuzz/fuzz_targets.h"
 #include "server/generate.h"
+#include "server/openai.h"
 #include "server/http_server.h"
 #include "server/model_config.h"
 #include "server/router.h"
@@ -72,7 +73,17 @@ void load_http(std::string_view input) {
   }
 }
 
-void load_generate(std::string_view input) { server::parse_generate_request(input); }
+// One body through every text generation request parser: each accepts it or throws hg::Error.
+void load_generate(std::string_view input) {
+  for (auto parse : {+[](std::string_view b) { server::parse_generate_request(b); },
+                     +[](std::string_view b) { server::parse_completion_request(b); },
+                     +[](std::string_view b) { server::parse_chat_request(b); }}) {
+    try {
+      parse(input);
+    } catch (const Error&) {  // rejected: the next parser still gets the body
+    }
+  }
+}
 
 // config.json of a model folder "fuzz"; an accepted config must come back from its own
 // to_json() unchanged (model_config.h promises parse(to_json()) gives the same config).

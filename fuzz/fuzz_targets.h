@@ -15,7 +15,7 @@ void write_bytes(const std::filesystem::path& p, std::string_view bytes);
 
 // fuzz_server_inputs.cpp: what the HTTP server reads from a client.
 void load_http(std::string_view input);      // raw bytes from a socket: Beast's parser, then the router
-void load_generate(std::string_view input);  // a generate request body
+void load_generate(std::string_view input);  // a generate, completions or chat request body
 void load_config(std::string_view input);    // a model's config.json
 
 // fuzz_state_inputs.cpp: state hgraph wrote earlier and reads back.

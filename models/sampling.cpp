@@ -3,11 +3,17 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <random>
 #include <string>
 
 #include "engine/error.h"
 
 namespace hg::models {
+
+uint64_t random_seed() {
+  std::random_device rd;
+  return rd() | (uint64_t{rd()} << 32);
+}
 
 void validate(const SamplingOptions& o) {
   if (!(o.temperature > 0) || !std::isfinite(o.temperature))
@@ -69,6 +75,34 @@ std::vector<double> sampling_distribution(const std::vector<float>& logits, cons
     else p[order[r]] = 0;
   for (double& v : p) v /= kept;
   return p;
+}
+
+TokenLogprobs token_logprobs(const std::vector<float>& logits, int64_t token, int64_t top) {
+  check_logits(logits);
+  const auto n = static_cast<int64_t>(logits.size());
+  if (token < 0 || token >= n)
+    throw InvalidArgument("token_logprobs: token " + std::to_string(token) + " is outside the vocabulary of " + std::to_string(n));
+  if (top < 0) throw InvalidArgument("token_logprobs: top must be >= 0, got " + std::to_string(top));
+  const float best = *std::max_element(logits.begin(), logits.end());
+  if (best == -INFINITY) throw InvalidArgument("sampling: every logit is -inf");
+  std::vector<double> lp(logits.size());
+  if (best == INFINITY) {  // the +inf tokens share the probability, as in sampling_distribution
+    const auto certain = static_cast<double>(std::count(logits.begin(), logits.end(), INFINITY));
+    for (size_t i = 0; i < lp.size(); ++i) lp[i] = logits[i] == INFINITY ? -std::log(certain) : -INFINITY;
+  } else {
+    double total = 0;
+    for (float l : logits) total += std::exp(double(l) - best);
+    const double log_total = std::log(total);
+    for (size_t i = 0; i < lp.size(); ++i) lp[i] = double(logits[i]) - best - log_total;
+  }
+  TokenLogprobs out{{token, lp[static_cast<size_t>(token)]}, {}};
+  std::vector<size_t> order(logits.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  const auto k = static_cast<size_t>(std::min(top, n));
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                    [&](size_t a, size_t b) { return lp[a] > lp[b] || (lp[a] == lp[b] && a < b); });
+  for (size_t r = 0; r < k; ++r) out.top.push_back({static_cast<int64_t>(order[r]), lp[order[r]]});
+  return out;
 }
 
 Sampler::Sampler(const SamplingOptions& o) : o_(o), gen_(o.seed) { validate(o); }

@@ -6,6 +6,7 @@
 //   hg::models::Sampler sampler(o);                 // throws hg::InvalidArgument for bad options
 //   int64_t token = sampler.next(logits);           // logits: std::vector<float> over the vocabulary
 //   auto p = hg::models::sampling_distribution(logits, o);   // what next() draws from
+//   auto lp = hg::models::token_logprobs(logits, token, 5);  // token's logprob and the 5 likeliest
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -23,6 +24,9 @@ struct SamplingOptions {
   uint64_t seed = 0;         // the stream of random draws
 };
 
+// A seed from std::random_device, for sampled requests that give none.
+uint64_t random_seed();
+
 // Throws hg::InvalidArgument naming the field when the options are out of range.
 void validate(const SamplingOptions& o);
 
@@ -36,6 +40,22 @@ int64_t argmax_token(const std::vector<float>& logits);
 // tokens among the top-k share the probability equally, top_p and temperature do not apply);
 // -inf has probability 0, and all -inf throws InvalidArgument.
 std::vector<double> sampling_distribution(const std::vector<float>& logits, const SamplingOptions& o);
+
+struct TokenLogprob {
+  int64_t token = 0;
+  double logprob = 0;  // natural log; -inf for a probability of 0
+};
+
+struct TokenLogprobs {
+  TokenLogprob chosen;
+  std::vector<TokenLogprob> top;  // the most likely tokens, most likely first (ties: lower index first)
+};
+
+// The model's own log-probabilities (log_softmax of the logits: no temperature, top-k or top-p,
+// whatever chose the token) of `token` and of the `top` most likely tokens, so that for greedy
+// decoding top[0] is the chosen token. Non-finite logits as in sampling_distribution. Throws
+// hg::InvalidArgument for a token outside the logits or top < 0.
+TokenLogprobs token_logprobs(const std::vector<float>& logits, int64_t token, int64_t top);
 
 class Sampler {
  public:

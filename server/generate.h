@@ -4,6 +4,7 @@
 //
 //   auto gen = make_gpt_generator(predictor->module(), config);   // warms up every bucket
 //   GenerateRequest r = parse_generate_request(body);   // {"text_input": "hi", "parameters": {"max_tokens": 16}}
+//   r.on_token = [](const models::TokenLogprobs& t) {};  // optional: each token's logprobs (top_logprobs of them)
 //   GenerateResult res = gen->generate(r, [](std::string_view piece) { return true; });   // blocks
 //   serve_generate(gen, "gpt", "1", std::move(http_req), reply, /*stream=*/true);   // from the router
 //
@@ -42,6 +43,10 @@
 
 namespace hg::server {
 
+// Gets each generated token with its logprob and top alternatives (models::token_logprobs), before
+// the piece of text it completes (if any) goes to the PieceCallback.
+using TokenCallback = std::function<void(const models::TokenLogprobs&)>;
+
 struct GenerateRequest {
   std::optional<std::string> id;
   std::string text_input;
@@ -49,6 +54,10 @@ struct GenerateRequest {
   models::SamplingOptions sampling;
   std::vector<std::string> stop;
   uint64_t timeout_us = 0;  // parameters.timeout; 0: none
+  // Not from the generate request's JSON: set by callers that report per-token logprobs (the
+  // OpenAI endpoints). Every generated token is reported, a stop string's included.
+  TokenCallback on_token;
+  int64_t top_logprobs = 0;  // alternatives given to on_token per token
 };
 
 // Throws hg::InvalidArgument naming the field (JSON syntax, unknown fields, types, ranges).
@@ -92,13 +101,15 @@ class TextGenerator {
  public:
   virtual ~TextGenerator() = default;
   // Thread-safe. Checks the request against the model (hg::InvalidArgument naming the field)
-  // and queues it; at most instance_count generations run at once, on the generator's own
-  // threads, and up to max_queue_size wait (0: unbounded); beyond that HttpError(503). Both
-  // errors are thrown here, before anything is queued. on_piece and done run on a generator thread.
+  // and queues it; up to max_queue_size wait (0: unbounded); beyond that HttpError(503). Both
+  // errors are thrown here, before anything is queued. on_piece, on_token and done run on the
+  // generator's thread.
   virtual void submit(GenerateRequest req, PieceCallback on_piece, GenerateDone done) = 0;
   // Requests waiting to be admitted (for the pending-requests gauge).
   virtual size_t queue_depth() const = 0;
   virtual GenerationStats stats() const = 0;
+  // The most tokens a generation holds: its prompt's plus max_tokens (the model's max_len).
+  virtual int64_t context_length() const = 0;
   // submit() and wait: the result, or the generation's error rethrown.
   GenerateResult generate(const GenerateRequest& req, const PieceCallback& on_piece);
 };

@@ -1,9 +1,9 @@
 // serve_generate: the HTTP side of the generate extension (server/generate.h): one JSON
 // response, or server-sent events whose status the first event fixes.
-#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "server/compression.h"
+#include "server/event_stream.h"
 #include "server/generate.h"
 #include "server/http_error.h"
 
@@ -39,81 +39,7 @@ std::string error_message(std::exception_ptr error) {
   }
 }
 
-std::string sse_event(const json& j) { return "data: " + j.dump() + "\n\n"; }
-
-// One generate_stream response. The worker thread sends events; the first one starts the
-// response (status 200, the event as its first chunk), later ones wait in `pending` until the
-// HTTP layer hands over the sink, then go to it in order.
-class EventStream : public std::enable_shared_from_this<EventStream> {
- public:
-  explicit EventStream(Reply reply) : reply_(std::move(reply)) {}
-
-  // False once the client is gone.
-  bool send(std::string event) {
-    std::unique_lock lk(mu_);
-    if (gone_) return false;
-    if (!started_) {
-      started_ = true;
-      Reply reply = std::move(reply_);  // the response holds us (its stream callback): no cycle back
-      lk.unlock();
-      HttpResponse r;
-      r.content_type = "text/event-stream; charset=utf-8";
-      r.headers.emplace_back("Cache-Control", "no-cache");
-      r.body = std::move(event);
-      r.stream = [self = shared_from_this()](std::shared_ptr<ResponseStream> sink) { self->attach(std::move(sink)); };
-      reply(std::move(r));
-      return true;
-    }
-    if (!sink_) {
-      pending_.push_back(std::move(event));
-      return true;
-    }
-    if (!sink_->write(std::move(event))) gone_ = true;
-    return !gone_;
-  }
-
-  // After the last event. An error before any event answers with its own status instead.
-  void end(std::exception_ptr error) {
-    std::unique_lock lk(mu_);
-    if (!started_) {
-      started_ = true;
-      Reply reply = std::move(reply_);
-      lk.unlock();
-      reply(error ? error_response(error) : json_error(500, "generate: the generation ended without an event"));
-      return;
-    }
-    ended_ = true;
-    if (sink_) close_sink();
-  }
-
-  bool started() {
-    std::lock_guard lk(mu_);
-    return started_;
-  }
-
- private:
-  void attach(std::shared_ptr<ResponseStream> sink) {
-    std::lock_guard lk(mu_);
-    sink_ = std::move(sink);
-    for (auto& e : pending_)
-      if (!gone_ && !sink_->write(std::move(e))) gone_ = true;
-    pending_.clear();
-    if (ended_ || gone_) close_sink();
-  }
-
-  // The last use of the sink: dropping it keeps no reference cycle through the HTTP layer's
-  // hold on our stream callback.
-  void close_sink() {
-    sink_->close();
-    sink_.reset();
-  }
-
-  std::mutex mu_;
-  Reply reply_;
-  bool started_ = false, ended_ = false, gone_ = false;
-  std::shared_ptr<ResponseStream> sink_;
-  std::vector<std::string> pending_;
-};
+std::string sse_event(const json& j) { return sse_data(j.dump()); }
 
 }  // namespace
 
@@ -143,7 +69,7 @@ void serve_generate(std::shared_ptr<TextGenerator> gen, const std::string& model
                   });
       return;
     }
-    auto events = std::make_shared<EventStream>(reply);
+    auto events = std::make_shared<EventStream>(reply, [](std::exception_ptr e) { return error_response(e); });
     gen->submit(
         std::move(r),
         [events, head](std::string_view piece) {

@@ -10,6 +10,7 @@
 #include "models/tokenizer.h"
 #include "server/generate_text.h"
 #include "server/http_error.h"
+#include "server/request_fields.h"
 
 namespace hg::server {
 
@@ -43,9 +44,7 @@ std::vector<int64_t> powers_of_two_up_to(int64_t max) {
   return b;
 }
 
-[[noreturn]] void bad_field(const std::string& field, const std::string& what) {
-  throw InvalidArgument("generate request: field '" + field + "' " + what);
-}
+const RequestFields kFields("generate request");
 
 }  // namespace
 
@@ -78,15 +77,16 @@ GenerateScheduler::~GenerateScheduler() {
 
 void GenerateScheduler::check(const GenerateRequest& r) const {
   const int64_t max_len = gpt_->config().max_len, p = static_cast<int64_t>(r.text_input.size());
-  if (p == 0) bad_field("text_input", "is empty (the model needs at least one token)");
+  if (p == 0) kFields.fail("text_input", "is empty (the model needs at least one token)");
   if (p >= max_len)
-    bad_field("text_input", "is " + std::to_string(p) + " tokens (bytes); model '" + opt_.name + "' takes at most " +
+    kFields.fail("text_input", "is " + std::to_string(p) + " tokens (bytes); model '" + opt_.name + "' takes at most " +
                                 std::to_string(max_len - 1) + " (max_len " + std::to_string(max_len) + " with one new token)");
-  if (r.max_tokens < 1) bad_field("parameters.max_tokens", "must be >= 1, got " + std::to_string(r.max_tokens));
+  if (r.max_tokens < 1) kFields.fail("parameters.max_tokens", "must be >= 1, got " + std::to_string(r.max_tokens));
   if (r.max_tokens > max_len - p)
-    bad_field("parameters.max_tokens", "is " + std::to_string(r.max_tokens) + ": the prompt's " + std::to_string(p) +
+    kFields.fail("parameters.max_tokens", "is " + std::to_string(r.max_tokens) + ": the prompt's " + std::to_string(p) +
                                            " tokens + max_tokens exceed model '" + opt_.name + "''s max_len " +
                                            std::to_string(max_len) + " (at most " + std::to_string(max_len - p) + ")");
+  if (r.top_logprobs < 0) kFields.fail("top_logprobs", "must be >= 0, got " + std::to_string(r.top_logprobs));
   models::validate(r.sampling);
 }
 
@@ -264,8 +264,10 @@ void GenerateScheduler::preempt_newest() {
 
 bool GenerateScheduler::accept(Sequence& s, const float* logits) {
   int64_t token = 0;
+  const std::vector<float> row(logits, logits + gpt_->config().vocab);
   try {
-    token = s.sampler.next(std::vector<float>(logits, logits + gpt_->config().vocab));
+    token = s.sampler.next(row);
+    if (s.req.on_token) s.req.on_token(models::token_logprobs(row, token, s.req.top_logprobs));  // before its text
   } catch (...) {
     s.error = std::current_exception();
     return false;

@@ -57,6 +57,7 @@ class GenerateScheduler final : public TextGenerator {
   void submit(GenerateRequest req, PieceCallback on_piece, GenerateDone done) override;
   size_t queue_depth() const override;
   GenerationStats stats() const override;
+  int64_t context_length() const override { return gpt_->config().max_len; }
 
  private:
   using Clock = std::chrono::steady_clock;

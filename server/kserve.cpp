@@ -14,6 +14,7 @@
 #include "server/generate.h"
 #include "server/http_error.h"
 #include "server/infer_codec.h"
+#include "server/openai.h"
 #include "server/padding.h"
 #include "engine/json_reader.h"
 
@@ -30,15 +31,20 @@ HttpResponse ok(const json& j) {
   return r;
 }
 
-HttpResponse error_response(int status, std::string_view message, Endpoint e = Endpoint::Unknown) {
-  HttpResponse r = json_error(status, message);
-  if (status == 405) r.headers.emplace_back("Allow", allowed_methods(e));
-  if (status == 503) r.headers.emplace_back("Retry-After", "1");
-  if (status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"hgraph\"");
+HttpResponse with_error_headers(HttpResponse r, Endpoint e) {
+  if (r.status == 405) r.headers.emplace_back("Allow", allowed_methods(e));
+  if (r.status == 503) r.headers.emplace_back("Retry-After", "1");
+  if (r.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"hgraph\"");
   return r;
 }
 
+HttpResponse error_response(int status, std::string_view message, Endpoint e = Endpoint::Unknown) {
+  return with_error_headers(json_error(status, message), e);
+}
+
+// The OpenAI endpoints answer every error in OpenAI's shape, the others {"error": "..."}.
 HttpResponse error_response(const std::exception& e, Endpoint ep = Endpoint::Unknown) {
+  if (is_openai(ep)) return with_error_headers(openai_error(e), ep);
   return error_response(http_status(e), e.what(), ep);
 }
 
@@ -285,6 +291,17 @@ void KServeHandler::dispatch(const Route& route, HttpRequest&& req, Reply reply)
                      route.endpoint == Endpoint::GenerateStream);
       return;
     }
+    case Endpoint::Completions:
+    case Endpoint::ChatCompletions: {
+      if (draining_) throw HttpError(503, "server is shutting down");
+      OpenAiRequest r = route.endpoint == Endpoint::Completions ? parse_completion_request(req.body)
+                                                                 : parse_chat_request(req.body);
+      auto v = repo_.resolve(r.model, std::nullopt);
+      if (!v->generator)
+        throw HttpError(404, "model '" + v->name + "' does not generate text (GET /v1/models lists the models that do)");
+      serve_openai(v->generator, std::move(r), std::move(req), std::move(reply));
+      return;
+    }
     case Endpoint::RepositoryIndex:
     case Endpoint::RepositoryLoad:
     case Endpoint::RepositoryUnload: return repository(route, std::move(req), std::move(reply));
@@ -330,6 +347,18 @@ HttpResponse KServeHandler::answer(const Route& route, const HttpRequest& req) {
       for (const IndexEntry& e : repo_.index(true))  // every served version is listed, used or not
         if (!e.version.empty() && (route.model.empty() || e.name == route.model)) metrics_.model(e.name, e.version);
       return ok(metrics_.stats_json(route.model, route.version.value_or("")));
+    }
+    case Endpoint::OpenAiModels: {
+      std::vector<OpenAiModel> models;
+      for (const IndexEntry& e : repo_.index(true)) {
+        if (!models.empty() && models.back().id == e.name) continue;  // one entry per model, not per version
+        try {
+          if (auto v = repo_.resolve(e.name, std::nullopt); v->generator)
+            models.push_back({v->name, v->generator->context_length()});
+        } catch (const std::exception&) {  // unloaded since index(): not served any more
+        }
+      }
+      return ok(openai_model_list(models));
     }
     case Endpoint::Metrics: {
       HttpResponse r;

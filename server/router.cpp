@@ -83,6 +83,12 @@ Route parse_route(std::string_view target) {
     return r;
   }
   const std::vector<std::string> seg = split_path(path);
+  if (seg[0] == "v1") {
+    if (seg.size() == 2 && seg[1] == "completions") r.endpoint = Endpoint::Completions;
+    if (seg.size() == 3 && seg[1] == "chat" && seg[2] == "completions") r.endpoint = Endpoint::ChatCompletions;
+    if (seg.size() == 2 && seg[1] == "models") r.endpoint = Endpoint::OpenAiModels;
+    return r;
+  }
   if (seg[0] != "v2") return r;
   if (seg.size() == 1) {
     r.endpoint = Endpoint::ServerMetadata;
@@ -109,6 +115,8 @@ const char* allowed_methods(Endpoint e) {
     case Endpoint::Infer:
     case Endpoint::Generate:
     case Endpoint::GenerateStream:
+    case Endpoint::Completions:
+    case Endpoint::ChatCompletions:
     case Endpoint::RepositoryIndex:
     case Endpoint::RepositoryLoad:
     case Endpoint::RepositoryUnload: return "POST";
@@ -118,5 +126,9 @@ const char* allowed_methods(Endpoint e) {
 }
 
 bool is_management(Endpoint e) { return e == Endpoint::RepositoryLoad || e == Endpoint::RepositoryUnload; }
+
+bool is_openai(Endpoint e) {
+  return e == Endpoint::Completions || e == Endpoint::ChatCompletions || e == Endpoint::OpenAiModels;
+}
 
 }  // namespace hg::server

@@ -1,4 +1,5 @@
-// The URL space of the KServe v2 REST protocol and its extensions: a request target to an
+// The URL space of the KServe v2 REST protocol and its extensions, and of the OpenAI-compatible
+// endpoints: a request target to an
 // endpoint with its model and version, and the method each endpoint allows.
 //
 //   Route r = parse_route("/v2/models/bert/versions/2/infer?x=1");
@@ -28,6 +29,9 @@ enum class Endpoint {
   RepositoryLoad,   // POST /v2/repository/models/{m}/load
   RepositoryUnload, // POST /v2/repository/models/{m}/unload
   Metrics,          // GET  /metrics
+  Completions,      // POST /v1/completions       (OpenAI; the model is named in the body)
+  ChatCompletions,  // POST /v1/chat/completions  (OpenAI)
+  OpenAiModels,     // GET  /v1/models            (OpenAI: the text generation models)
   Unknown,
 };
 
@@ -44,5 +48,7 @@ const char* allowed_methods(Endpoint e);
 std::string_view target_path(std::string_view target);
 // True for endpoints that change the server (repository load and unload).
 bool is_management(Endpoint e);
+// True for the OpenAI-compatible endpoints (/v1/...), whose errors take OpenAI's shape.
+bool is_openai(Endpoint e);
 
 }  // namespace hg::server

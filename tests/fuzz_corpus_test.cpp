@@ -31,7 +31,7 @@ TEST(FuzzCorpus, PackageSeedsLoadOrRaiseHgError) { EXPECT_GE(replay("package"), 
 TEST(FuzzCorpus, OnnxSeedsLoadOrRaiseHgError) { EXPECT_GE(replay("onnx"), 6u); }
 TEST(FuzzCorpus, InferSeedsDecodeOrRaiseHgError) { EXPECT_GE(replay("infer"), 10u); }
 TEST(FuzzCorpus, HttpSeedsParseAndRouteOrRaiseHgError) { EXPECT_GE(replay("http"), 15u); }
-TEST(FuzzCorpus, GenerateSeedsParseOrRaiseHgError) { EXPECT_GE(replay("generate"), 15u); }
+TEST(FuzzCorpus, GenerateSeedsParseOrRaiseHgError) { EXPECT_GE(replay("generate"), 19u); }
 TEST(FuzzCorpus, ConfigSeedsLoadAndRoundTripOrRaiseHgError) { EXPECT_GE(replay("config"), 15u); }
 TEST(FuzzCorpus, CheckpointSeedsLoadAndRoundTripOrRaiseHgError) { EXPECT_GE(replay("checkpoint"), 15u); }
 TEST(FuzzCorpus, GraphCacheSeedsLoadAndRoundTripOrRaiseHgError) { EXPECT_GE(replay("graph_cache"), 15u); }

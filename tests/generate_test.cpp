@@ -29,6 +29,7 @@
 #include "server/generate_scheduler.h"
 #include "server/generate_text.h"
 #include "server/http_error.h"
+#include "server/openai.h"
 #include "server/sse_parser.h"
 #include "test_env.h"
 #include "wait.h"
@@ -693,6 +694,7 @@ class FailingGenerator : public TextGenerator {
   }
   size_t queue_depth() const override { return 0; }
   GenerationStats stats() const override { return {}; }
+  int64_t context_length() const override { return 256; }
   ~FailingGenerator() override { worker_.join(); }
 
  private:
@@ -715,6 +717,42 @@ TEST(ServeGenerate, ErrorsBeforeAndAfterTheFirstEvent) {
   auto plain = serve(std::make_shared<FailingGenerator>(1), R"({"text_input": "a"})", false);
   ASSERT_TRUE(plain->wait_closed());
   EXPECT_EQ(plain->status(), 503);
+}
+
+// The OpenAI stream over the same event stream: an error before the first chunk is a status with
+// OpenAI's error body; after it, an error event and [DONE].
+TEST(ServeOpenAi, ErrorsBeforeAndAfterTheFirstChunk) {
+  auto serve_chat = [](std::shared_ptr<TextGenerator> gen) {
+    auto rec = std::make_shared<RecordedReply>();
+    HttpRequest req;
+    req.method = "POST";
+    req.target = "/v1/chat/completions";
+    serve_openai(std::move(gen),
+                 parse_chat_request(R"({"model": "gpt", "messages": [{"role": "user", "content": "a"}], "stream": true})"),
+                 std::move(req), RecordedReply::reply_to(rec));
+    return rec;
+  };
+  auto before = serve_chat(std::make_shared<FailingGenerator>(0));
+  ASSERT_TRUE(before->wait_closed());
+  EXPECT_EQ(before->status(), 503);
+  EXPECT_EQ(json::parse(before->body())["error"]["type"], "server_error");
+  EXPECT_EQ(json::parse(before->body())["error"]["message"], "hpu:0 is out of memory");
+  auto after = serve_chat(std::make_shared<FailingGenerator>(2));
+  ASSERT_TRUE(after->wait_closed());
+  EXPECT_EQ(after->status(), 200);
+  std::vector<std::string> data;
+  SseParser p;
+  auto on = [&](SseEvent&& e) {
+    data.push_back(e.data);
+    return true;
+  };
+  p.feed(after->body(), on);
+  p.finish(on);
+  ASSERT_EQ(data.size(), 5u) << after->body();  // the role, "x", "x", the error, [DONE]
+  EXPECT_EQ(json::parse(data[0])["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(json::parse(data[2])["choices"][0]["delta"]["content"], "x");
+  EXPECT_EQ(json::parse(data[3])["error"]["message"], "hpu:0 is out of memory");
+  EXPECT_EQ(data[4], "[DONE]");
 }
 
 }  // namespace

@@ -67,6 +67,19 @@ TEST(Router, NotEndpoints) {
   }
 }
 
+TEST(Router, OpenAi) {
+  EXPECT_EQ(parse_route("/v1/completions").endpoint, Endpoint::Completions);
+  EXPECT_EQ(parse_route("/v1/chat/completions/").endpoint, Endpoint::ChatCompletions);
+  EXPECT_EQ(parse_route("/v1/models?x=1").endpoint, Endpoint::OpenAiModels);
+  EXPECT_TRUE(parse_route("/v1/completions").model.empty()) << "the model is named in the body";
+  for (const char* t : {"/v1", "/v1/chat", "/v1/models/gpt", "/v1/engines", "/v1/completions/x"})
+    EXPECT_EQ(parse_route(t).endpoint, Endpoint::Unknown) << t;
+  EXPECT_STREQ(hg::server::allowed_methods(Endpoint::Completions), "POST");
+  EXPECT_STREQ(hg::server::allowed_methods(Endpoint::OpenAiModels), "GET");
+  EXPECT_TRUE(hg::server::is_openai(Endpoint::ChatCompletions));
+  EXPECT_FALSE(hg::server::is_openai(Endpoint::Generate));
+}
+
 TEST(Router, Methods) {
   EXPECT_STREQ(hg::server::allowed_methods(Endpoint::Infer), "POST");
   EXPECT_STREQ(hg::server::allowed_methods(Endpoint::RepositoryIndex), "POST");

@@ -25,6 +25,10 @@
 #include <vector>
 
 #include "engine/atomic_file.h"
+#include "models/gpt.h"
+#include "models/package.h"
+#include "models/safetensors.h"
+#include "models/state_dict.h"
 #include "tests/http_conn.h"
 #include "tests/server_process.h"
 #include "tests/test_env.h"
@@ -68,6 +72,19 @@ class TempRepo {
     fs::copy_file(kTestData / "onnx" / file, dir_ / model / std::to_string(version) / "model.onnx",
                   fs::copy_options::overwrite_existing);
   }
+  // <repo>/<model>/<version>/ as a GPT package with PyTorch's weights (scripts/testdata_gpt.py):
+  // a model the generate and OpenAI endpoints serve.
+  void add_gpt(const std::string& model = "gpt", int version = 1) const {
+    const fs::path weights = kTestData / "gpt" / "weights.safetensors";
+    ASSERT_TRUE(fs::exists(weights)) << weights << " is missing: run scripts/testdata_gpt.py";
+    models::GPT gpt;
+    gpt.load_state_dict(models::tensors_from(safetensors::read(weights), weights.string()));
+    models::PackageSpec spec;
+    spec.name = model;
+    spec.inputs = {{"ids", "INT64", {-1, 16}}};
+    spec.outputs = {{"logits", "FP32", {-1, 16, 256}}};
+    models::save_package(dir_ / model / std::to_string(version), gpt, spec);
+  }
   // <repo>/<model>/config.json, written atomically (a polling server never reads half of it).
   void write_config(const std::string& model, const json& config) const {
     fs::create_directories(dir_ / model);
@@ -87,6 +104,19 @@ class TempRepo {
  private:
   fs::path dir_;
 };
+
+// The JSON objects of the `data:` lines of an event stream (discarded values for lines that are
+// not JSON, such as OpenAI's [DONE]).
+inline std::vector<json> events_of(const std::string& body) {
+  std::vector<json> events;
+  std::istringstream in(body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.rfind("data:", 0) == 0) events.push_back(json::parse(line.substr(5), nullptr, false));
+  }
+  return events;
+}
 
 // A digits-like sample (8x8 pixels in [0, 16]), hashed from the seed: different seeds give
 // different samples.
@@ -220,6 +250,13 @@ class Background {
 // test gets a fresh keep-alive connection. The server must exit 0 on SIGTERM at the end.
 class SharedServerTest : public ::testing::Test {
  protected:
+  // A server of the GPT (TempRepo::add_gpt) and digits_mlp: for the text generation suites.
+  static void serve_gpt(const std::string& repo_name) {
+    repo_ = std::make_unique<TempRepo>(repo_name);
+    repo_->add_gpt();
+    repo_->add_digits();
+    server_ = std::make_unique<ServerProcess>(std::vector<std::string>{"--model-repository", repo_->str()});
+  }
   static void TearDownTestSuite() {
     if (server_) {
       EXPECT_EQ(server_->terminate(std::chrono::seconds(30)), 0) << "exit code after SIGTERM";

@@ -6,15 +6,10 @@
 // that goes away mid-stream leaves the server serving.
 #include <gtest/gtest.h>
 
-#include <sstream>
 #include <thread>
 #include <string>
 #include <vector>
 
-#include "models/gpt.h"
-#include "models/package.h"
-#include "models/safetensors.h"
-#include "models/state_dict.h"
 #include "tests/server_e2e.h"
 
 namespace hg::test {
@@ -22,54 +17,12 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class E2eGenerateTest : public ::testing::Test {
+class E2eGenerateTest : public SharedServerTest {
  protected:
-  static void SetUpTestSuite() {
-    repo_ = std::make_unique<TempRepo>("generate");
-    const fs::path weights = kTestData / "gpt" / "weights.safetensors";
-    ASSERT_TRUE(fs::exists(weights)) << weights << " is missing: run scripts/testdata_gpt.py";
-    models::GPT gpt;
-    gpt.load_state_dict(models::tensors_from(safetensors::read(weights), weights.string()));
-    models::PackageSpec spec;
-    spec.name = "gpt";
-    spec.inputs = {{"ids", "INT64", {-1, 16}}};
-    spec.outputs = {{"logits", "FP32", {-1, 16, 256}}};
-    models::save_package(repo_->dir() / "gpt" / "1", gpt, spec);
-    repo_->add_digits();
-    server_ = std::make_unique<ServerProcess>(std::vector<std::string>{"--model-repository", repo_->str()});
-  }
-  static void TearDownTestSuite() {
-    if (server_) {
-      EXPECT_EQ(server_->terminate(30s), 0) << "exit code after SIGTERM";
-    }
-    server_.reset();
-    repo_.reset();
-  }
-  void SetUp() override {
-    ASSERT_TRUE(server_ && server_->running()) << "hgraph-serve is not running";
-    conn_ = std::make_unique<HttpConn>(server_->port(), 120s);
-  }
-
-  static std::unique_ptr<TempRepo> repo_;
-  static std::unique_ptr<ServerProcess> server_;
-  std::unique_ptr<HttpConn> conn_;
+  static void SetUpTestSuite() { serve_gpt("generate"); }
 };
-std::unique_ptr<TempRepo> E2eGenerateTest::repo_;
-std::unique_ptr<ServerProcess> E2eGenerateTest::server_;
 
 const std::string kRequest = R"({"id":"g1","text_input":"Hello, ","parameters":{"max_tokens":12}})";
-
-// The JSON objects of the `data:` lines of an event stream.
-std::vector<json> events_of(const std::string& body) {
-  std::vector<json> events;
-  std::istringstream in(body);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.rfind("data:", 0) == 0) events.push_back(json::parse(line.substr(5), nullptr, false));
-  }
-  return events;
-}
 
 TEST_F(E2eGenerateTest, GenerateWithAndWithoutVersion) {
   HttpReply r = conn_->request("POST", "/v2/models/gpt/generate", kRequest);
