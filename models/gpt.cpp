@@ -282,7 +282,8 @@ Tensor GPT::paged_step(const PagedInputs& in, KVBlockPool& pool) {
     x = blocks_[l]->run(x, [&](const Tensor& h) {
       const Tensor qkv = attn.project_qkv(h);
       const Tensor written = kv_write(qkv, in.slots, pool, static_cast<int64_t>(l));
-      return attn.project_out(paged_attention(qkv, written, in.tables, in.positions, pool, static_cast<int64_t>(l)));
+      return attn.project_out(
+          paged_attention(qkv, written, in.tables, in.positions, in.seqs, pool, static_cast<int64_t>(l)));
     });
   }
   // Only each sequence's last position goes through the final norm and the head.

@@ -58,15 +58,17 @@ struct DecodeInputs {
   Tensor attend;    // BOOL [1, 1, 1, B]: true at positions <= `position`
 };
 
-// The inputs of a step over a paged KV cache (models/kv_blocks.h, models/gpt_paged.h): N
-// sequences with S new positions each; padding rows have position -1 and slot -1.
+// The inputs of a step over a paged KV cache (models/kv_blocks.h, models/gpt_paged.h): the new
+// tokens of B sequences as one flat list of T (PagedDecoder passes [1, T]); padding tokens have
+// position -1 and slot -1.
 struct PagedInputs {
   Tensor tokens;     // I64 [N, S]
   Tensor pos_ids;    // I64 [N, S]: each token's position for the position embedding (padding: 0)
-  Tensor positions;  // I64 [N, S]: the same, -1 for padding (attention skips those rows)
+  Tensor positions;  // I64 [N, S]: the same, -1 for padding (attention skips those)
   Tensor slots;      // I64 [N, S]: the pool slot of each position's keys and values (-1: none)
-  Tensor tables;     // I64 [N, T]: each sequence's blocks
-  Tensor last;       // I64 [N]: flat index n * S + s of each sequence's last new position
+  Tensor seqs;       // I64 [N, S]: each token's sequence (its row of tables)
+  Tensor tables;     // I64 [B, T]: each sequence's blocks
+  Tensor last;       // I64 [B]: flat index of each sequence's last new token
 };
 
 class GPTBlock;
@@ -106,7 +108,7 @@ class GPT : public Module {
   KVBlockOptions kv_options(int64_t block_size, int64_t blocks) const;
   // One step over a paged KV cache: writes each position's keys and values into its slot and
   // attends over its sequence's earlier positions through the table; returns the logits of each
-  // sequence's last new position [N, vocab].
+  // sequence's last new token [B, vocab].
   Tensor paged_step(const PagedInputs& in, KVBlockPool& pool);
 
   // Appends up to max_new_tokens tokens to `prompt` (prefill, then decode steps; the first

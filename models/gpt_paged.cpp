@@ -38,22 +38,25 @@ PagedDecoder::PagedDecoder(GPT& gpt, KVBlockPool& pool, PagedDecoderOptions opt)
                           std::to_string(got.heads) + " heads x " + std::to_string(got.head_dim) + ", the model has " +
                           std::to_string(want.layers) + " of " + std::to_string(want.heads) + " x " +
                           std::to_string(want.head_dim));
-  if (opt_.prefill_lengths.empty()) {
-    for (int64_t s = 16; s < c.max_len; s *= 2) opt_.prefill_lengths.push_back(s);
-    opt_.prefill_lengths.push_back(c.max_len);
-  }
   check_buckets(opt_.batch_buckets, "batch_buckets", 4096);
-  check_buckets(opt_.prefill_batch_buckets, "prefill_batch_buckets", 4096);
-  check_buckets(opt_.prefill_lengths, "prefill_lengths", c.max_len);
+  const int64_t most = opt_.max_step_tokens ? opt_.max_step_tokens : c.max_len;
+  if (most < opt_.batch_buckets.back() || most > (int64_t{1} << 16))
+    throw InvalidArgument("PagedDecoder: max_step_tokens " + std::to_string(most) + " must be in [the largest batch bucket " +
+                          std::to_string(opt_.batch_buckets.back()) + ", 65536]");
+  for (int64_t t = 1; t < most; t *= 2) token_buckets_.push_back(t);
+  token_buckets_.push_back(most);
   table_width_ = pool.blocks_for(c.max_len);
 }
 
-void PagedDecoder::check(const std::vector<PagedRow>& rows, int64_t n_bucket, int64_t s_bucket) const {
+void PagedDecoder::check(const std::vector<PagedRow>& rows, int64_t t_bucket, int64_t b_bucket) const {
   const GPTConfig& c = gpt_.config();
-  if (n_bucket == 0 || s_bucket == 0)
-    throw InvalidArgument("PagedDecoder: a step of " + std::to_string(rows.size()) + " rows is past the buckets (" +
-                          std::to_string(max_batch()) + " decode rows, or " + std::to_string(max_prefill_batch()) +
-                          " rows of up to " + std::to_string(max_prefill_tokens()) + " tokens)");
+  if (t_bucket == 0 || b_bucket == 0) {
+    size_t tokens = 0;
+    for (const PagedRow& r : rows) tokens += r.tokens.size();
+    throw InvalidArgument("PagedDecoder: a step of " + std::to_string(rows.size()) + " rows and " + std::to_string(tokens) +
+                          " tokens is past the buckets (" + std::to_string(max_batch()) + " rows, " +
+                          std::to_string(max_step_tokens()) + " tokens)");
+  }
   for (size_t i = 0; i < rows.size(); ++i) {
     const PagedRow& r = rows[i];
     const std::string row = "PagedDecoder: row " + std::to_string(i) + ": ";
@@ -79,27 +82,28 @@ void PagedDecoder::check(const std::vector<PagedRow>& rows, int64_t n_bucket, in
   }
 }
 
-PagedDecoder::Graph& PagedDecoder::graph_for(int64_t n, int64_t s) {
-  const int64_t key = n * (gpt_.config().max_len + 1) + s;
+PagedDecoder::Graph& PagedDecoder::graph_for(int64_t t, int64_t b) {
+  const int64_t key = t * 65536 + b;
   if (Graph* g = graphs_.get(key)) return *g;
   NoGradGuard no_grad;
   Graph g;
-  g.n = n;
-  g.s = s;
-  g.tokens.assign(static_cast<size_t>(n * s), 0);
+  g.t = t;
+  g.b = b;
+  g.tokens.assign(static_cast<size_t>(t), 0);
   g.pos_ids.assign(g.tokens.size(), 0);
   g.positions.assign(g.tokens.size(), -1);  // all padding
   g.slots.assign(g.tokens.size(), -1);
-  g.tables.assign(static_cast<size_t>(n * table_width_), 0);
-  g.last.assign(static_cast<size_t>(n), 0);
-  g.logits.assign(static_cast<size_t>(n * gpt_.config().vocab), 0);
+  g.seqs.assign(g.tokens.size(), 0);
+  g.tables.assign(static_cast<size_t>(b * table_width_), 0);
+  g.last.assign(static_cast<size_t>(b), 0);
+  g.logits.assign(static_cast<size_t>(b * gpt_.config().vocab), 0);
   const Device d = gpt_.device();
-  const PagedInputs in{Tensor::from_indices(g.tokens, {n, s}, d),    Tensor::from_indices(g.pos_ids, {n, s}, d),
-                       Tensor::from_indices(g.positions, {n, s}, d), Tensor::from_indices(g.slots, {n, s}, d),
-                       Tensor::from_indices(g.tables, {n, table_width_}, d), Tensor::from_indices(g.last, {n}, d)};
+  auto flat = [&](const std::vector<int64_t>& v) { return Tensor::from_indices(v, {1, t}, d); };
+  const PagedInputs in{flat(g.tokens), flat(g.pos_ids), flat(g.positions), flat(g.slots), flat(g.seqs),
+                       Tensor::from_indices(g.tables, {b, table_width_}, d), Tensor::from_indices(g.last, {b}, d)};
   g.graph = std::make_unique<graphs::HPUGraph>(d);
   std::vector<Tensor> weights;  // frozen: folded and pre-packed once
-  for (const auto& [name, t] : std::as_const(gpt_).named_parameters()) weights.push_back(*t);
+  for (const auto& [name, w] : std::as_const(gpt_).named_parameters()) weights.push_back(*w);
   Tensor logits;
   g.graph->capture_begin({.frozen = std::move(weights)});  // its run writes no slot (all padding)
   try {
@@ -110,53 +114,53 @@ PagedDecoder::Graph& PagedDecoder::graph_for(int64_t n, int64_t s) {
     g.graph.reset();
     throw;
   }
-  g.graph->mark_user_inputs({in.tokens, in.pos_ids, in.positions, in.slots, in.tables, in.last});
+  g.graph->mark_user_inputs({in.tokens, in.pos_ids, in.positions, in.slots, in.seqs, in.tables, in.last});
   g.graph->mark_user_outputs({logits});
   return *graphs_.put(key, std::move(g));
 }
 
 std::vector<float> PagedDecoder::step(const std::vector<PagedRow>& rows) {
   if (rows.empty()) throw InvalidArgument("PagedDecoder: a step needs at least one row");
-  size_t longest = 0;
-  for (const PagedRow& r : rows) longest = std::max(longest, r.tokens.size());
+  int64_t tokens = 0;
+  for (const PagedRow& r : rows) tokens += static_cast<int64_t>(r.tokens.size());
   const auto n = static_cast<int64_t>(rows.size());
-  const bool decode = longest == 1;
-  const int64_t nb = bucket_of(decode ? opt_.batch_buckets : opt_.prefill_batch_buckets, n);
-  const int64_t sb = decode ? 1 : bucket_of(opt_.prefill_lengths, static_cast<int64_t>(longest));
-  check(rows, nb, sb);
-  Graph& g = graph_for(nb, sb);
+  const int64_t bb = bucket_of(opt_.batch_buckets, n);
+  const int64_t tb = bucket_of(token_buckets_, std::max(tokens, bb));
+  check(rows, tb, bb);
+  Graph& g = graph_for(tb, bb);
   std::fill(g.tokens.begin(), g.tokens.end(), 0);
   std::fill(g.pos_ids.begin(), g.pos_ids.end(), 0);
   std::fill(g.positions.begin(), g.positions.end(), -1);
   std::fill(g.slots.begin(), g.slots.end(), -1);
+  std::fill(g.seqs.begin(), g.seqs.end(), 0);
   std::fill(g.tables.begin(), g.tables.end(), 0);
   std::fill(g.last.begin(), g.last.end(), 0);
   const int64_t block = pool_.options().block_size;
+  size_t at = 0;
   for (int64_t i = 0; i < n; ++i) {
     const PagedRow& r = rows[static_cast<size_t>(i)];
-    const auto len = static_cast<int64_t>(r.tokens.size());
-    for (int64_t k = 0; k < len; ++k) {
-      const auto at = static_cast<size_t>(i * sb + k);
-      const int64_t pos = r.start + k;
-      g.tokens[at] = r.tokens[static_cast<size_t>(k)];
+    for (size_t k = 0; k < r.tokens.size(); ++k, ++at) {
+      const int64_t pos = r.start + static_cast<int64_t>(k);
+      g.tokens[at] = r.tokens[k];
       g.pos_ids[at] = g.positions[at] = pos;
       g.slots[at] = (*r.blocks)[static_cast<size_t>(pos / block)] * block + pos % block;
+      g.seqs[at] = i;
     }
     const size_t width = std::min(r.blocks->size(), static_cast<size_t>(table_width_));
     std::copy_n(r.blocks->begin(), width, g.tables.begin() + i * table_width_);
-    g.last[static_cast<size_t>(i)] = i * sb + len - 1;
+    g.last[static_cast<size_t>(i)] = static_cast<int64_t>(at) - 1;
   }
-  g.graph->replay_host({g.tokens.data(), g.pos_ids.data(), g.positions.data(), g.slots.data(), g.tables.data(),
-                        g.last.data()},
+  g.graph->replay_host({g.tokens.data(), g.pos_ids.data(), g.positions.data(), g.slots.data(), g.seqs.data(),
+                        g.tables.data(), g.last.data()},
                        {g.logits.data()});
   return {g.logits.begin(), g.logits.begin() + n * gpt_.config().vocab};
 }
 
 size_t PagedDecoder::warmup() {
   const size_t before = graphs_.size();
-  for (int64_t n : opt_.batch_buckets) graph_for(n, 1);
-  for (int64_t n : opt_.prefill_batch_buckets)
-    for (int64_t s : opt_.prefill_lengths) graph_for(n, s);
+  for (int64_t t : token_buckets_)
+    for (int64_t b : opt_.batch_buckets)
+      if (b <= t) graph_for(t, b);
   return graphs_.size() - before;
 }
 

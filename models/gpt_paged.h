@@ -1,15 +1,17 @@
 // Batched GPT steps over a paged KV cache (models/kv_blocks.h), each replayed from an HPU graph:
-// a step runs N sequences with S new tokens each, padded up to a (batch, length) bucket, so
-// prompts of several requests prefill together (S = their longest, bucketed) and running
-// sequences at any lengths decode together (S = 1). The context length is not a bucket: the
-// paged attention reads each sequence's own positions through its block table.
+// a step is the new tokens of B sequences as one flat list of T tokens (vLLM's flattened batch),
+// so running sequences decode one token each while prompts (or chunks of them) prefill in the
+// same step, with no padding between rows. Steps are padded up to a (tokens, sequences) bucket;
+// the context length is not a bucket: the paged attention reads each sequence's own positions
+// through its block table.
 //
 //   hg::models::KVBlockPool pool(gpt.kv_options(/*block_size=*/16, /*blocks=*/1024));
-//   hg::models::PagedDecoder dec(gpt, pool, {.batch_buckets = {1, 2, 4, 8, 16, 32}});
+//   hg::models::PagedDecoder dec(gpt, pool, {.batch_buckets = {1, 2, 4, 8, 16, 32}, .max_step_tokens = 256});
 //   dec.warmup();                                       // captures every bucket of the grid
 //   std::vector<int32_t> blocks;  pool.allocate(pool.blocks_for(prompt.size() + 1), blocks);
 //   std::vector<float> logits = dec.step({{.tokens = prompt, .start = 0, .blocks = &blocks}});   // prefill
-//   logits = dec.step({{.tokens = {next}, .start = int64_t(prompt.size()), .blocks = &blocks}});   // decode
+//   logits = dec.step({{.tokens = {next}, .start = int64_t(prompt.size()), .blocks = &blocks},   // decode,
+//                      {.tokens = other_prompt, .start = 0, .blocks = &other}});                 // and prefill
 //
 // step() checks every row on the host first (InvalidArgument naming the row and what is wrong:
 // token out of range, positions past max_len, a table that does not cover the row or names a
@@ -33,10 +35,9 @@ struct PagedRow {
 };
 
 struct PagedDecoderOptions {
-  std::vector<int64_t> batch_buckets = {1, 2, 4, 8, 16, 32};  // decode steps (S = 1)
-  std::vector<int64_t> prefill_batch_buckets = {1, 2, 4, 8};  // steps with S > 1
-  // Token counts of steps with S > 1; empty: 16, 32, 64, ... up to max_len (max_len included).
-  std::vector<int64_t> prefill_lengths = {};
+  std::vector<int64_t> batch_buckets = {1, 2, 4, 8, 16, 32};  // sequences per step
+  // Tokens per step: 1, 2, 4, ... up to max_step_tokens (included; 0: the model's max_len).
+  int64_t max_step_tokens = 0;
 };
 
 class PagedDecoder {
@@ -47,35 +48,35 @@ class PagedDecoder {
   PagedDecoder(GPT& gpt, KVBlockPool& pool, PagedDecoderOptions opt = {});
 
   // Logits of each row's last new token, row after row: [rows.size() * vocab]. Writes every
-  // row's keys and values into its blocks. Rows must all be 1 token (a decode step, up to the
-  // largest batch bucket) or any lengths up to the largest prefill length (up to the largest
-  // prefill batch bucket).
+  // row's keys and values into its blocks. Up to max_batch() rows of any lengths, max_step_tokens()
+  // tokens in all.
   std::vector<float> step(const std::vector<PagedRow>& rows);
 
-  // Captures every (batch, length) bucket not captured yet; returns how many were captured.
+  // Captures every (tokens, sequences) bucket not captured yet (sequences <= tokens); returns
+  // how many were captured.
   size_t warmup();
   size_t captured_graphs() const { return graphs_.size(); }
   size_t max_batch() const { return static_cast<size_t>(opt_.batch_buckets.back()); }
-  size_t max_prefill_batch() const { return static_cast<size_t>(opt_.prefill_batch_buckets.back()); }
-  int64_t max_prefill_tokens() const { return opt_.prefill_lengths.back(); }
+  int64_t max_step_tokens() const { return token_buckets_.back(); }
   size_t arena_bytes() const;  // of every captured graph
 
  private:
   struct Graph {
     std::unique_ptr<graphs::HPUGraph> graph;
-    int64_t n = 0, s = 0;
+    int64_t t = 0, b = 0;  // tokens, sequences
     // Host buffers the replay reads and writes (replay_host: no copies).
-    std::vector<int64_t> tokens, pos_ids, positions, slots, tables, last;
+    std::vector<int64_t> tokens, pos_ids, positions, slots, seqs, tables, last;
     std::vector<float> logits;
   };
-  Graph& graph_for(int64_t n, int64_t s);
-  void check(const std::vector<PagedRow>& rows, int64_t n_bucket, int64_t s_bucket) const;
+  Graph& graph_for(int64_t t, int64_t b);
+  void check(const std::vector<PagedRow>& rows, int64_t t_bucket, int64_t b_bucket) const;
 
   GPT& gpt_;
   KVBlockPool& pool_;
   PagedDecoderOptions opt_;
+  std::vector<int64_t> token_buckets_;
   int64_t table_width_;  // blocks per sequence: max_len / block_size, rounded up
-  graphs::LruCache<int64_t, Graph> graphs_;  // by n * (max_len + 1) + s; unbounded (the grid)
+  graphs::LruCache<int64_t, Graph> graphs_;  // by t * 65536 + b; unbounded (the grid)
 };
 
 }  // namespace hg::models

@@ -83,14 +83,15 @@ Kernel prepare_write(const std::vector<TensorMeta>& in, const TensorMeta&, const
   };
 }
 
-// inputs: qkv, token, tables, positions; ints {pool, layer} -> [N, S, D]
+// inputs: qkv, token, tables, positions, seqs; ints {pool, layer} -> [N, S, D]
 TensorMeta infer_attention(const OpSchema& op, const std::vector<TensorMeta>& in, const Attrs& a) {
   const KVBlockPool& p = checked_pool(op, in, a);
   const int64_t n = in[0].shape[0], s = in[0].shape[1];
   if (in[1] != TensorMeta{{1}, DType::F32}) throw InvalidArgument(op_context(op, in) + ": expects kv_write's token F32 [1]");
-  if (in[2].dtype != DType::I64 || in[2].shape.size() != 2 || in[2].shape[0] != n || in[2].shape[1] < 1)
-    throw InvalidArgument(op_context(op, in) + ": tables must be I64 [" + std::to_string(n) + ", T]");
+  if (in[2].dtype != DType::I64 || in[2].shape.size() != 2 || in[2].shape[0] < 1 || in[2].shape[1] < 1)
+    throw InvalidArgument(op_context(op, in) + ": tables must be I64 [B, T]");
   check_index(op, in, 3, {n, s}, "positions");
+  check_index(op, in, 4, {n, s}, "seqs");
   return {{n, s, p.slot_floats()}, DType::F32};
 }
 
@@ -125,8 +126,8 @@ __attribute__((target_clones("avx512f", "default"))) bool attend_head(const floa
 
 Kernel prepare_attention(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
   const int64_t id = a.i(0), layer = a.i(1), n = out.shape[0], s = out.shape[1], d = out.shape[2];
-  const int64_t t = in[2].shape[1];
-  return [id, layer, n, s, d, t](const void* const* i, void* o) {
+  const int64_t b = in[2].shape[0], t = in[2].shape[1];
+  return [id, layer, n, s, d, b, t](const void* const* i, void* o) {
     auto* y = static_cast<float*>(o);
     KVBlockPool* p = pool_or_log(id, "paged_attention");
     if (!p) {
@@ -136,6 +137,7 @@ Kernel prepare_attention(const std::vector<TensorMeta>& in, const TensorMeta& ou
     const auto* qkv = static_cast<const float*>(i[0]);
     const auto* tables = static_cast<const int64_t*>(i[2]);
     const auto* pos = static_cast<const int64_t*>(i[3]);
+    const auto* seqs = static_cast<const int64_t*>(i[4]);
     const int64_t heads = p->options().heads, dh = p->options().head_dim, block = p->options().block_size;
     const int64_t blocks = p->total_blocks(), span = t * block;
     const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
@@ -150,10 +152,11 @@ Kernel prepare_attention(const std::vector<TensorMeta>& in, const TensorMeta& ou
         std::fill_n(yr, d, 0.0f);
         continue;
       }
-      bool ok = at < span;
+      const int64_t seq = seqs[r];
+      bool ok = at < span && seq >= 0 && seq < b;
       if (ok && static_cast<int64_t>(scores.size()) < at + 1) scores.resize(static_cast<size_t>(at + 1));
       for (int64_t h = 0; ok && h < heads; ++h)
-        ok = attend_head(qkv + r * 3 * d + h * dh, keys + h * dh, values + h * dh, tables + (r / s) * t, at + 1, block,
+        ok = attend_head(qkv + r * 3 * d + h * dh, keys + h * dh, values + h * dh, tables + seq * t, at + 1, block,
                          blocks, d, dh, scale, scores.data(), yr + h * dh);
       if (!ok) std::fill_n(yr, d, std::numeric_limits<float>::quiet_NaN());
     }
@@ -166,7 +169,7 @@ const OpSchema& write_op() {
 }
 const OpSchema& attention_op() {
   static const OpSchema& op =
-      (register_op({"paged_attention", 4, infer_attention, prepare_attention}), op_schema("paged_attention"));
+      (register_op({"paged_attention", 5, infer_attention, prepare_attention}), op_schema("paged_attention"));
   return op;
 }
 
@@ -227,8 +230,8 @@ Tensor kv_write(const Tensor& qkv, const Tensor& slots, KVBlockPool& pool, int64
 }
 
 Tensor paged_attention(const Tensor& qkv, const Tensor& written, const Tensor& tables, const Tensor& positions,
-                       KVBlockPool& pool, int64_t layer) {
-  return dispatch(attention_op(), {qkv, written, tables, positions}, Attrs{{pool.id(), layer}, {}});
+                       const Tensor& seqs, KVBlockPool& pool, int64_t layer) {
+  return dispatch(attention_op(), {qkv, written, tables, positions, seqs}, Attrs{{pool.id(), layer}, {}});
 }
 
 }  // namespace hg::models

@@ -6,9 +6,10 @@
 //   std::vector<int32_t> table;
 //   if (!pool.allocate(3, table)) { /* fewer than 3 blocks free: preempt or wait */ }
 //   // qkv [N, S, 3D] (a layer's fused projection), slots I64 [N, S] (block * block_size + offset; -1: none),
-//   // tables I64 [N, T] (each sequence's blocks), positions I64 [N, S] (-1: a padding row)
+//   // tables I64 [B, T] (each sequence's blocks), positions I64 [N, S] (-1: padding), seqs I64 [N, S]
+//   // (each position's row of tables: a step's tokens from several sequences in one flat list)
 //   hg::Tensor written = hg::models::kv_write(qkv, slots, pool, layer);
-//   hg::Tensor o = hg::models::paged_attention(qkv, written, tables, positions, pool, layer);   // [N, S, D]
+//   hg::Tensor o = hg::models::paged_attention(qkv, written, tables, positions, seqs, pool, layer);   // [N, S, D]
 //   pool.release(table);
 //
 // Layout: per layer, keys and values are [blocks * block_size, heads, head_dim] (a slot is one
@@ -66,13 +67,14 @@ class KVBlockPool {
   std::vector<int32_t> free_;  // a stack: the block freed last is handed out first (warm in cache)
 };
 
-// The ops (see the top of this file). qkv F32 [N, S, 3 * heads * head_dim]; slots and positions
-// I64 [N, S]; tables I64 [N, T]. kv_write returns a token F32 [1] that paged_attention takes,
-// so that a layer's attention runs after its keys and values are in the pool. Position p of
-// row (n, s) attends to positions 0..p of sequence n, in slots tables[n][j / block_size] *
-// block_size + j % block_size; a row with position -1 is zeros.
+// The ops (see the top of this file). qkv F32 [N, S, 3 * heads * head_dim]; slots, positions
+// and seqs I64 [N, S]; tables I64 [B, T]. kv_write returns a token F32 [1] that paged_attention
+// takes, so that a layer's attention runs after its keys and values are in the pool. Position p
+// of element (n, s), of sequence b = seqs[n, s], attends to positions 0..p of sequence b, in
+// slots tables[b][j / block_size] * block_size + j % block_size; an element with position -1 is
+// zeros, one whose seqs entry is outside [0, B) is NaN.
 Tensor kv_write(const Tensor& qkv, const Tensor& slots, KVBlockPool& pool, int64_t layer);
 Tensor paged_attention(const Tensor& qkv, const Tensor& written, const Tensor& tables, const Tensor& positions,
-                       KVBlockPool& pool, int64_t layer);
+                       const Tensor& seqs, KVBlockPool& pool, int64_t layer);
 
 }  // namespace hg::models

@@ -119,7 +119,7 @@ std::shared_ptr<TextGenerator> make_gpt_generator(std::shared_ptr<models::Module
   return std::make_shared<GenerateScheduler>(
       std::move(gpt), SchedulerOptions{.name = config.name,
                                        .max_batch = g.max_batch ? g.max_batch : std::max<int64_t>(1, config.max_batch_size),
-                                       .max_prefill_batch = g.max_prefill_batch,
+                                       .max_step_tokens = g.max_step_tokens,
                                        .block_size = g.block_size,
                                        .max_batch_total_tokens = g.max_batch_total_tokens,
                                        .max_queue = config.max_queue_size,

@@ -72,10 +72,10 @@ struct GenerateResult {
 };
 
 // What a generator reports (metrics at scrape time): step and token counters since it started
-// (mean decode batch = decode_rows / decode_steps) and its state now.
+// and its state now.
 struct GenerationStats {
-  uint64_t prefill_steps = 0, decode_steps = 0;
-  uint64_t prefill_rows = 0, decode_rows = 0;  // sequences summed over the steps
+  uint64_t steps = 0;
+  uint64_t step_rows = 0, step_tokens = 0;  // sequences and tokens summed over the steps (means: / steps)
   uint64_t tokens = 0;                         // generated
   uint64_t preemptions = 0;
   uint64_t finished = 0, cancelled = 0, failed = 0;  // failed: errors, timeouts (504) and shutdown (503) included

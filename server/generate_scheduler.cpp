@@ -51,15 +51,15 @@ const RequestFields kFields("generate request");
 GenerateScheduler::GenerateScheduler(std::shared_ptr<models::GPT> gpt, const SchedulerOptions& opt)
     : gpt_(std::move(gpt)), opt_(opt) {
   const int64_t max_len = gpt_->config().max_len;
-  if (opt_.max_batch < 1 || opt_.max_prefill_batch < 1 || opt_.block_size < 1 || opt_.max_batch_total_tokens < 0)
-    throw InvalidArgument("model '" + opt_.name + "': max_batch, max_prefill_batch and block_size must be >= 1");
-  opt_.max_prefill_batch = std::min(opt_.max_prefill_batch, opt_.max_batch);
+  if (opt_.max_batch < 1 || opt_.block_size < 1 || opt_.max_batch_total_tokens < 0 || opt_.max_step_tokens < 0)
+    throw InvalidArgument("model '" + opt_.name + "': max_batch and block_size must be >= 1");
+  // Every running sequence's token fits a step; a step holds at most max_len tokens.
+  opt_.max_step_tokens = std::clamp(opt_.max_step_tokens ? opt_.max_step_tokens : 256, opt_.max_batch, std::max(max_len, opt_.max_batch));
   const int64_t tokens = std::max(opt_.max_batch_total_tokens ? opt_.max_batch_total_tokens : opt_.max_batch * max_len, max_len);
   pool_ = std::make_unique<models::KVBlockPool>(gpt_->kv_options(opt_.block_size, (tokens + opt_.block_size - 1) / opt_.block_size));
   decoder_ = std::make_unique<models::PagedDecoder>(
       *gpt_, *pool_,
-      models::PagedDecoderOptions{.batch_buckets = powers_of_two_up_to(opt_.max_batch),
-                                  .prefill_batch_buckets = powers_of_two_up_to(opt_.max_prefill_batch)});
+      models::PagedDecoderOptions{.batch_buckets = powers_of_two_up_to(opt_.max_batch), .max_step_tokens = opt_.max_step_tokens});
   decoder_->warmup();
   stats_.kv_blocks_total = pool_->total_blocks();
   stats_.captured_graphs = decoder_->captured_graphs();
@@ -153,29 +153,22 @@ void GenerateScheduler::loop() {
                               std::to_string(s->result.tokens.size()) + " generated tokens";
       retire(std::move(s), std::make_exception_ptr(HttpError(504, why)));
     }
-    std::vector<SeqPtr> fresh = admit();
-    if (!fresh.empty()) prefill(std::move(fresh));
-    else if (!running_.empty()) decode();
+    step();
   }
 }
 
-std::vector<GenerateScheduler::SeqPtr> GenerateScheduler::admit() {
-  std::vector<SeqPtr> out, expired;
+void GenerateScheduler::expire_waiting() {
+  std::vector<SeqPtr> expired;
   {
     std::lock_guard lk(mu_);
     const auto now = Clock::now();
-    while (!waiting_.empty() && static_cast<int64_t>(out.size()) < opt_.max_prefill_batch &&
-           static_cast<int64_t>(running_.size() + out.size()) < opt_.max_batch) {
-      Sequence& s = *waiting_.front();
-      if (now > s.deadline && s.order == 0) {  // never started: 504, as a request timed out in a queue
-        expired.push_back(std::move(waiting_.front()));
-        waiting_.pop_front();
-        continue;
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (now > (*it)->deadline && (*it)->order == 0) {  // never started: 504, as a request timed out in a queue
+        expired.push_back(std::move(*it));
+        it = waiting_.erase(it);
+      } else {
+        ++it;
       }
-      if (!pool_->allocate(pool_->blocks_for(static_cast<int64_t>(s.tokens.size())), s.blocks)) break;  // first come, first served
-      s.order = ++admitted_;
-      out.push_back(std::move(waiting_.front()));
-      waiting_.pop_front();
     }
   }
   for (SeqPtr& s : expired) {
@@ -183,48 +176,65 @@ std::vector<GenerateScheduler::SeqPtr> GenerateScheduler::admit() {
     retire(std::move(s), std::make_exception_ptr(HttpError(504, "model '" + opt_.name + "': request timeout expired after " +
                                                                     std::to_string(waited) + " us in the generate queue")));
   }
-  return out;
 }
 
-void GenerateScheduler::prefill(std::vector<SeqPtr> seqs) {
-  std::vector<models::PagedRow> rows;
-  for (const SeqPtr& s : seqs)
-    rows.push_back({.tokens = {s->tokens.begin() + s->computed, s->tokens.end()}, .start = s->computed, .blocks = &s->blocks});
-  std::vector<float> logits;
-  const auto t0 = Clock::now();
-  try {
-    logits = decoder_->step(rows);
-  } catch (...) {
-    return fail_step(seqs, std::current_exception());
-  }
-  if (opt_.hooks.on_step) opt_.hooks.on_step(static_cast<int64_t>(rows.size()), Clock::now() - t0);
-  {
-    std::lock_guard lk(mu_);
-    ++stats_.prefill_steps;
-    stats_.prefill_rows += seqs.size();
-  }
-  const int64_t vocab = gpt_->config().vocab;
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    seqs[i]->computed = static_cast<int64_t>(seqs[i]->tokens.size());
-    if (accept(*seqs[i], logits.data() + static_cast<int64_t>(i) * vocab)) running_.push_back(std::move(seqs[i]));
-    else retire(std::move(seqs[i]), nullptr);
-  }
-}
-
-void GenerateScheduler::decode() {
-  // Every running sequence needs the slot of its next position; out of blocks, the newest go back.
+// One step: every decoding sequence's next token, then chunks of the prompts being prefilled
+// (the running ones first, then waiting ones admitted in arrival order), up to max_step_tokens.
+void GenerateScheduler::step() {
+  expire_waiting();
+  // Decoding sequences need the slot of their next position; out of blocks, the newest go back.
   for (size_t i = 0; i < running_.size();) {
     Sequence& s = *running_[i];
-    if (static_cast<int64_t>(s.blocks.size()) >= pool_->blocks_for(s.computed + 1) || pool_->allocate(1, s.blocks)) {
+    const bool decoding = static_cast<int64_t>(s.tokens.size()) - s.computed == 1;
+    if (!decoding || static_cast<int64_t>(s.blocks.size()) >= pool_->blocks_for(s.computed + 1) ||
+        pool_->allocate(1, s.blocks)) {
       ++i;
       continue;
     }
     preempt_newest();
     i = 0;  // the vector changed; the pool holds one max_len sequence, so this ends
   }
-  if (running_.empty()) return;
+  int64_t budget = opt_.max_step_tokens;
+  std::vector<int64_t> take(running_.size(), 0);
+  for (size_t i = 0; i < running_.size(); ++i)
+    if (static_cast<int64_t>(running_[i]->tokens.size()) - running_[i]->computed == 1) take[i] = 1, --budget;
+  // A chunk of a prompt: as much as the budget and the free blocks allow (0: it waits a step).
+  auto chunk = [&](Sequence& s) -> int64_t {
+    int64_t n = std::min(static_cast<int64_t>(s.tokens.size()) - s.computed, budget);
+    if (n <= 0) return 0;
+    const int64_t have = static_cast<int64_t>(s.blocks.size()), need = pool_->blocks_for(s.computed + n);
+    if (need > have && !pool_->allocate(need - have, s.blocks)) {
+      n = std::min(n, (have + pool_->free_blocks()) * opt_.block_size - s.computed);
+      if (n <= 0 || !pool_->allocate(pool_->blocks_for(s.computed + n) - have, s.blocks)) return 0;
+    }
+    budget -= n;
+    return n;
+  };
+  for (size_t i = 0; i < running_.size(); ++i)
+    if (take[i] == 0) take[i] = chunk(*running_[i]);
+  {
+    std::lock_guard lk(mu_);
+    while (budget > 0 && !waiting_.empty() && static_cast<int64_t>(running_.size()) < opt_.max_batch) {
+      Sequence& s = *waiting_.front();
+      const int64_t n = chunk(s);
+      if (n == 0) break;  // first come, first served: later requests wait behind it
+      s.order = ++admitted_;
+      running_.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+      take.push_back(n);
+    }
+  }
   std::vector<models::PagedRow> rows;
-  for (const SeqPtr& s : running_) rows.push_back({.tokens = {s->tokens.back()}, .start = s->computed, .blocks = &s->blocks});
+  std::vector<size_t> in_step;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    if (take[i] == 0) continue;
+    const Sequence& s = *running_[i];
+    rows.push_back({.tokens = {s.tokens.begin() + s.computed, s.tokens.begin() + s.computed + take[i]},
+                    .start = s.computed,
+                    .blocks = &s.blocks});
+    in_step.push_back(i);
+  }
+  if (rows.empty()) return;  // blocks for nobody: the running ones finish or are preempted first
   std::vector<float> logits;
   const auto t0 = Clock::now();
   try {
@@ -237,15 +247,22 @@ void GenerateScheduler::decode() {
   if (opt_.hooks.on_step) opt_.hooks.on_step(static_cast<int64_t>(rows.size()), Clock::now() - t0);
   {
     std::lock_guard lk(mu_);
-    ++stats_.decode_steps;
-    stats_.decode_rows += running_.size();
+    ++stats_.steps;
+    stats_.step_rows += rows.size();
+    for (const auto& r : rows) stats_.step_tokens += r.tokens.size();
   }
   const int64_t vocab = gpt_->config().vocab;
+  std::vector<bool> done(running_.size(), false);
+  for (size_t k = 0; k < in_step.size(); ++k) {
+    Sequence& s = *running_[in_step[k]];
+    s.computed += take[in_step[k]];
+    if (s.computed < static_cast<int64_t>(s.tokens.size())) continue;  // a prompt's chunk: no token yet
+    done[in_step[k]] = !accept(s, logits.data() + static_cast<int64_t>(k) * vocab);
+  }
   std::vector<SeqPtr> still;
   for (size_t i = 0; i < running_.size(); ++i) {
-    ++running_[i]->computed;
-    if (accept(*running_[i], logits.data() + static_cast<int64_t>(i) * vocab)) still.push_back(std::move(running_[i]));
-    else retire(std::move(running_[i]), nullptr);
+    if (done[i]) retire(std::move(running_[i]), nullptr);
+    else still.push_back(std::move(running_[i]));
   }
   running_ = std::move(still);
 }

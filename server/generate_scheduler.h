@@ -1,21 +1,22 @@
 // Continuous (iteration-level) batching for the generate endpoints: one scheduler thread per
-// model admits waiting requests into the running batch between steps, prefills their prompts
-// together, decodes every running sequence in one step, and retires finished, cancelled and
-// expired sequences at once, over a paged KV cache (models/kv_blocks.h) and captured graphs
-// (models/gpt_paged.h).
+// model runs step after step; each step holds every running sequence's next token plus chunks of
+// prompts being prefilled, as one flat list of tokens (vLLM's flattened step: a prompt never
+// stops the others decoding), up to max_step_tokens; requests are admitted into the running batch
+// between steps, and finished, cancelled and expired sequences leave at once. Over a paged KV
+// cache (models/kv_blocks.h) and captured graphs (models/gpt_paged.h).
 //
 //   auto gen = std::make_shared<GenerateScheduler>(gpt, SchedulerOptions{.max_batch = 32});   // shared_ptr<GPT> on an HPU
 //   gen->submit(request, on_piece, done);        // as any TextGenerator (server/generate.h)
-//   GenerationStats s = gen->stats();             // steps, batch sizes, blocks, preemptions, ...
+//   GenerationStats s = gen->stats();            // steps, rows, tokens, blocks, preemptions, ...
 //
 // Admission is first come, first served: the oldest waiting request enters when a running slot
-// and the blocks for its prompt are free (later ones wait behind it), up to max_prefill_batch
-// prompts per prefill step. A running sequence gets a new block when it crosses a block
-// boundary; when none is free, the most recently admitted running sequence is preempted: its
-// blocks are freed and it goes back to the front of the queue, to be prefilled again from its
-// prompt and the tokens it has generated (recompute), its sampler and text state kept, so its
-// client sees one uninterrupted stream. A request that fits the limits never fails for lack of
-// blocks: the pool always holds one sequence of max_len.
+// (max_batch), room in the step's token budget and the blocks for its first chunk are free
+// (later ones wait behind it); a long prompt is prefilled over several steps. A running sequence
+// gets a new block when it crosses a block boundary; when none is free, the most recently
+// admitted running sequence is preempted: its blocks are freed and it goes back to the front of
+// the queue, to be prefilled again from its prompt and the tokens it has generated (recompute),
+// its sampler and text state kept, so its client sees one uninterrupted stream. A request that
+// fits the limits never fails for lack of blocks: the pool always holds one sequence of max_len.
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -36,7 +37,9 @@ namespace hg::server {
 struct SchedulerOptions {
   std::string name = "gpt";         // the model, in errors
   int64_t max_batch = 32;           // sequences decoding in one step (a power-of-two bucket grid up to it)
-  int64_t max_prefill_batch = 8;    // prompts prefilled in one step
+  // Tokens one step runs (vLLM's max_num_batched_tokens): every decoding sequence's next token,
+  // then chunks of prompts; 0: 256. At least max_batch, at most max_len.
+  int64_t max_step_tokens = 0;
   int64_t block_size = 16;          // positions per KV block
   // The KV cache's capacity in tokens (rounded up to blocks); 0: max_batch * max_len. At least max_len.
   int64_t max_batch_total_tokens = 0;
@@ -66,9 +69,8 @@ class GenerateScheduler final : public TextGenerator {
 
   void check(const GenerateRequest& r) const;
   void loop();
-  std::vector<SeqPtr> admit();  // waiting -> the next prefill step
-  void prefill(std::vector<SeqPtr> seqs);
-  void decode();
+  void expire_waiting();
+  void step();
   bool grow(Sequence& s);  // a block for the next position; preempts others when none is free
   void preempt_newest();
   // The token sampled for `s` from `logits`; false when `s` is done (then retired).

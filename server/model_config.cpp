@@ -329,10 +329,10 @@ Calibration parse_calibration(const Fields& p) {
 }
 
 Generation parse_generation(const Fields& p) {
-  p.only({"max_batch", "max_prefill_batch", "block_size", "max_batch_total_tokens"});
+  p.only({"max_batch", "max_step_tokens", "block_size", "max_batch_total_tokens"});
   Generation g;
   if (auto n = p.integer("max_batch", 0, 4096)) g.max_batch = *n;  // 0: max_batch_size
-  if (auto n = p.integer("max_prefill_batch", 1, 4096)) g.max_prefill_batch = *n;
+  if (auto n = p.integer("max_step_tokens", 0, 65536)) g.max_step_tokens = *n;
   if (auto n = p.integer("block_size", 1, 4096)) g.block_size = *n;
   if (auto n = p.integer("max_batch_total_tokens", 0, int64_t{1} << 30)) g.max_batch_total_tokens = *n;
   return g;
@@ -504,7 +504,7 @@ json ModelConfig::to_json() const {
   if (!precision_check.inputs.empty()) j["precision_check"]["inputs"] = precision_check.inputs;
   if (calibration) j["calibration"] = {{"inputs", calibration->inputs}, {"samples", calibration->samples}};
   j["generation"] = {{"max_batch", generation.max_batch},
-                     {"max_prefill_batch", generation.max_prefill_batch},
+                     {"max_step_tokens", generation.max_step_tokens},
                      {"block_size", generation.block_size},
                      {"max_batch_total_tokens", generation.max_batch_total_tokens}};
   j["input"] = json::array();

@@ -263,10 +263,12 @@ ServerMetrics::ServerMetrics() {
         [](const ModelGauges& g) { return static_cast<double>(g.generation.tokens); });
   gauge("hg_generate_preemptions_total", "Sequences preempted (blocks freed, recomputed later) for lack of KV blocks.",
         MetricType::Counter, kGenerating, [](const ModelGauges& g) { return static_cast<double>(g.generation.preemptions); });
-  gauge("hg_generate_decode_steps_total", "Decode steps (every running sequence advances one token).", MetricType::Counter,
-        kGenerating, [](const ModelGauges& g) { return static_cast<double>(g.generation.decode_steps); });
-  gauge("hg_generate_decode_rows_total", "Sequences summed over the decode steps (mean batch: rows / steps).",
-        MetricType::Counter, kGenerating, [](const ModelGauges& g) { return static_cast<double>(g.generation.decode_rows); });
+  gauge("hg_generate_steps_total", "Generation steps (each running sequence's next token and prompt chunks).",
+        MetricType::Counter, kGenerating, [](const ModelGauges& g) { return static_cast<double>(g.generation.steps); });
+  gauge("hg_generate_step_rows_total", "Sequences summed over the steps (mean batch: rows / steps).", MetricType::Counter,
+        kGenerating, [](const ModelGauges& g) { return static_cast<double>(g.generation.step_rows); });
+  gauge("hg_generate_step_tokens_total", "Tokens summed over the steps (prompt and generated).", MetricType::Counter,
+        kGenerating, [](const ModelGauges& g) { return static_cast<double>(g.generation.step_tokens); });
   register_graph_cache(registry_);
   register_device_memory(registry_);
 }

@@ -32,7 +32,8 @@
 //   hg_generate_inter_token_us (per token), their steps in hg_batch_size and the exec counts;
 //   from set_model_gauges: hg_generate_running_sequences, hg_generate_kv_blocks_used,
 //   hg_generate_kv_blocks_free (gauges), hg_generate_tokens_total, hg_generate_preemptions_total,
-//   hg_generate_decode_steps_total, hg_generate_decode_rows_total (mean batch = rows / steps);
+//   hg_generate_steps_total, hg_generate_step_rows_total, hg_generate_step_tokens_total (means:
+//   rows or tokens / steps);
 //   hg_http_responses_total{code="1xx".."5xx"}.
 // Triton statistics mapping: success/fail = whole requests (count, total time);
 // queue = waiting in the batcher; compute_input = parse_us (decode and bind the inputs);

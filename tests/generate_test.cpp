@@ -392,10 +392,10 @@ TEST(GeneratedText, StopStringsEndTheTextAndAreHeldBack) {
 TEST(GptGenerator, WarmupCapturesTheGridBeforeServing) {
   auto gen = std::dynamic_pointer_cast<GenerateScheduler>(generator());
   ASSERT_TRUE(gen);
-  // decode batches 1..32 (6), prefill batches 1..8 (4) x lengths 16..256 (5)
-  EXPECT_EQ(gen->stats().captured_graphs, 6u + 4u * 5u);
+  // (tokens, sequences): tokens 1, 2, 4, ..., 256 with sequences 1, 2, 4, ..., 32 up to the tokens
+  EXPECT_EQ(gen->stats().captured_graphs, 1u + 2u + 3u + 4u + 5u + 4u * 6u);
   EXPECT_EQ(generate_within(*gen, request("Hello", 40)).tokens, fixture().eager_ids("Hello", 40));
-  EXPECT_EQ(gen->stats().captured_graphs, 26u) << "serving only replays";
+  EXPECT_EQ(gen->stats().captured_graphs, 39u) << "serving only replays";
   EXPECT_EQ(gen->stats().kv_blocks_free, gen->stats().kv_blocks_total) << "a finished request frees its blocks";
 }
 
@@ -466,8 +466,31 @@ TEST(GptGenerator, ConcurrentRequestsShareStepsAndEachGetTheirOwnTokens) {
     EXPECT_EQ(test::get_within(got[i], test::kWaitLimit, "the thread generating '" + prompts[i] + "'").tokens, want[i])
         << prompts[i];
   const GenerationStats st = gen->stats();
-  EXPECT_GT(st.decode_rows, st.decode_steps) << "some decode steps ran several sequences";
+  EXPECT_GT(st.step_rows, st.steps) << "some steps ran several sequences";
   EXPECT_EQ(st.finished, prompts.size());
+  EXPECT_EQ(st.kv_blocks_free, st.kv_blocks_total);
+}
+
+// Prompts longer than a step's token budget prefill over several steps, next to the sequences
+// already decoding, and still give the tokens they would give alone.
+TEST(GptGenerator, LongPromptsPrefillInChunksBesideDecoding) {
+  auto& f = fixture();
+  ModelConfig c;
+  c.name = "gpt";
+  c.generation = {.max_batch = 4, .max_step_tokens = 16};
+  auto gen = std::dynamic_pointer_cast<GenerateScheduler>(make_gpt_generator(loaded_gpt(), c));
+  ASSERT_TRUE(gen);
+  const std::vector<std::string> prompts = {"short one", std::string(70, 'x') + " and then", "a third prompt of some length, longer than sixteen"};
+  std::vector<std::future<GenerateResult>> got;
+  for (const auto& p : prompts)
+    got.push_back(std::async(std::launch::async, [&, p] {
+      return generate_within(*gen, request(p, 30), any_piece(), "the generation of '" + p + "'");
+    }));
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(test::get_within(got[i], test::kWaitLimit, "generation " + std::to_string(i)).tokens, f.eager_ids(prompts[i], 30))
+        << prompts[i];
+  const GenerationStats st = gen->stats();
+  EXPECT_LE(st.step_tokens, 16 * st.steps) << "no step ran more than its budget";
   EXPECT_EQ(st.kv_blocks_free, st.kv_blocks_total);
 }
 
@@ -477,7 +500,7 @@ TEST(GptGenerator, PreemptedSequencesResumeWithTheSameTokens) {
   auto& f = fixture();
   ModelConfig c;
   c.name = "gpt";
-  c.generation = {.max_batch = 8, .max_prefill_batch = 8, .block_size = 16, .max_batch_total_tokens = 256};
+  c.generation = {.max_batch = 8, .max_step_tokens = 256, .block_size = 16, .max_batch_total_tokens = 256};
   auto gen = std::dynamic_pointer_cast<GenerateScheduler>(make_gpt_generator(loaded_gpt(), c));
   ASSERT_TRUE(gen);
   std::vector<std::string> prompts;

@@ -211,7 +211,7 @@ TEST(GPT, PagedStepsEqualFullRecomputation) {
     full.insert(full.end(), f.begin(), f.end());
   }
   KVBlockPool pool(gpt->kv_options(/*block_size=*/4, /*blocks=*/40));
-  PagedDecoder dec(*gpt, pool, {.batch_buckets = {1, 2, 4}, .prefill_batch_buckets = {1, 4}});
+  PagedDecoder dec(*gpt, pool, {.batch_buckets = {1, 2, 4}, .max_step_tokens = 64});
   std::vector<std::vector<int32_t>> tables(3);
   for (int64_t b = 0; b < pool.blocks_for(kLen); ++b)
     for (auto& t : tables) ASSERT_TRUE(pool.allocate(1, t));
@@ -229,7 +229,7 @@ TEST(GPT, PagedStepsEqualFullRecomputation) {
                          what + ", sequence " + std::to_string(seq[i]) + " position " + std::to_string(at[i]), 1e-5);
   };
   expect_rows(dec.step(rows), {4, 10, 0}, "prefill");
-  // Sequence 2 catches up with a 6-token chunk while the others decode one token: one step.
+  // Sequence 2 catches up with a 6-token chunk while the others decode one token: one flat step.
   rows = {{.tokens = {seqs[0][5]}, .start = 5, .blocks = &tables[0]},
           {.tokens = {seqs[1][11]}, .start = 11, .blocks = &tables[1]},
           {.tokens = {seqs[2].begin() + 1, seqs[2].begin() + 7}, .start = 1, .blocks = &tables[2]}};
@@ -244,7 +244,8 @@ TEST(GPT, PagedStepsEqualFullRecomputation) {
   // A batch of 1 (a sequence alone) reads the same pool.
   expect_rows(dec.step({{.tokens = {seqs[1][static_cast<size_t>(len[1])]}, .start = len[1], .blocks = &tables[1]}}),
               {len[1]}, "alone", {1});
-  EXPECT_EQ(dec.captured_graphs(), 3u);  // prefill (4, 16), also the mixed step's; decode 4 and 1
+  // (tokens, sequences): the prefill (32, 4), the mixed step (8, 4), decode steps (4, 4), alone (1, 1)
+  EXPECT_EQ(dec.captured_graphs(), 4u);
   for (auto& t : tables) pool.release(t);
   EXPECT_EQ(pool.free_blocks(), 40);
 }
@@ -254,8 +255,8 @@ TEST(GPT, PagedWarmupCapturesTheGridAndStepsOnlyReplay) {
   gpt->to(Device::hpu(0));
   gpt->eval();
   KVBlockPool pool(gpt->kv_options(8, 16));
-  PagedDecoder dec(*gpt, pool, {.batch_buckets = {1, 2}, .prefill_batch_buckets = {1, 2}});
-  EXPECT_EQ(dec.warmup(), 2u + 2u * 3u);  // decode 1, 2; prefill {1, 2} x {16, 32, 64}
+  PagedDecoder dec(*gpt, pool, {.batch_buckets = {1, 2}});
+  EXPECT_EQ(dec.warmup(), 1u + 2u * 6u);  // tokens 1 (1 sequence), 2, 4, ..., 64 (1 or 2 sequences)
   std::vector<int32_t> a, b;
   ASSERT_TRUE(pool.allocate(pool.blocks_for(50), a));
   ASSERT_TRUE(pool.allocate(pool.blocks_for(50), b));
@@ -265,7 +266,7 @@ TEST(GPT, PagedWarmupCapturesTheGridAndStepsOnlyReplay) {
   dec.step({{.tokens = prompt, .start = 0, .blocks = &a}, {.tokens = {66, 67}, .start = 0, .blocks = &b}});
   dec.step({{.tokens = {68}, .start = 40, .blocks = &a}});
   EXPECT_EQ(dec.warmup(), 0u);
-  EXPECT_EQ(dec.captured_graphs(), 8u);
+  EXPECT_EQ(dec.captured_graphs(), 13u);
   EXPECT_GT(dec.arena_bytes(), 0u);
   // Host-side checks name the row and what is wrong; nothing runs.
   expect_error([&] { dec.step({{.tokens = {1}, .start = 60, .blocks = &a}}); }, "row 0: its block table has 7 blocks, positions up to 61 need 8");
@@ -274,7 +275,7 @@ TEST(GPT, PagedWarmupCapturesTheGridAndStepsOnlyReplay) {
   expect_error([&] { dec.step({{.tokens = {1}, .start = 9, .blocks = &bad}}); }, "block table entry 1 (99) is outside the pool's 16 blocks");
   expect_error([&] { dec.step({{.tokens = {300}, .start = 0, .blocks = &a}}); }, "token 300 at 0 is outside the vocabulary");
   expect_error([&] { dec.step({{.tokens = {1}, .blocks = &a}, {.tokens = {1}, .blocks = &a}, {.tokens = {1}, .blocks = &a}}); },
-               "a step of 3 rows is past the buckets");
+               "a step of 3 rows and 3 tokens is past the buckets (2 rows, 64 tokens)");
   expect_error([&] { dec.step({{.tokens = std::vector<int64_t>(65, 1), .blocks = &a}}); }, "past the buckets");
   expect_error([&] { dec.step({{.tokens = {}, .blocks = &a}}); }, "row 0: no tokens");
   expect_error([&] { dec.step({{.tokens = {1}}}); }, "row 0: no block table");

@@ -8,7 +8,8 @@
 # BUILD_DIR default build (hgraph-serve and hgraph-train built); THREADS default 1 (OMP_NUM_THREADS,
 # HG_HPU_THREADS, torch.set_num_threads). GEN_PACKAGE: a GPT package to serve (a version folder);
 # default: a GPT of d_model 128, 4 layers, max_len 512, made by one hgraph-train step on fortunes.
-# GEN_CONCURRENCY (default "1 8 32"), GEN_REQUESTS (per cell, default 4 per client, at least 8).
+# GEN_CONCURRENCY (default "1 8 32"), GEN_REQUESTS (per cell, default 4 per client, at least 8),
+# GEN_STEP_TOKENS (generation.max_step_tokens, default 256).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
@@ -30,7 +31,7 @@ fi
 rm -rf "$out/repo"
 mkdir -p "$out/repo/gpt"
 cp -r "$package" "$out/repo/gpt/1"
-echo '{"max_batch_size": 32, "generation": {"max_batch": 32, "max_prefill_batch": 8}}' > "$out/repo/gpt/config.json"
+echo "{\"max_batch_size\": 32, \"generation\": {\"max_batch\": 32, \"max_step_tokens\": ${GEN_STEP_TOKENS:-256}}}" > "$out/repo/gpt/config.json"
 
 pids=()
 cleanup() {
@@ -55,6 +56,6 @@ for c in ${GEN_CONCURRENCY:-1 8 32}; do
   env -u OPENBLAS_CORETYPE /usr/bin/python3 bench/gen/torch_decode.py "$out/repo/gpt/1" --concurrency "$c" --requests "$n" \
     --max-tokens 128 --threads "$threads" 2> /dev/null | tee -a "$results"
 done
-curl -s "$url/metrics" | grep -E '^hg_generate_(tokens|preemptions|decode_steps|decode_rows)_total' >&2 || true
+curl -s "$url/metrics" | grep -E '^hg_generate_(tokens|preemptions|steps|step_rows|step_tokens)_total' >&2 || true
 echo "done; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 /usr/bin/python3 bench/gen/report.py "$results"
