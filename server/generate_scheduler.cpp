@@ -234,7 +234,10 @@ void GenerateScheduler::step() {
                     .blocks = &s.blocks});
     in_step.push_back(i);
   }
-  if (rows.empty()) return;  // blocks for nobody: the running ones finish or are preempted first
+  if (rows.empty()) {  // prompts waiting for blocks that only they hold: the newest gives its own back
+    if (!running_.empty()) preempt_newest();
+    return;
+  }
   std::vector<float> logits;
   const auto t0 = Clock::now();
   try {
