@@ -13,7 +13,6 @@
 
 #include "engine/error.h"
 #include "engine/stream.h"
-#include "models/module.h"
 #include "server/http_error.h"
 #include "server/identity_model.h"
 #include "server/padding.h"
@@ -222,7 +221,6 @@ struct ModelRepository::Impl {
       // The load's device work (weights, captures, first runs) on the load stream: the models
       // already serving keep their device queue to themselves. Synchronized at the block's end.
       LoadStreamGuard load;
-      std::shared_ptr<models::Module> module;  // the loaded package's, when a text generator shares it
       if (opt.factory) {
         mv->model = opt.factory(name, version, dir, config);
         if (!mv->model) throw InternalError("the model factory returned no model");
@@ -259,7 +257,11 @@ struct ModelRepository::Impl {
           mv->precision = check_model_precision(*predictor, config, dir.parent_path());
           log(precision_report_line(config, mv->precision));
         }
-        module = predictor->module();
+        if (is_text_generation_model(predictor->package().spec))  // one load: generation shares the Predictor's module
+          mv->generator = make_gpt_generator(
+              predictor->module(), config,
+              {.on_step = [h = opt.on_batch, name, version](int64_t n, Clock::duration d) { if (h) h(name, version, n, d); },
+               .on_token = [h = opt.on_token, name, version](bool f, Clock::duration d) { if (h) h(name, version, f, d); }});
         mv->model = make_served_model(std::move(predictor));
       }
       // Any model (a factory's, the identity): padded dimensions must be dynamic ones.
@@ -267,21 +269,6 @@ struct ModelRepository::Impl {
       // The config as served (GET .../config): the model's tensors when config.json names none.
       if (mv->config.inputs.empty()) mv->config.inputs = mv->model->spec().inputs;
       if (mv->config.outputs.empty()) mv->config.outputs = mv->model->spec().outputs;
-      if (is_text_generation_model(mv->model->spec())) {
-        if (!module) {  // a factory's model: the generator loads the package itself
-          std::unique_ptr<models::Module> own;
-          models::load_package(dir, &own, popt.device);
-          own->to(popt.device);
-          own->eval();
-          module = std::move(own);
-        }
-        GenerationHooks hooks;
-        if (opt.on_batch)
-          hooks.on_step = [hook = opt.on_batch, name, version](int64_t rows, Clock::duration d) { hook(name, version, rows, d); };
-        if (opt.on_token)
-          hooks.on_token = [hook = opt.on_token, name, version](bool first, Clock::duration d) { hook(name, version, first, d); };
-        mv->generator = make_gpt_generator(module, config, std::move(hooks));
-      }
     }
     BatcherConfig bc = mv->config.batcher_config();
     bc.inline_max_us = opt.inline_max_us;

@@ -1,5 +1,5 @@
-// The generate extension (server/generate.h; request bodies are in generate_request_test.cpp):
-// the UTF-8 / stop-string text assembly, the GPT generator decoding through captured graphs
+// The generate extension (server/generate.h; request bodies are in generate_request_test.cpp,
+// the UTF-8 / stop-string text assembly in generate_text_test.cpp): the GPT generator decoding through captured graphs
 // (== the eager model and PyTorch's greedy tokens, data from scripts/testdata_gpt.py), its
 // instance pool and queue, and serve_generate's JSON and server-sent-event responses through an
 // in-process Reply.
@@ -10,12 +10,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <thread>
 
 #include "engine/autograd.h"
@@ -27,7 +25,6 @@
 #include "models/tokenizer.h"
 #include "server/generate.h"
 #include "server/generate_scheduler.h"
-#include "server/generate_text.h"
 #include "server/http_error.h"
 #include "server/openai.h"
 #include "server/sse_parser.h"
@@ -217,29 +214,6 @@ class HeldGeneration {
   std::shared_ptr<State> state_;
 };
 
-bool whole_utf8(const std::string& s) {
-  const models::Utf8Text t = models::decode_utf8(s);
-  return t.invalid_offsets.empty() && t.text == s;
-}
-
-// Each piece GeneratedText gives for `bytes` fed one at a time (finish() last, when not empty).
-std::vector<std::string> pieces_of(const std::string& bytes, std::vector<std::string> stop = {}) {
-  GeneratedText t(std::move(stop));
-  std::vector<std::string> out;
-  for (char b : bytes) {
-    if (auto p = t.push(b); !p.empty()) out.push_back(p);
-    if (t.stopped()) break;
-  }
-  if (auto p = t.finish(); !p.empty()) out.push_back(p);
-  return out;
-}
-
-std::string joined(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& p : v) s += p;
-  return s;
-}
-
 // What serve_generate sent: the response, then (for a stream) each chunk and the close.
 class RecordedReply : public ResponseStream {
  public:
@@ -342,51 +316,6 @@ std::shared_ptr<RecordedReply> serve(const std::shared_ptr<TextGenerator>& gen, 
   req.body = body;
   serve_generate(gen, "gpt", "1", std::move(req), RecordedReply::reply_to(rec), stream);
   return rec;
-}
-
-TEST(GeneratedText, PiecesAreWholeCharacters) {
-  const std::string text = "h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80 \xe4\xb8\xad";  // é € 😀 中
-  const auto pieces = pieces_of(text);
-  EXPECT_EQ(joined(pieces), text);
-  EXPECT_EQ(pieces.size(), 11u);  // one per character
-  for (const auto& p : pieces) EXPECT_TRUE(whole_utf8(p)) << p;
-  GeneratedText t;
-  EXPECT_EQ(t.push('\xf0'), "");
-  EXPECT_EQ(t.push('\x9f'), "");
-  EXPECT_EQ(t.push('\x98'), "");
-  EXPECT_EQ(t.finish(), "\xEF\xBF\xBD");  // an unfinished character at the end is one U+FFFD
-}
-
-// Fed one byte at a time, any bytes come out as decode_utf8 of all of them: the ill-formed
-// cases of the tokenizer test (Python's replacement) and random strings of tricky bytes.
-TEST(GeneratedText, PiecesConcatenateToTheWholeDecoding) {
-  for (const auto& c : json::parse(std::ifstream(gpt_data("tokenizer.json")))) {
-    const std::string bytes = models::decode_bytes(c["bytes"].get<std::vector<int64_t>>());
-    EXPECT_EQ(joined(pieces_of(bytes)), models::decode_bytes(c["replaced"].get<std::vector<int64_t>>())) << c["bytes"].dump();
-  }
-  const std::vector<unsigned char> alphabet = {'a', 0x80, 0x9f, 0xa0, 0xbf, 0xc0, 0xc3, 0xdf, 0xe0, 0xe2,
-                                               0xed, 0xef, 0xf0, 0xf4, 0xf5, 0xff, 0x82, 0xa9, 0x90, 0x8f};
-  std::mt19937 rng(3);
-  for (int n = 0; n < 2000; ++n) {
-    std::string bytes;
-    for (size_t i = rng() % 10; i > 0; --i) bytes += static_cast<char>(alphabet[rng() % alphabet.size()]);
-    const auto pieces = pieces_of(bytes);
-    ASSERT_EQ(joined(pieces), models::decode_utf8(bytes).text) << testing::PrintToString(bytes);
-    for (const auto& p : pieces) ASSERT_TRUE(whole_utf8(p));
-  }
-}
-
-TEST(GeneratedText, StopStringsEndTheTextAndAreHeldBack) {
-  EXPECT_EQ(pieces_of("ab\ncd\n\nef", {"\n\n"}), (std::vector<std::string>{"a", "b", "\nc", "d"}));
-  EXPECT_EQ(joined(pieces_of("xyz END", {"END", "yz"})), "x");  // the earliest stop string wins
-  EXPECT_EQ(joined(pieces_of("caf\xc3\xa9!", {"\xc3\xa9!"})), "caf");
-  EXPECT_EQ(joined(pieces_of("ab", {"bc"})), "ab");  // a held start that never completes is released
-  GeneratedText t({"ab"});
-  EXPECT_EQ(t.push('a'), "");
-  EXPECT_EQ(t.push('b'), "");
-  EXPECT_TRUE(t.stopped());
-  EXPECT_EQ(t.push('c'), "");
-  EXPECT_EQ(t.finish(), "");
 }
 
 TEST(GptGenerator, WarmupCapturesTheGridBeforeServing) {
@@ -659,7 +588,7 @@ TEST(ServeGenerate, StreamPiecesConcatenateToTheJsonText) {
       EXPECT_FALSE(events[i].contains("finish_reason"));
       const std::string piece = events[i]["text_output"];
       EXPECT_FALSE(piece.empty());
-      EXPECT_TRUE(whole_utf8(piece));
+      EXPECT_TRUE(models::decode_utf8(piece).invalid_offsets.empty()) << "a piece of whole characters";
       joined_text += piece;
     }
     EXPECT_EQ(joined_text, text);
