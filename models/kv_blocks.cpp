@@ -6,31 +6,17 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <unordered_map>
 
 #include "engine/error.h"
 #include "engine/op.h"
 #include "engine/vec16.h"
+#include "graphs/live_registry.h"
 
 namespace hg::models {
 
 namespace {
 
-// Live pools by id, for the ops' kernels (a graph compiled once names its pool in its attrs).
-struct Pools {
-  std::mutex mu;
-  std::unordered_map<int64_t, KVBlockPool*> live;
-  int64_t next_id = 1;
-  static Pools& get() {
-    static Pools p;
-    return p;
-  }
-  KVBlockPool* find(int64_t id) {
-    std::lock_guard lk(mu);
-    const auto it = live.find(id);
-    return it == live.end() ? nullptr : it->second;
-  }
-};
+using Pools = graphs::LiveRegistry<KVBlockPool>;  // for the ops' kernels
 
 KVBlockPool* pool_or_log(int64_t id, const char* op) {
   if (KVBlockPool* p = Pools::get().find(id)) return p;
@@ -192,17 +178,10 @@ KVBlockPool::KVBlockPool(const KVBlockOptions& opt) : opt_(opt) {
   for (int64_t b = opt.blocks; b-- > 0;) free_.push_back(static_cast<int32_t>(b));
   write_op();
   attention_op();
-  Pools& pools = Pools::get();
-  std::lock_guard lk(pools.mu);
-  id_ = pools.next_id++;
-  pools.live[id_] = this;
+  id_ = Pools::get().add(this);
 }
 
-KVBlockPool::~KVBlockPool() {
-  Pools& pools = Pools::get();
-  std::lock_guard lk(pools.mu);
-  pools.live.erase(id_);
-}
+KVBlockPool::~KVBlockPool() { Pools::get().remove(id_); }
 
 bool KVBlockPool::allocate(int64_t n, std::vector<int32_t>& table) {
   std::lock_guard lk(mu_);

@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <mutex>
 #include <oneapi/tbb/concurrent_queue.h>
 #include <spdlog/spdlog.h>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "engine/device.h"
@@ -14,6 +12,7 @@
 #include "engine/op.h"
 #include "graphs/executable.h"
 #include "graphs/lazy.h"
+#include "graphs/live_registry.h"
 #include "training/process_group.h"
 
 namespace hg::training {
@@ -39,18 +38,9 @@ constexpr size_t kStartGrads = graphs::Executable::kMaxOpInputs - 1;  // gradien
 // the reducer went before mark_step) logs that and writes NaN. The reducer's destructor lets
 // its device's queued work finish before it leaves the registry.
 struct DDPReducer::GraphOps {
-  std::mutex mu;
-  std::unordered_map<int64_t, DDPReducer*> live;
-  int64_t next_id = 1;
-
-  static GraphOps& get() {
-    static GraphOps ops;
-    return ops;
-  }
-  DDPReducer* find(int64_t id) {
-    std::lock_guard lk(mu);
-    const auto it = live.find(id);
-    if (it != live.end()) return it->second;
+  using Live = graphs::LiveRegistry<DDPReducer>;
+  static DDPReducer* find(int64_t id) {
+    if (DDPReducer* r = Live::get().find(id)) return r;
     spdlog::error("DDP: a gradient op of reducer {} ran after that reducer was destroyed; its gradients are NaN", id);
     return nullptr;
   }
@@ -71,7 +61,7 @@ struct DDPReducer::GraphOps {
     const size_t token = first > 0 ? 1 : 0, count = in.size() - token;
     return [id, b, first, count, last, token](const void* const* in, void* out) {
       *static_cast<float*>(out) = 0;
-      if (DDPReducer* r = get().find(id)) r->start_in_graph(b, first, count, in + token, last);
+      if (DDPReducer* r = find(id)) r->start_in_graph(b, first, count, in + token, last);
     };
   }
   static Kernel prepare_mean(const std::vector<TensorMeta>&, const TensorMeta& out, const Attrs& a) {
@@ -79,7 +69,7 @@ struct DDPReducer::GraphOps {
     const auto b = static_cast<size_t>(a.i(1)), offset = static_cast<size_t>(a.i(2));
     const auto n = static_cast<size_t>(out.numel());
     return [id, b, offset, n](const void* const*, void* o) {
-      if (DDPReducer* r = get().find(id)) return r->mean_in_graph(b, offset, n, static_cast<float*>(o));
+      if (DDPReducer* r = find(id)) return r->mean_in_graph(b, offset, n, static_cast<float*>(o));
       std::fill_n(static_cast<float*>(o), n, std::numeric_limits<float>::quiet_NaN());
     };
   }
@@ -157,10 +147,7 @@ DDPReducer::DDPReducer(std::vector<std::pair<std::string, Tensor*>> params, AllR
     done_ = std::make_unique<std::atomic<uint64_t>[]>(buckets_.size());
     GraphOps::start_op();
     GraphOps::mean_op();
-    GraphOps& ops = GraphOps::get();
-    std::lock_guard lk(ops.mu);
-    id_ = ops.next_id++;
-    ops.live[id_] = this;
+    id_ = GraphOps::Live::get().add(this);
   }
   queue_ = std::make_unique<CommQueue>();
   comm_ = std::thread([this] { comm_loop(); });
@@ -173,9 +160,7 @@ DDPReducer::~DDPReducer() {
       ExecQueue& q = *device_backend(device_).queue();
       q.wait(q.record());
     }
-    GraphOps& ops = GraphOps::get();
-    std::lock_guard lk(ops.mu);
-    ops.live.erase(id_);
+    GraphOps::Live::get().remove(id_);
   }
   stop_ = true;  // buckets still queued are left: the group may be broken (an exception mid-backward)
   queue_->push(kStopComm);
