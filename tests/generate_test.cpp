@@ -1,8 +1,8 @@
-// The generate extension (server/generate.h; request bodies are in generate_request_test.cpp,
-// the UTF-8 / stop-string text assembly in generate_text_test.cpp): the GPT generator decoding through captured graphs
-// (== the eager model and PyTorch's greedy tokens, data from scripts/testdata_gpt.py), its
-// instance pool and queue, and serve_generate's JSON and server-sent-event responses through an
-// in-process Reply.
+// The GPT generator (server/generate_scheduler.h): decoding through captured graphs (== the
+// eager model and PyTorch's greedy tokens, data from scripts/testdata_gpt.py), shared steps,
+// prompt chunks, preemption, its queue, deadlines and clients that leave. Request bodies are in
+// generate_request_test.cpp, the text assembly in generate_text_test.cpp, the endpoints'
+// responses in generate_serve_test.cpp.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -28,94 +28,17 @@
 #include "server/http_error.h"
 #include "server/openai.h"
 #include "server/sse_parser.h"
+#include "gpt_generator_fixture.h"
 #include "test_env.h"
 #include "wait.h"
 
 using namespace hg;
 using namespace hg::server;
+using namespace hg::test;
 using ::testing::HasSubstr;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
-namespace {
-
-std::filesystem::path gpt_data(const std::string& name) {
-  const auto p = std::filesystem::path(HG_TESTDATA_DIR) / "gpt" / name;
-  if (!std::filesystem::exists(p))
-    throw std::runtime_error(p.string() + " is missing: run /usr/bin/python3 scripts/testdata_gpt.py " HG_TESTDATA_DIR "/gpt");
-  return p;
-}
-
-std::map<std::string, Tensor> gpt_tensors(const std::string& name) {
-  return models::tensors_from(safetensors::read(gpt_data(name)), name);
-}
-
-// PyTorch's GPT weights (scripts/torch_gpt.py) as an eager model on hpu:0, and as a package.
-struct GptFixture {
-  std::unique_ptr<models::GPT> eager;
-  std::filesystem::path package;
-  GptFixture() : eager(std::make_unique<models::GPT>()), package(test::temp_dir("generate") / "gpt" / "1") {
-    eager->load_state_dict(gpt_tensors("weights.safetensors"));
-    models::PackageSpec s;
-    s.name = "gpt";
-    s.inputs = {{"ids", "INT64", {-1, 16}}};
-    s.outputs = {{"logits", "FP32", {-1, 16, 256}}};
-    models::save_package(package, *eager, s);
-    eager->to(Device::hpu(0));
-    eager->eval();
-  }
-  std::vector<int64_t> eager_ids(const std::string& prompt, int64_t n, const models::SamplingOptions& o = {}) {
-    NoGradGuard g;
-    return eager->generate_ids(models::encode_bytes(prompt), n, o);
-  }
-};
-
-GptFixture& fixture() {
-  static GptFixture f;
-  return f;
-}
-
-// The fixture's package loaded afresh on hpu:0 (what the model repository hands a generator).
-std::shared_ptr<models::Module> loaded_gpt() {
-  std::unique_ptr<models::Module> m;
-  models::load_package(fixture().package, &m, Device::hpu(0));
-  m->to(Device::hpu(0));
-  m->eval();
-  return m;
-}
-
-std::shared_ptr<TextGenerator> generator(size_t max_queue = 0, uint64_t default_timeout_us = 0) {
-  ModelConfig c;
-  c.name = "gpt";
-  c.max_queue_size = max_queue;
-  c.default_timeout_us = default_timeout_us;
-  return make_gpt_generator(loaded_gpt(), c);
-}
-
-GenerateRequest request(const std::string& text, int64_t max_tokens, std::vector<std::string> stop = {}) {
-  GenerateRequest r;
-  r.text_input = text;
-  r.max_tokens = max_tokens;
-  r.stop = std::move(stop);
-  return r;
-}
-
-PieceCallback any_piece() {
-  return [](std::string_view) { return true; };
-}
-
-// gen.generate(req, on_piece) with a bound: the result, the generation's error rethrown, or a
-// test::WaitTimeout naming `what`. Errors submit() throws (400, 503) are thrown at once.
-GenerateResult generate_within(TextGenerator& gen, const GenerateRequest& req, PieceCallback on_piece = any_piece(),
-                               std::string_view what = "a generation") {
-  auto promise = std::make_shared<std::promise<GenerateResult>>();
-  std::future<GenerateResult> result = promise->get_future();
-  gen.submit(req, std::move(on_piece), [promise](std::exception_ptr error, GenerateResult r) {
-    if (error) promise->set_exception(error);
-    else promise->set_value(std::move(r));
-  });
-  return test::get_within(result, test::kWaitLimit, what);
-}
 
 // A generation that holds the generator's instance: its first piece's callback signals that it
 // runs and then waits until release() (bounded). Declare it after the generator: its
@@ -214,109 +137,6 @@ class HeldGeneration {
   std::shared_ptr<State> state_;
 };
 
-// What serve_generate sent: the response, then (for a stream) each chunk and the close.
-class RecordedReply : public ResponseStream {
- public:
-  // fail_after: writes after this many succeed return false (the client is gone).
-  explicit RecordedReply(size_t fail_after = SIZE_MAX) : fail_after_(fail_after) {}
-  bool write(std::string chunk) override {
-    std::lock_guard lk(mu_);
-    ++writes_;
-    if (writes_ > fail_after_) return false;
-    body_ += chunk;
-    return true;
-  }
-  void close() override {
-    std::lock_guard lk(mu_);
-    closed_ = true;
-    cv_.notify_all();
-  }
-  // A Reply that records the response and, for a stream, attaches `self` (now or, with
-  // `deferred`, when attach() is called).
-  static Reply reply_to(std::shared_ptr<RecordedReply> self) {
-    return [self](HttpResponse r) {
-      std::unique_lock lk(self->mu_);
-      auto stream = std::move(r.stream);
-      self->status_ = r.status;
-      self->response_ = r;
-      self->body_ = r.body;
-      if (!stream) self->closed_ = true;
-      self->cv_.notify_all();
-      if (stream && !self->deferred_) {
-        lk.unlock();
-        stream(self);
-      } else {
-        self->stream_ = std::move(stream);
-      }
-    };
-  }
-  void defer() { deferred_ = true; }
-  void attach(std::shared_ptr<RecordedReply> self) {
-    std::function<void(std::shared_ptr<ResponseStream>)> s;
-    {
-      std::lock_guard lk(mu_);
-      s = std::move(stream_);
-    }
-    ASSERT_TRUE(s) << "no streamed response to attach to";
-    s(std::move(self));
-  }
-  // Waits (bounded) until the response ended; false (and a test failure) on timeout.
-  bool wait_closed() {
-    std::unique_lock lk(mu_);
-    return test::wait_for(cv_, lk, test::kWaitLimit, "the generate response to end", [&] { return closed_; });
-  }
-  bool wait_response() {
-    std::unique_lock lk(mu_);
-    return test::wait_for(cv_, lk, test::kWaitLimit, "the generate response's status", [&] { return status_ != 0; });
-  }
-  int status() {
-    std::lock_guard lk(mu_);
-    return status_;
-  }
-  HttpResponse response() {
-    std::lock_guard lk(mu_);
-    return response_;
-  }
-  std::string body() {
-    std::lock_guard lk(mu_);
-    return body_;
-  }
-  size_t writes() {
-    std::lock_guard lk(mu_);
-    return writes_;
-  }
-  std::vector<json> events() {
-    std::vector<json> out;
-    SseParser p;
-    auto on = [&](SseEvent&& e) {
-      out.push_back(json::parse(e.data));
-      return true;
-    };
-    p.feed(body(), on);
-    p.finish(on);
-    return out;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  size_t fail_after_, writes_ = 0;
-  int status_ = 0;
-  bool closed_ = false, deferred_ = false;
-  HttpResponse response_;
-  std::string body_;
-  std::function<void(std::shared_ptr<ResponseStream>)> stream_;
-};
-
-std::shared_ptr<RecordedReply> serve(const std::shared_ptr<TextGenerator>& gen, const std::string& body, bool stream,
-                                     std::shared_ptr<RecordedReply> rec = std::make_shared<RecordedReply>()) {
-  HttpRequest req;
-  req.method = "POST";
-  req.target = stream ? "/v2/models/gpt/generate_stream" : "/v2/models/gpt/generate";
-  req.body = body;
-  serve_generate(gen, "gpt", "1", std::move(req), RecordedReply::reply_to(rec), stream);
-  return rec;
-}
 
 TEST(GptGenerator, WarmupCapturesTheGridBeforeServing) {
   auto gen = std::dynamic_pointer_cast<GenerateScheduler>(generator());
@@ -546,165 +366,5 @@ TEST(GptGenerator, ClientGoneStopsEarly) {
   EXPECT_EQ(rec->events().size(), 1u);  // the first event, sent with the response
 }
 
-TEST(ServeGenerate, JsonResponse) {
-  auto gen = generator();
-  auto rec = serve(gen, R"({"id": "42", "text_input": "Once", "parameters": {"max_tokens": 30}})", false);
-  ASSERT_TRUE(rec->wait_closed());
-  EXPECT_EQ(rec->status(), 200);
-  EXPECT_EQ(rec->response().content_type, "application/json");
-  const json j = json::parse(rec->body());
-  const std::string want = generate_within(*gen, request("Once", 30)).text;
-  EXPECT_EQ(j, (json{{"id", "42"}, {"model_name", "gpt"}, {"model_version", "1"}, {"text_output", want}, {"finish_reason", "length"}}));
-}
-
-// The stream's pieces are whole characters and concatenate to /generate's text, with and
-// without a stop string (taken from the greedy text itself), whether the sink comes at once
-// or only after the generation ended.
-TEST(ServeGenerate, StreamPiecesConcatenateToTheJsonText) {
-  auto gen = generator();
-  const std::string body = R"({"id": "s", "text_input": "Hello", "parameters": {"max_tokens": 60}})";
-  auto whole = serve(gen, body, false);
-  ASSERT_TRUE(whole->wait_closed());
-  const std::string text = json::parse(whole->body())["text_output"];
-  for (bool deferred : {false, true}) {
-    auto rec = std::make_shared<RecordedReply>();
-    if (deferred) rec->defer();
-    serve(gen, body, true, rec);
-    ASSERT_TRUE(rec->wait_response());
-    if (deferred) {
-      // The generator has one instance: a generation queued behind this one returns after it ended.
-      generate_within(*gen, request("x", 1), any_piece(), "a generation queued behind the deferred one");
-      rec->attach(rec);
-    }
-    ASSERT_TRUE(rec->wait_closed());
-    EXPECT_EQ(rec->status(), 200);
-    EXPECT_EQ(rec->response().content_type, "text/event-stream; charset=utf-8");
-    const auto events = rec->events();
-    ASSERT_GE(events.size(), 2u);
-    std::string joined_text;
-    for (size_t i = 0; i + 1 < events.size(); ++i) {
-      EXPECT_EQ(events[i]["id"], "s");
-      EXPECT_EQ(events[i]["model_name"], "gpt");
-      EXPECT_FALSE(events[i].contains("finish_reason"));
-      const std::string piece = events[i]["text_output"];
-      EXPECT_FALSE(piece.empty());
-      EXPECT_TRUE(models::decode_utf8(piece).invalid_offsets.empty()) << "a piece of whole characters";
-      joined_text += piece;
-    }
-    EXPECT_EQ(joined_text, text);
-    EXPECT_EQ(events.back(), (json{{"id", "s"}, {"model_name", "gpt"}, {"model_version", "1"}, {"text_output", ""},
-                                   {"finish_reason", "length"}}));
-  }
-  // A stop string: two characters from the middle of the text.
-  ASSERT_GT(text.size(), 12u);
-  size_t from = 6;
-  while ((static_cast<unsigned char>(text[from]) & 0xC0) == 0x80) ++from;
-  size_t to = from + 1;
-  while (to < text.size() && (static_cast<unsigned char>(text[to]) & 0xC0) == 0x80) ++to;
-  const std::string stop = text.substr(from, to - from);
-  const std::string other = "\x01\x02";
-  const json stop_body = {{"text_input", "Hello"}, {"parameters", {{"max_tokens", 60}, {"stop", {other, stop}}}}};
-  auto stopped = serve(gen, stop_body.dump(), false);
-  ASSERT_TRUE(stopped->wait_closed());
-  const json j = json::parse(stopped->body());
-  EXPECT_EQ(j["text_output"], text.substr(0, std::min(text.find(stop), text.find(other))));
-  EXPECT_EQ(j["finish_reason"], "stop");
-  auto stream = serve(gen, stop_body.dump(), true);
-  ASSERT_TRUE(stream->wait_closed());
-  std::string streamed;
-  for (const auto& e : stream->events()) streamed += e["text_output"].get<std::string>();
-  EXPECT_EQ(streamed, j["text_output"]);
-  EXPECT_EQ(stream->events().back()["finish_reason"], "stop");
-}
-
-TEST(ServeGenerate, BadRequestsAnswer400NamingTheField) {
-  auto gen = generator();
-  for (bool stream : {false, true}) {
-    auto rec = serve(gen, R"({"text_input": "Hi", "parameters": {"max_tokens": 255}})", stream);
-    ASSERT_TRUE(rec->wait_closed());
-    EXPECT_EQ(rec->status(), 400);
-    EXPECT_EQ(rec->response().content_type, "application/json");
-    EXPECT_THAT(json::parse(rec->body())["error"].get<std::string>(),
-                HasSubstr("field 'parameters.max_tokens' is 255: the prompt's 2 tokens + max_tokens exceed"));
-    rec = serve(gen, R"({"text_input": "Hi", "parameters": {"top_k": "many"}})", stream);
-    ASSERT_TRUE(rec->wait_closed());
-    EXPECT_EQ(rec->status(), 400);
-    EXPECT_THAT(rec->body(), HasSubstr("field 'parameters.top_k' must be an integer"));
-  }
-}
-
-// A generator that fails: before its first piece (the status is the error's) or after it
-// (a 200 stream whose last event is {"error"}).
-class FailingGenerator : public TextGenerator {
- public:
-  explicit FailingGenerator(int pieces) : pieces_(pieces) {}
-  void submit(GenerateRequest, PieceCallback on_piece, GenerateDone done) override {
-    worker_ = std::thread([this, on_piece, done] {
-      for (int i = 0; i < pieces_; ++i) on_piece("x");
-      done(std::make_exception_ptr(OutOfMemoryError("hpu:0 is out of memory")), {});
-    });
-  }
-  size_t queue_depth() const override { return 0; }
-  GenerationStats stats() const override { return {}; }
-  int64_t context_length() const override { return 256; }
-  ~FailingGenerator() override { worker_.join(); }
-
- private:
-  int pieces_;
-  std::thread worker_;
-};
-
-TEST(ServeGenerate, ErrorsBeforeAndAfterTheFirstEvent) {
-  auto before = serve(std::make_shared<FailingGenerator>(0), R"({"text_input": "a"})", true);
-  ASSERT_TRUE(before->wait_closed());
-  EXPECT_EQ(before->status(), 503);
-  EXPECT_EQ(json::parse(before->body()), (json{{"error", "hpu:0 is out of memory"}}));
-  auto after = serve(std::make_shared<FailingGenerator>(2), R"({"text_input": "a"})", true);
-  ASSERT_TRUE(after->wait_closed());
-  EXPECT_EQ(after->status(), 200);
-  const auto events = after->events();
-  ASSERT_EQ(events.size(), 3u);
-  EXPECT_EQ(events[1]["text_output"], "x");
-  EXPECT_EQ(events[2], (json{{"error", "hpu:0 is out of memory"}}));
-  auto plain = serve(std::make_shared<FailingGenerator>(1), R"({"text_input": "a"})", false);
-  ASSERT_TRUE(plain->wait_closed());
-  EXPECT_EQ(plain->status(), 503);
-}
-
-// The OpenAI stream over the same event stream: an error before the first chunk is a status with
-// OpenAI's error body; after it, an error event and [DONE].
-TEST(ServeOpenAi, ErrorsBeforeAndAfterTheFirstChunk) {
-  auto serve_chat = [](std::shared_ptr<TextGenerator> gen) {
-    auto rec = std::make_shared<RecordedReply>();
-    HttpRequest req;
-    req.method = "POST";
-    req.target = "/v1/chat/completions";
-    serve_openai(std::move(gen),
-                 parse_chat_request(R"({"model": "gpt", "messages": [{"role": "user", "content": "a"}], "stream": true})"),
-                 std::move(req), RecordedReply::reply_to(rec));
-    return rec;
-  };
-  auto before = serve_chat(std::make_shared<FailingGenerator>(0));
-  ASSERT_TRUE(before->wait_closed());
-  EXPECT_EQ(before->status(), 503);
-  EXPECT_EQ(json::parse(before->body())["error"]["type"], "server_error");
-  EXPECT_EQ(json::parse(before->body())["error"]["message"], "hpu:0 is out of memory");
-  auto after = serve_chat(std::make_shared<FailingGenerator>(2));
-  ASSERT_TRUE(after->wait_closed());
-  EXPECT_EQ(after->status(), 200);
-  std::vector<std::string> data;
-  SseParser p;
-  auto on = [&](SseEvent&& e) {
-    data.push_back(e.data);
-    return true;
-  };
-  p.feed(after->body(), on);
-  p.finish(on);
-  ASSERT_EQ(data.size(), 5u) << after->body();  // the role, "x", "x", the error, [DONE]
-  EXPECT_EQ(json::parse(data[0])["choices"][0]["delta"]["role"], "assistant");
-  EXPECT_EQ(json::parse(data[2])["choices"][0]["delta"]["content"], "x");
-  EXPECT_EQ(json::parse(data[3])["error"]["message"], "hpu:0 is out of memory");
-  EXPECT_EQ(data[4], "[DONE]");
-}
 
 }  // namespace
