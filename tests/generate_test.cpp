@@ -39,6 +39,8 @@ using ::testing::HasSubstr;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
+namespace {
+
 
 // A generation that holds the generator's instance: its first piece's callback signals that it
 // runs and then waits until release() (bounded). Declare it after the generator: its
@@ -365,6 +367,5 @@ TEST(GptGenerator, ClientGoneStopsEarly) {
   EXPECT_EQ(rec->writes(), 1u);
   EXPECT_EQ(rec->events().size(), 1u);  // the first event, sent with the response
 }
-
 
 }  // namespace

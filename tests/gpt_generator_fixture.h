@@ -10,7 +10,12 @@
 
 #include <filesystem>
 #include <future>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <mutex>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -24,6 +29,7 @@
 #include "models/tokenizer.h"
 #include "server/generate.h"
 #include "server/generate_scheduler.h"
+#include "server/sse_parser.h"
 #include "test_env.h"
 #include "wait.h"
 
@@ -106,6 +112,112 @@ inline server::GenerateResult generate_within(server::TextGenerator& gen, const 
     else promise->set_value(std::move(r));
   });
   return test::get_within(result, test::kWaitLimit, what);
+}
+
+// What serve_generate sent: the response, then (for a stream) each chunk and the close.
+class RecordedReply : public server::ResponseStream {
+ public:
+  // fail_after: writes after this many succeed return false (the client is gone).
+  explicit RecordedReply(size_t fail_after = SIZE_MAX) : fail_after_(fail_after) {}
+  bool write(std::string chunk) override {
+    std::lock_guard lk(mu_);
+    ++writes_;
+    if (writes_ > fail_after_) return false;
+    body_ += chunk;
+    return true;
+  }
+  void close() override {
+    std::lock_guard lk(mu_);
+    closed_ = true;
+    cv_.notify_all();
+  }
+  // A Reply that records the response and, for a stream, attaches `self` (now or, with
+  // `deferred`, when attach() is called).
+  static server::Reply reply_to(std::shared_ptr<RecordedReply> self) {
+    return [self](server::HttpResponse r) {
+      std::unique_lock lk(self->mu_);
+      auto stream = std::move(r.stream);
+      self->status_ = r.status;
+      self->response_ = r;
+      self->body_ = r.body;
+      if (!stream) self->closed_ = true;
+      self->cv_.notify_all();
+      if (stream && !self->deferred_) {
+        lk.unlock();
+        stream(self);
+      } else {
+        self->stream_ = std::move(stream);
+      }
+    };
+  }
+  void defer() { deferred_ = true; }
+  void attach(std::shared_ptr<RecordedReply> self) {
+    std::function<void(std::shared_ptr<server::ResponseStream>)> s;
+    {
+      std::lock_guard lk(mu_);
+      s = std::move(stream_);
+    }
+    ASSERT_TRUE(s) << "no streamed response to attach to";
+    s(std::move(self));
+  }
+  // Waits (bounded) until the response ended; false (and a test failure) on timeout.
+  bool wait_closed() {
+    std::unique_lock lk(mu_);
+    return test::wait_for(cv_, lk, test::kWaitLimit, "the generate response to end", [&] { return closed_; });
+  }
+  bool wait_response() {
+    std::unique_lock lk(mu_);
+    return test::wait_for(cv_, lk, test::kWaitLimit, "the generate response's status", [&] { return status_ != 0; });
+  }
+  int status() {
+    std::lock_guard lk(mu_);
+    return status_;
+  }
+  server::HttpResponse response() {
+    std::lock_guard lk(mu_);
+    return response_;
+  }
+  std::string body() {
+    std::lock_guard lk(mu_);
+    return body_;
+  }
+  size_t writes() {
+    std::lock_guard lk(mu_);
+    return writes_;
+  }
+  std::vector<nlohmann::json> events() {
+    std::vector<nlohmann::json> out;
+    server::SseParser p;
+    auto on = [&](server::SseEvent&& e) {
+      out.push_back(nlohmann::json::parse(e.data));
+      return true;
+    };
+    p.feed(body(), on);
+    p.finish(on);
+    return out;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t fail_after_, writes_ = 0;
+  int status_ = 0;
+  bool closed_ = false, deferred_ = false;
+  server::HttpResponse response_;
+  std::string body_;
+  std::function<void(std::shared_ptr<server::ResponseStream>)> stream_;
+};
+
+// The Triton generate (or, with `stream`, generate_stream) endpoint's answer to `body`.
+inline std::shared_ptr<RecordedReply> serve(const std::shared_ptr<server::TextGenerator>& gen, const std::string& body,
+                                            bool stream,
+                                            std::shared_ptr<RecordedReply> rec = std::make_shared<RecordedReply>()) {
+  server::HttpRequest req;
+  req.method = "POST";
+  req.target = stream ? "/v2/models/gpt/generate_stream" : "/v2/models/gpt/generate";
+  req.body = body;
+  server::serve_generate(gen, "gpt", "1", std::move(req), RecordedReply::reply_to(rec), stream);
+  return rec;
 }
 
 }  // namespace hg::test
