@@ -8,6 +8,9 @@
 #include <unordered_map>
 #include <omp.h>
 
+#include "engine/kernels.h"
+#include "engine/packed_weights.h"
+
 namespace hg::kernels {
 
 // Never destroyed, like the eager kernel cache: kernels queued on an hpu may still run while
@@ -55,14 +58,13 @@ void append_post_ops(dnnl::primitive_attr& attr, FusedAct act, bool sum) {
 }
 
 std::shared_ptr<void> reorder_once(const dnnl::memory::desc& from, const void* data, const dnnl::memory::desc& to) {
-  const size_t bytes = (std::max<size_t>(to.get_size(), 64) + 63) / 64 * 64;
-  std::shared_ptr<void> buf(std::aligned_alloc(64, bytes), std::free);
-  if (!buf) throw std::bad_alloc();
-  dnnl::memory src(from, dnnl_engine(), const_cast<void*>(data)), dst(to, dnnl_engine(), buf.get());
-  dnnl::stream& s = dnnl_stream();
-  dnnl::reorder(src, dst).execute(s, src, dst);
-  s.wait();
-  return buf;
+  static PackedWeights<std::pair<dnnl::memory::desc, dnnl::memory::desc>> packs;
+  return packs.get(data, from.get_size(), {from, to}, to.get_size(), [&](void* buf) {
+    dnnl::memory src(from, dnnl_engine(), const_cast<void*>(data)), dst(to, dnnl_engine(), buf);
+    dnnl::stream& s = dnnl_stream();
+    dnnl::reorder(src, dst).execute(s, src, dst);
+    s.wait();
+  });
 }
 
 namespace {

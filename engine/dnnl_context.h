@@ -44,8 +44,9 @@ void append_post_ops(dnnl::primitive_attr& attr, FusedAct act, bool sum);
 // Appends the activation `act` to `po` as an eltwise post-op (nothing for FusedAct::None).
 void append_activation(dnnl::post_ops& po, FusedAct act);
 
-// `data` (laid out as `from`) reordered into a new 64-byte aligned buffer laid out as `to`:
-// weights pre-packed once into the layout a primitive chose. Throws dnnl::error.
+// `data` (laid out as `from`) reordered into a 64-byte aligned buffer laid out as `to`: weights
+// pre-packed once into the layout a primitive chose, shared with every kernel that packed the same
+// bytes into the same layout (engine/packed_weights.h). Throws dnnl::error.
 std::shared_ptr<void> reorder_once(const dnnl::memory::desc& from, const void* data, const dnnl::memory::desc& to);
 
 // A primitive and its arguments. Each thread that runs it creates its memory objects on its

@@ -9,6 +9,8 @@
 #include <mutex>
 #include <utility>
 
+#include "engine/kernels.h"
+
 namespace hg::kernels {
 
 namespace {
@@ -34,6 +36,7 @@ std::pair<float, float> range_with_zero(const float* a, int64_t count) {
 QuantWeights quantize_weights(const float* w, int64_t channels, int64_t per_channel, bool channel_major, bool uniform) {
   QuantWeights r{std::vector<int8_t>(static_cast<size_t>(channels * per_channel)),
                  std::vector<float>(static_cast<size_t>(channels), 0.0f)};
+  note_prepacked_bytes(r.q.size() + r.scale.size() * sizeof(float));  // a prepack's copy of the weights
   auto at = [&](int64_t c, int64_t k) { return channel_major ? c * per_channel + k : k * channels + c; };
   for (int64_t c = 0; c < channels; ++c)
     for (int64_t k = 0; k < per_channel; ++k) r.scale[c] = std::max(r.scale[c], std::abs(w[at(c, k)]));

@@ -33,6 +33,11 @@ Kernel small_gemm(int64_t m, int64_t k, int64_t n, const float* w, bool w_is_nk,
 // node's kernel (graphs/executable.cpp).
 void note_kernel_choice(std::string why);
 std::string take_kernel_choice();
+// Bytes a prepack function keeps for its kernel (weights reordered, transposed or quantized: a
+// copy per compiled graph), noted on the calling thread and taken by the graph compiler, which
+// counts them in the executable's constant bytes (what memory budgets weigh).
+void note_prepacked_bytes(size_t bytes);
+size_t take_prepacked_bytes();
 
 // element-wise (kernels_pointwise.cpp)
 Kernel prepare_binary(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a);  // a.ints[0]: BinaryOp

@@ -25,6 +25,7 @@ using dt = dnnl::memory::data_type;
 constexpr int64_t kSingleThreadWork = int64_t{1} << 18;
 
 thread_local std::string t_kernel_choice;
+thread_local size_t t_prepacked_bytes = 0;
 
 // C = act(op(A) op(B) + bias): A is input 0, B input 1, the bias [n] input 2.
 struct MatmulSpec {
@@ -147,6 +148,10 @@ const void* constant_input(const std::vector<const void*>& constant, size_t i) {
 void note_kernel_choice(std::string why) { t_kernel_choice = std::move(why); }
 
 std::string take_kernel_choice() { return std::exchange(t_kernel_choice, std::string()); }
+
+void note_prepacked_bytes(size_t bytes) { t_prepacked_bytes += bytes; }
+
+size_t take_prepacked_bytes() { return std::exchange(t_prepacked_bytes, size_t{0}); }
 
 Kernel prepare_matmul(const std::vector<TensorMeta>& in, const TensorMeta& out, const Attrs& a) {
   return matmul_kernel(matmul_spec(in, out, a), nullptr);

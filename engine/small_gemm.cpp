@@ -9,9 +9,11 @@
 // (kernels_dnnl.cpp) and says so in the graph dump.
 #include <algorithm>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "engine/kernels.h"
+#include "engine/packed_weights.h"
 #include "engine/vec16.h"
 
 namespace hg::kernels {
@@ -107,22 +109,31 @@ bool small_gemm_fits(DType t, int64_t m, int64_t k, int64_t n, FusedAct act) {
 }
 
 Kernel small_gemm(int64_t m, int64_t k, int64_t n, const float* w, bool w_is_nk, bool bias, FusedAct act) {
+  // w as [n, k] rows (few outputs) or as [k, np] columns, shared with the other kernels that
+  // pack the same weights (engine/packed_weights.h): the batch buckets of one model all do.
+  static PackedWeights<std::tuple<int64_t, int64_t, bool, bool>> packs;
   const int64_t a = static_cast<int64_t>(act);
-  if (n <= kDotOutputs) {
-    auto rows = std::make_shared<std::vector<float>>(static_cast<size_t>(n * k));  // [n, k]
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t p = 0; p < k; ++p) (*rows)[j * k + p] = w_is_nk ? w[j * k + p] : w[p * n + j];
-    return [rows, m, k, n, bias, a](const void* const* in, void* out) {
-      dot_rows(static_cast<const float*>(in[0]), rows->data(), bias ? static_cast<const float*>(in[2]) : nullptr,
+  const bool as_rows = n <= kDotOutputs;
+  const int64_t np = as_rows ? n : (n + kLanes - 1) / kLanes * kLanes;
+  const std::shared_ptr<void> packed =
+      packs.get(w, static_cast<size_t>(k * n) * sizeof(float), {k, n, w_is_nk, as_rows},
+                static_cast<size_t>(k * np) * sizeof(float), [&](void* buf) {
+                  auto* p = static_cast<float*>(buf);
+                  for (int64_t q = 0; q < k; ++q)
+                    for (int64_t j = 0; j < np; ++j) {
+                      const float v = j >= n ? 0.0f : w_is_nk ? w[j * k + q] : w[q * n + j];
+                      if (as_rows) p[j * k + q] = v;
+                      else p[q * np + j] = v;
+                    }
+                });
+  const auto* pw = static_cast<const float*>(packed.get());
+  if (as_rows)
+    return [packed, pw, m, k, n, bias, a](const void* const* in, void* out) {
+      dot_rows(static_cast<const float*>(in[0]), pw, bias ? static_cast<const float*>(in[2]) : nullptr,
                static_cast<float*>(out), m, k, n, a);
     };
-  }
-  const int64_t np = (n + kLanes - 1) / kLanes * kLanes;
-  auto cols = std::make_shared<std::vector<float>>(static_cast<size_t>(k * np), 0.0f);  // [k, np]
-  for (int64_t p = 0; p < k; ++p)
-    for (int64_t j = 0; j < n; ++j) (*cols)[p * np + j] = w_is_nk ? w[j * k + p] : w[p * n + j];
-  return [cols, m, k, n, np, bias, a](const void* const* in, void* out) {
-    small_rows(static_cast<const float*>(in[0]), cols->data(), bias ? static_cast<const float*>(in[2]) : nullptr,
+  return [packed, pw, m, k, n, np, bias, a](const void* const* in, void* out) {
+    small_rows(static_cast<const float*>(in[0]), pw, bias ? static_cast<const float*>(in[2]) : nullptr,
                static_cast<float*>(out), m, k, n, np, a);
   };
 }

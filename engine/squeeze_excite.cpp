@@ -228,6 +228,7 @@ Kernel prepack_squeeze_excite(const Metas& in, const TensorMeta& out, const Attr
   if (constant.size() < 3 || !constant[2]) return make_kernel(in, out, a, nullptr);
   const int64_t c = in[2].shape[0], cr = in[2].shape[1];
   auto t = std::make_shared<std::vector<float>>(static_cast<size_t>(c * cr));
+  kernels::note_prepacked_bytes(t->size() * sizeof(float));
   const float* w2 = static_cast<const float*>(constant[2]);
   for (int64_t i = 0; i < c; ++i)
     for (int64_t j = 0; j < cr; ++j) (*t)[j * c + i] = w2[i * cr + j];

@@ -153,6 +153,7 @@ std::shared_ptr<const Executable> Executable::compile(Graph g, const CompileOpti
                             ", " + node_name(g, node.inputs[k]) + ", is neither frozen nor constant");
     const Kernel kernel = node.op->prepack ? node.op->prepack(metas, node.meta, node.attrs, ptrs)
                                            : node.op->prepare(metas, node.meta, node.attrs);
+    kernels::take_prepacked_bytes();  // this kernel only computes a constant, once: it is not kept
     kernel(ptrs.data(), buf.get());
     exe->constants_[loc[i].index] = buf.get();
     exe->owned_[loc[i].index] = std::move(buf);
@@ -212,7 +213,9 @@ std::shared_ptr<const Executable> Executable::compile(Graph g, const CompileOpti
     const bool any_constant = std::any_of(ptrs.begin(), ptrs.end(), [](const void* p) { return p != nullptr; });
     kernels::take_kernel_choice();  // nothing noted before this node's kernel counts for it
     if (any_constant && node.op->prepack) {
+      kernels::take_prepacked_bytes();
       s.kernel = node.op->prepack(metas, node.meta, node.attrs, ptrs);
+      exe->constant_bytes_ += kernels::take_prepacked_bytes();  // its copy of the weights is kept for runs
       prepacked[i] = 1;
     } else {
       s.kernel = node.op->prepare(metas, node.meta, node.attrs);

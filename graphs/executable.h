@@ -51,7 +51,8 @@ class Executable {
 
   size_t arena_bytes() const { return plan_.arena_bytes; }
   size_t buffer_bytes() const { return plan_.total_bytes; }  // sum of the arena's buffers (no reuse)
-  size_t constant_bytes() const { return constant_bytes_; }  // constant buffers kept for runs
+  // Constant buffers kept for runs: constant nodes' values and the weights prepacked kernels keep.
+  size_t constant_bytes() const { return constant_bytes_; }
   const MemoryPlan& plan() const { return plan_; }
   const PassReport& pass_report() const { return report_; }
   const Graph& graph() const { return graph_; }  // after passes

@@ -158,16 +158,47 @@ std::vector<float> PagedDecoder::step(const std::vector<PagedRow>& rows) {
 
 size_t PagedDecoder::warmup() {
   const size_t before = graphs_.size();
-  for (int64_t t : token_buckets_)
+  for (size_t i = 0; i < token_buckets_.size(); ++i) {
+    const int64_t t = token_buckets_[i];
     for (int64_t b : opt_.batch_buckets)
       if (b <= t) graph_for(t, b);
-  return graphs_.size() - before;
+    if (opt_.memory_budget == 0 || graph_bytes() <= opt_.memory_budget) continue;
+    const size_t over = graph_bytes();
+    for (size_t j = i; j < token_buckets_.size(); ++j)  // this bucket and every larger one
+      for (int64_t b : opt_.batch_buckets) graphs_.erase(token_buckets_[j] * 65536 + b);
+    if (i == 0)
+      throw InvalidArgument("PagedDecoder: a memory budget of " + std::to_string(opt_.memory_budget) +
+                            " bytes holds no step graph (steps of 1 token take " + std::to_string(over) + ")");
+    token_buckets_.resize(i);
+    while (opt_.batch_buckets.back() > token_buckets_.back()) opt_.batch_buckets.pop_back();
+    break;
+  }
+  return graphs_.size() - std::min(before, graphs_.size());
 }
 
-size_t PagedDecoder::arena_bytes() const {
+size_t PagedDecoder::graph_bytes() const {
   size_t total = 0;
-  graphs_.for_each([&](const int64_t&, const Graph& g) { total += g.graph->arena_bytes(); });
+  graphs_.for_each([&](const int64_t&, const Graph& g) {
+    total += g.graph->arena_bytes() + g.graph->executable().constant_bytes();
+  });
   return total;
+}
+
+std::vector<StepGraphInfo> PagedDecoder::grid() const {
+  std::vector<StepGraphInfo> out;
+  graphs_.for_each([&](const int64_t&, const Graph& g) {
+    const graphs::HPUGraphStats& s = g.graph->stats();
+    out.push_back({.tokens = g.t,
+                   .sequences = g.b,
+                   .compile_ms = s.compile_ms,
+                   .arena_bytes = g.graph->arena_bytes(),
+                   .constant_bytes = g.graph->executable().constant_bytes(),
+                   .from_cache = s.memory_cache_hit || s.disk_cache_hit});
+  });
+  std::sort(out.begin(), out.end(), [](const StepGraphInfo& a, const StepGraphInfo& b) {
+    return std::pair(a.tokens, a.sequences) < std::pair(b.tokens, b.sequences);
+  });
+  return out;
 }
 
 }  // namespace hg::models

@@ -38,6 +38,18 @@ struct PagedDecoderOptions {
   std::vector<int64_t> batch_buckets = {1, 2, 4, 8, 16, 32};  // sequences per step
   // Tokens per step: 1, 2, 4, ... up to max_step_tokens (included; 0: the model's max_len).
   int64_t max_step_tokens = 0;
+  // Bytes of arenas and constants warmup() may spend on the grid (0: no limit): token buckets are
+  // captured smallest first, and the one that goes past the budget is left out with every larger
+  // one (steps then hold fewer tokens, and at most that many sequences).
+  size_t memory_budget = 0;
+};
+
+// One captured graph of the grid.
+struct StepGraphInfo {
+  int64_t tokens = 0, sequences = 0;
+  double compile_ms = 0;
+  size_t arena_bytes = 0, constant_bytes = 0;
+  bool from_cache = false;  // its optimized graph came from the memory or disk graph cache
 };
 
 class PagedDecoder {
@@ -52,13 +64,16 @@ class PagedDecoder {
   // tokens in all.
   std::vector<float> step(const std::vector<PagedRow>& rows);
 
-  // Captures every (tokens, sequences) bucket not captured yet (sequences <= tokens); returns
-  // how many were captured.
+  // Captures every (tokens, sequences) bucket not captured yet (sequences <= tokens) within the
+  // memory budget; returns how many were captured. Throws InvalidArgument when the budget does
+  // not hold the smallest token bucket's graphs.
   size_t warmup();
   size_t captured_graphs() const { return graphs_.size(); }
+  // The largest step: after a warmup with a budget, what the budget left.
   size_t max_batch() const { return static_cast<size_t>(opt_.batch_buckets.back()); }
   int64_t max_step_tokens() const { return token_buckets_.back(); }
-  size_t arena_bytes() const;  // of every captured graph
+  size_t graph_bytes() const;  // arenas and constants of every captured graph
+  std::vector<StepGraphInfo> grid() const;  // the captured graphs, by tokens then sequences
 
  private:
   struct Graph {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "engine/act_math.h"
 #include "engine/error.h"
 #include "engine/op.h"
 #include "engine/vec16.h"
@@ -60,10 +61,14 @@ Kernel prepare_write(const std::vector<TensorMeta>& in, const TensorMeta&, const
     const auto* qkv = static_cast<const float*>(i[0]);
     const auto* slots = static_cast<const int64_t*>(i[1]);
     float *k = p->keys(layer), *v = p->values(layer);
+    const int64_t block = p->options().block_size;
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t s = slots[r];
       if (s < 0 || s >= p->slots()) continue;  // padding (or a bad slot, which the decoder's checks exclude)
-      std::memcpy(k + s * d, qkv + r * 3 * d + d, static_cast<size_t>(d) * sizeof(float));
+      // keys: feature e of the slot's block at [block][e][offset] (e runs over heads x head_dim)
+      const float* kr = qkv + r * 3 * d + d;
+      float* kb = k + (s / block) * block * d + s % block;
+      for (int64_t e = 0; e < d; ++e) kb[e * block] = kr[e];
       std::memcpy(v + s * d, qkv + r * 3 * d + 2 * d, static_cast<size_t>(d) * sizeof(float));
     }
   };
@@ -81,31 +86,113 @@ TensorMeta infer_attention(const OpSchema& op, const std::vector<TensorMeta>& in
   return {{n, s, p.slot_floats()}, DType::F32};
 }
 
-// One (row, head): softmax(q . K[0..p] * scale) . V[0..p], keys and values read through the table.
-// False when a table entry is outside the pool (the row is then NaN).
-__attribute__((target_clones("avx512f", "default"))) bool attend_head(const float* q, const float* keys,
-                                                                      const float* values, const int64_t* table,
-                                                                      int64_t positions, int64_t block, int64_t blocks,
-                                                                      int64_t d, int64_t dh, float scale, float* scores,
-                                                                      float* out) {
-  float top = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < positions; ++j) {
-    const int64_t b = table[j / block];
-    if (b < 0 || b >= blocks) return false;
-    const float* kj = keys + (b * block + j % block) * d;
-    float acc = 0;
-    for (int64_t e = 0; e < dh; ++e) acc += q[e] * kj[e];
-    scores[j] = acc * scale;
-    top = std::max(top, scores[j]);
+// Each head's row of scores (heads x positions) becomes its softmax weights (exp four lanes at a
+// time: act_math.h's exp4, 2e-7 relative).
+[[gnu::always_inline]] inline void softmax_rows(float* scores, int64_t heads, int64_t positions) {
+  for (int64_t h = 0; h < heads; ++h) {
+    float* sh = scores + h * positions;
+    float top = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : top)
+    for (int64_t j = 0; j < positions; ++j) top = std::max(top, sh[j]);
+    act::f32x4 sum4 = {};
+    int64_t j = 0;
+    for (; j + 4 <= positions; j += 4) {
+      act::f32x4 v;
+      std::memcpy(&v, sh + j, sizeof v);
+      v = act::exp4(v - top);
+      std::memcpy(sh + j, &v, sizeof v);
+      sum4 += v;
+    }
+    float sum = (sum4[0] + sum4[1]) + (sum4[2] + sum4[3]);
+    for (; j < positions; ++j) sum += sh[j] = std::exp(sh[j] - top);
+    const float inv = 1.0f / sum;
+    for (j = 0; j < positions; ++j) sh[j] *= inv;
   }
-  float sum = 0;
-  for (int64_t j = 0; j < positions; ++j) sum += scores[j] = std::exp(scores[j] - top);
-  const float inv = 1.0f / sum;
-  std::fill_n(out, dh, 0.0f);
-  for (int64_t j = 0; j < positions; ++j) {
-    const float w = scores[j] * inv;
-    const float* vj = values + (table[j / block] * block + j % block) * d;
-    for (int64_t e = 0; e < dh; ++e) out[e] += w * vj[e];
+}
+
+// Scores of positions [o0, o0 + 16) of one block for one head: keys `kb` are the block's
+// head_dim rows of `block` positions, so feature e of 16 positions is one vector and the scores
+// come out as one vector, with no sums across lanes; four chains of multiply-adds over the features.
+[[gnu::always_inline]] inline void score_lanes(const float* qh, const float* kb, int64_t dh, int64_t block, int64_t o0,
+                                               int64_t n, float scale, float* out) {
+  f32x16 acc[4] = {};
+  int64_t e = 0;
+  for (; e + 4 <= dh; e += 4)
+    for (int u = 0; u < 4; ++u) acc[u] += qh[e + u] * *reinterpret_cast<const f32x16*>(kb + (e + u) * block + o0);
+  for (; e < dh; ++e) acc[0] += qh[e] * *reinterpret_cast<const f32x16*>(kb + e * block + o0);
+  const f32x16 r = ((acc[0] + acc[1]) + (acc[2] + acc[3])) * scale;
+  if (n >= kLanes16) *reinterpret_cast<f32x16*>(out) = r;
+  else
+    for (int64_t l = 0; l < n; ++l) out[l] = r[l];  // lanes past the sequence's last position are dropped
+}
+
+// out_h = sum_j w_j V_j,h for head_dim = 16 V: the head's output held in V registers.
+template <int V>
+[[gnu::always_inline]] inline void weigh_values(const float* sh, const float* values, const int64_t* table,
+                                                int64_t positions, int64_t block, int64_t d, float* oh) {
+  f32x16 o[V] = {};
+  for (int64_t t = 0, j = 0; j < positions; ++t) {
+    const float* x = values + table[t] * block * d;
+    for (const int64_t end = std::min(positions, j + block); j < end; ++j, x += d)
+      for (int v = 0; v < V; ++v) o[v] += sh[j] * *reinterpret_cast<const f32x16*>(x + v * kLanes16);
+  }
+  for (int v = 0; v < V; ++v) *reinterpret_cast<f32x16*>(oh + v * kLanes16) = o[v];
+}
+
+// One row: for each head h, softmax(q_h . K_h[0..p] * scale) . V_h[0..p], keys and values read
+// through the table block by block. Keys are kept per block and head as head_dim rows of
+// block_size positions (KVBlockPool's layout), so with blocks of a multiple of 16 positions the
+// scores of 16 positions are one vector (score_lanes); values are rows of d floats, each head's
+// output kept in registers for head sizes of 16, 32, 64 and 128 (weigh_values). Other sizes take
+// the plain loops. scores: heads x positions floats. False when a table entry is outside the pool
+// (the row is then NaN).
+__attribute__((target_clones("avx512f", "default"))) bool attend_row(const float* q, const float* keys,
+                                                                     const float* values, const int64_t* table,
+                                                                     int64_t positions, int64_t block, int64_t blocks,
+                                                                     int64_t heads, int64_t dh, float scale,
+                                                                     float* scores, float* out) {
+  const int64_t used = (positions + block - 1) / block, d = heads * dh;
+  for (int64_t t = 0; t < used; ++t)
+    if (table[t] < 0 || table[t] >= blocks) return false;
+  for (int64_t h = 0; h < heads; ++h) {
+    const float* qh = q + h * dh;
+    float* sh = scores + h * positions;
+    for (int64_t t = 0; t < used; ++t) {
+      const float* kb = keys + (table[t] * heads + h) * dh * block;
+      const int64_t n = std::min(block, positions - t * block);
+      float* st = sh + t * block;
+      if (block % kLanes16 == 0) {
+        for (int64_t o0 = 0; o0 < n; o0 += kLanes16) score_lanes(qh, kb, dh, block, o0, n - o0, scale, st + o0);
+        continue;
+      }
+      for (int64_t o = 0; o < n; ++o) {
+        float acc = 0;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t e = 0; e < dh; ++e) acc += qh[e] * kb[e * block + o];
+        st[o] = acc * scale;
+      }
+    }
+  }
+  softmax_rows(scores, heads, positions);
+  for (int64_t h = 0; h < heads; ++h) {
+    const float* sh = scores + h * positions;
+    float* oh = out + h * dh;
+    switch (dh) {
+      case 16: weigh_values<1>(sh, values + h * dh, table, positions, block, d, oh); continue;
+      case 32: weigh_values<2>(sh, values + h * dh, table, positions, block, d, oh); continue;
+      case 64: weigh_values<4>(sh, values + h * dh, table, positions, block, d, oh); continue;
+      case 128: weigh_values<8>(sh, values + h * dh, table, positions, block, d, oh); continue;
+      default: break;
+    }
+    std::fill_n(oh, dh, 0.0f);
+    for (int64_t t = 0, j = 0; j < positions; ++t) {
+      const float* x = values + table[t] * block * d + h * dh;
+      for (const int64_t end = std::min(positions, j + block); j < end; ++j, x += d) {
+        const float w = sh[j];
+#pragma omp simd
+        for (int64_t e = 0; e < dh; ++e) oh[e] += w * x[e];
+      }
+    }
   }
   return true;
 }
@@ -140,10 +227,10 @@ Kernel prepare_attention(const std::vector<TensorMeta>& in, const TensorMeta& ou
       }
       const int64_t seq = seqs[r];
       bool ok = at < span && seq >= 0 && seq < b;
-      if (ok && static_cast<int64_t>(scores.size()) < at + 1) scores.resize(static_cast<size_t>(at + 1));
-      for (int64_t h = 0; ok && h < heads; ++h)
-        ok = attend_head(qkv + r * 3 * d + h * dh, keys + h * dh, values + h * dh, tables + seq * t, at + 1, block,
-                         blocks, d, dh, scale, scores.data(), yr + h * dh);
+      if (ok && static_cast<int64_t>(scores.size()) < heads * (at + 1))
+        scores.resize(static_cast<size_t>(heads * (at + 1)));
+      ok = ok && attend_row(qkv + r * 3 * d, keys, values, tables + seq * t, at + 1, block, blocks, heads, dh, scale,
+                            scores.data(), yr);
       if (!ok) std::fill_n(yr, d, std::numeric_limits<float>::quiet_NaN());
     }
   };

@@ -12,8 +12,11 @@
 //   hg::Tensor o = hg::models::paged_attention(qkv, written, tables, positions, seqs, pool, layer);   // [N, S, D]
 //   pool.release(table);
 //
-// Layout: per layer, keys and values are [blocks * block_size, heads, head_dim] (a slot is one
-// position's D = heads * head_dim floats, the layout of the projection's output). The ops find the
+// Layout: per layer, values are [blocks * block_size, heads, head_dim] (a slot is one position's
+// D = heads * head_dim floats, the layout of the projection's output); keys are [blocks, heads,
+// head_dim, block_size]: each block's keys transposed, so one feature of a block's positions is
+// contiguous and the attention scores 16 positions per vector (block sizes that are multiples of
+// 16 take that path; others work, slower). The ops find the
 // pool by its id when they run, as a graph replayed later must: a graph that outlives its pool
 // writes nothing and attends to NaN (logged). Ops never throw while running: out-of-range slots
 // are skipped and out-of-range table entries give NaN rows; the decoder checks both on the host

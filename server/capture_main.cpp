@@ -33,6 +33,8 @@
 #include "graphs/step_profile.h"
 #include "models/buckets.h"
 #include "models/predictor.h"
+#include "server/generate.h"
+#include "server/generate_scheduler.h"
 #include "server/model_config.h"
 #include "server/precision_check.h"
 #include "server/padding.h"
@@ -85,6 +87,25 @@ void profile(hg::models::Predictor& p, const std::vector<hg::models::BucketInfo>
   const auto table = hg::graphs::StepProfile::stop();
   std::printf("profile: bucket %lld, %lld runs\n%s", static_cast<long long>(b->batch), static_cast<long long>(runs),
               hg::graphs::StepProfile::table(table, 15).c_str());
+}
+
+// A text generation model's step graphs: the grid the server captures at load (config.json's
+// "generation"), captured here too, so the server finds them in the graph cache.
+void capture_generation(const hg::models::Predictor& p, const hg::server::ModelConfig& config) {
+  const auto gen = std::dynamic_pointer_cast<hg::server::GenerateScheduler>(hg::server::make_gpt_generator(p.module(), config));
+  const hg::server::GenerationStats s = gen->stats();
+  std::printf("%8s %9s %11s %9s %11s  %s\n", "tokens", "sequences", "compile ms", "arena MB", "const MB", "from cache");
+  double total_ms = 0;
+  for (const hg::models::StepGraphInfo& g : gen->grid()) {
+    std::printf("%8lld %9lld %11.1f %9.3f %11.3f  %s\n", static_cast<long long>(g.tokens), static_cast<long long>(g.sequences),
+                g.compile_ms, mb(g.arena_bytes), mb(g.constant_bytes), g.from_cache ? "yes" : "no");
+    total_ms += g.compile_ms;
+  }
+  std::printf("captured %zu step graphs for text generation, compile %.1f ms, %.3f MB (budget %s): steps of up to "
+              "%lld tokens and %lld sequences\n",
+              s.captured_graphs, total_ms, mb(s.graph_bytes),
+              config.generation.graph_memory_mb ? (std::to_string(config.generation.graph_memory_mb) + " MB").c_str() : "none",
+              static_cast<long long>(s.max_step_tokens), static_cast<long long>(s.max_batch));
 }
 
 }  // namespace
@@ -199,6 +220,7 @@ int main(int argc, char** argv) {
     if (infos.empty() && predictor->input_size(0) < 0)
       std::printf("the model has dynamic dimensions and its config.json names no \"padding\": nothing to capture "
                   "ahead (signatures are captured on first use)\n");
+    if (hg::server::is_text_generation_model(predictor->package().spec)) capture_generation(*predictor, config);
     if (profile_runs > 0) profile(*predictor, infos, profile_runs);
     if (auto dc = hg::graphs::disk_cache()) {
       const auto s = dc->stats();

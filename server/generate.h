@@ -81,7 +81,9 @@ struct GenerationStats {
   uint64_t finished = 0, cancelled = 0, failed = 0;  // failed: errors, timeouts (504) and shutdown (503) included
   int64_t running = 0, waiting = 0;
   int64_t kv_blocks_total = 0, kv_blocks_free = 0;
-  size_t captured_graphs = 0;
+  // The step graphs captured at warm-up, how many came from the graph cache, their arenas and constants.
+  size_t captured_graphs = 0, graphs_from_cache = 0, graph_bytes = 0;
+  int64_t max_batch = 0, max_step_tokens = 0;   // the largest step (what the graph memory budget left)
 };
 
 // Metrics hooks of a generator (must not throw): each step (its sequences and compute time), and

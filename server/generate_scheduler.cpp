@@ -59,10 +59,18 @@ GenerateScheduler::GenerateScheduler(std::shared_ptr<models::GPT> gpt, const Sch
   pool_ = std::make_unique<models::KVBlockPool>(gpt_->kv_options(opt_.block_size, (tokens + opt_.block_size - 1) / opt_.block_size));
   decoder_ = std::make_unique<models::PagedDecoder>(
       *gpt_, *pool_,
-      models::PagedDecoderOptions{.batch_buckets = powers_of_two_up_to(opt_.max_batch), .max_step_tokens = opt_.max_step_tokens});
+      models::PagedDecoderOptions{.batch_buckets = powers_of_two_up_to(opt_.max_batch),
+                                  .max_step_tokens = opt_.max_step_tokens,
+                                  .memory_budget = opt_.graph_memory});
   decoder_->warmup();
+  opt_.max_batch = static_cast<int64_t>(decoder_->max_batch());  // what the memory budget left
+  opt_.max_step_tokens = decoder_->max_step_tokens();
   stats_.kv_blocks_total = pool_->total_blocks();
   stats_.captured_graphs = decoder_->captured_graphs();
+  stats_.graph_bytes = decoder_->graph_bytes();
+  for (const models::StepGraphInfo& g : decoder_->grid()) stats_.graphs_from_cache += g.from_cache;
+  stats_.max_batch = opt_.max_batch;
+  stats_.max_step_tokens = opt_.max_step_tokens;
   thread_ = std::thread([this] { loop(); });
 }
 

@@ -43,6 +43,9 @@ struct SchedulerOptions {
   int64_t block_size = 16;          // positions per KV block
   // The KV cache's capacity in tokens (rounded up to blocks); 0: max_batch * max_len. At least max_len.
   int64_t max_batch_total_tokens = 0;
+  // Bytes the captured step graphs may take (arenas and constants; 0: no limit): the grid's larger
+  // token buckets are left out past it, which lowers max_step_tokens (and max_batch with it).
+  size_t graph_memory = 0;
   size_t max_queue = 0;             // waiting requests; 0: unbounded; beyond: 503
   uint64_t default_timeout_us = 0;  // 0: none
   bool allow_timeout_override = true;
@@ -61,6 +64,7 @@ class GenerateScheduler final : public TextGenerator {
   size_t queue_depth() const override;
   GenerationStats stats() const override;
   int64_t context_length() const override { return gpt_->config().max_len; }
+  std::vector<models::StepGraphInfo> grid() const { return decoder_->grid(); }  // what warm-up captured
 
  private:
   using Clock = std::chrono::steady_clock;

@@ -329,12 +329,13 @@ Calibration parse_calibration(const Fields& p) {
 }
 
 Generation parse_generation(const Fields& p) {
-  p.only({"max_batch", "max_step_tokens", "block_size", "max_batch_total_tokens"});
+  p.only({"max_batch", "max_step_tokens", "block_size", "max_batch_total_tokens", "graph_memory_mb"});
   Generation g;
   if (auto n = p.integer("max_batch", 0, 4096)) g.max_batch = *n;  // 0: max_batch_size
   if (auto n = p.integer("max_step_tokens", 0, 65536)) g.max_step_tokens = *n;
   if (auto n = p.integer("block_size", 1, 4096)) g.block_size = *n;
   if (auto n = p.integer("max_batch_total_tokens", 0, int64_t{1} << 30)) g.max_batch_total_tokens = *n;
+  if (auto n = p.integer("graph_memory_mb", 0, int64_t{1} << 30)) g.graph_memory_mb = *n;
   return g;
 }
 
@@ -506,7 +507,8 @@ json ModelConfig::to_json() const {
   j["generation"] = {{"max_batch", generation.max_batch},
                      {"max_step_tokens", generation.max_step_tokens},
                      {"block_size", generation.block_size},
-                     {"max_batch_total_tokens", generation.max_batch_total_tokens}};
+                     {"max_batch_total_tokens", generation.max_batch_total_tokens},
+                     {"graph_memory_mb", generation.graph_memory_mb}};
   j["input"] = json::array();
   for (const auto& io : inputs) j["input"].push_back(tensor_json(io, max_batch_size));
   j["output"] = json::array();

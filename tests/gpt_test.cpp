@@ -210,44 +210,112 @@ TEST(GPT, PagedStepsEqualFullRecomputation) {
     const auto f = gpt->forward(Tensor::from_indices(q, {1, kLen}, d)).to_vector();
     full.insert(full.end(), f.begin(), f.end());
   }
-  KVBlockPool pool(gpt->kv_options(/*block_size=*/4, /*blocks=*/40));
-  PagedDecoder dec(*gpt, pool, {.batch_buckets = {1, 2, 4}, .max_step_tokens = 64});
-  std::vector<std::vector<int32_t>> tables(3);
-  for (int64_t b = 0; b < pool.blocks_for(kLen); ++b)
-    for (auto& t : tables) ASSERT_TRUE(pool.allocate(1, t));
-  EXPECT_EQ(pool.free_blocks(), 40 - 3 * 10);
-  const std::vector<int64_t> prompt = {5, 11, 1};
-  std::vector<PagedRow> rows;
-  for (size_t n = 0; n < 3; ++n)
-    rows.push_back({.tokens = {seqs[n].begin(), seqs[n].begin() + prompt[n]}, .start = 0, .blocks = &tables[n]});
-  // Row i of `got` is sequence seq[i] (default: i) at position at[i].
-  auto expect_rows = [&](const std::vector<float>& got, const std::vector<int64_t>& at, const std::string& what,
-                         std::vector<size_t> seq = {0, 1, 2}) {
-    ASSERT_EQ(got.size(), at.size() * 256);
-    for (size_t i = 0; i < at.size(); ++i)
-      test::expect_close(row(got, i, 256), row(full, seq[i] * kLen + static_cast<size_t>(at[i]), 256), 1e-4,
-                         what + ", sequence " + std::to_string(seq[i]) + " position " + std::to_string(at[i]), 1e-5);
-  };
-  expect_rows(dec.step(rows), {4, 10, 0}, "prefill");
-  // Sequence 2 catches up with a 6-token chunk while the others decode one token: one flat step.
-  rows = {{.tokens = {seqs[0][5]}, .start = 5, .blocks = &tables[0]},
-          {.tokens = {seqs[1][11]}, .start = 11, .blocks = &tables[1]},
-          {.tokens = {seqs[2].begin() + 1, seqs[2].begin() + 7}, .start = 1, .blocks = &tables[2]}};
-  expect_rows(dec.step(rows), {5, 11, 6}, "mixed step");
-  std::vector<int64_t> len = {6, 12, 7};
-  for (int step = 0; step < 20; ++step) {
-    rows.clear();
-    for (size_t n = 0; n < 3; ++n) rows.push_back({.tokens = {seqs[n][static_cast<size_t>(len[n])]}, .start = len[n], .blocks = &tables[n]});
-    expect_rows(dec.step(rows), len, "decode step " + std::to_string(step));
-    for (auto& l : len) ++l;
+  // Blocks of 4 positions take the attention's plain loops, blocks of 16 its vector path.
+  for (const int64_t block : {4, 16}) {
+    SCOPED_TRACE("block_size " + std::to_string(block));
+    KVBlockPool pool(gpt->kv_options(block, /*blocks=*/40));
+    PagedDecoder dec(*gpt, pool, {.batch_buckets = {1, 2, 4}, .max_step_tokens = 64});
+    std::vector<std::vector<int32_t>> tables(3);
+    for (int64_t b = 0; b < pool.blocks_for(kLen); ++b)
+      for (auto& t : tables) ASSERT_TRUE(pool.allocate(1, t));
+    EXPECT_EQ(pool.free_blocks(), 40 - 3 * pool.blocks_for(kLen));
+    const std::vector<int64_t> prompt = {5, 11, 1};
+    std::vector<PagedRow> rows;
+    for (size_t n = 0; n < 3; ++n)
+      rows.push_back({.tokens = {seqs[n].begin(), seqs[n].begin() + prompt[n]}, .start = 0, .blocks = &tables[n]});
+    // Row i of `got` is sequence seq[i] (default: i) at position at[i].
+    auto expect_rows = [&](const std::vector<float>& got, const std::vector<int64_t>& at, const std::string& what,
+                           std::vector<size_t> seq = {0, 1, 2}) {
+      ASSERT_EQ(got.size(), at.size() * 256);
+      for (size_t i = 0; i < at.size(); ++i)
+        test::expect_close(row(got, i, 256), row(full, seq[i] * kLen + static_cast<size_t>(at[i]), 256), 1e-4,
+                           what + ", sequence " + std::to_string(seq[i]) + " position " + std::to_string(at[i]), 1e-5);
+    };
+    expect_rows(dec.step(rows), {4, 10, 0}, "prefill");
+    // Sequence 2 catches up with a 6-token chunk while the others decode one token: one flat step.
+    rows = {{.tokens = {seqs[0][5]}, .start = 5, .blocks = &tables[0]},
+            {.tokens = {seqs[1][11]}, .start = 11, .blocks = &tables[1]},
+            {.tokens = {seqs[2].begin() + 1, seqs[2].begin() + 7}, .start = 1, .blocks = &tables[2]}};
+    expect_rows(dec.step(rows), {5, 11, 6}, "mixed step");
+    std::vector<int64_t> len = {6, 12, 7};
+    for (int step = 0; step < 20; ++step) {
+      rows.clear();
+      for (size_t n = 0; n < 3; ++n) rows.push_back({.tokens = {seqs[n][static_cast<size_t>(len[n])]}, .start = len[n], .blocks = &tables[n]});
+      expect_rows(dec.step(rows), len, "decode step " + std::to_string(step));
+      for (auto& l : len) ++l;
+    }
+    // A batch of 1 (a sequence alone) reads the same pool.
+    expect_rows(dec.step({{.tokens = {seqs[1][static_cast<size_t>(len[1])]}, .start = len[1], .blocks = &tables[1]}}),
+                {len[1]}, "alone", {1});
+    // (tokens, sequences): the prefill (32, 4), the mixed step (8, 4), decode steps (4, 4), alone (1, 1)
+    EXPECT_EQ(dec.captured_graphs(), 4u);
+    for (auto& t : tables) pool.release(t);
+    EXPECT_EQ(pool.free_blocks(), 40);
   }
-  // A batch of 1 (a sequence alone) reads the same pool.
-  expect_rows(dec.step({{.tokens = {seqs[1][static_cast<size_t>(len[1])]}, .start = len[1], .blocks = &tables[1]}}),
-              {len[1]}, "alone", {1});
-  // (tokens, sequences): the prefill (32, 4), the mixed step (8, 4), decode steps (4, 4), alone (1, 1)
-  EXPECT_EQ(dec.captured_graphs(), 4u);
-  for (auto& t : tables) pool.release(t);
-  EXPECT_EQ(pool.free_blocks(), 40);
+}
+
+// Every path of the paged attention equals the full forward: head sizes with registers for the
+// values (16) and without (8, 40), blocks whose keys are scored 16 positions per vector (16, 32)
+// and others (4, 24); a prompt prefilled in two chunks, then three decoded tokens.
+TEST(GPT, PagedAttentionAnyHeadAndBlockSize) {
+  const Device d = Device::hpu(0);
+  NoGradGuard g;
+  constexpr int64_t kLen = 41;
+  std::vector<int64_t> seq;
+  for (int64_t i = 0; i < kLen; ++i) seq.push_back((i * 37 + 3) % 256);
+  for (const auto& [model, heads] : {std::pair<int64_t, int64_t>{16, 2}, {32, 2}, {80, 2}}) {
+    GPT gpt({.d_model = model, .nhead = heads, .layers = 2, .ff = 32, .max_len = 64}, /*seed=*/7);
+    gpt.to(d);
+    gpt.eval();
+    const std::vector<float> full = gpt.forward(Tensor::from_indices(seq, {1, kLen}, d)).to_vector();
+    for (const int64_t block : {4, 16, 24, 32}) {
+      SCOPED_TRACE("head_dim " + std::to_string(model / heads) + ", block_size " + std::to_string(block));
+      KVBlockPool pool(gpt.kv_options(block, (kLen + block - 1) / block));
+      PagedDecoder dec(gpt, pool, {.batch_buckets = {1}, .max_step_tokens = 32});
+      std::vector<int32_t> table;
+      ASSERT_TRUE(pool.allocate(pool.blocks_for(kLen), table));
+      std::reverse(table.begin(), table.end());  // blocks out of order
+      auto expect_at = [&](const std::vector<float>& got, int64_t at) {
+        test::expect_close(got, row(full, static_cast<size_t>(at), 256), 1e-4, "position " + std::to_string(at), 1e-5);
+      };
+      expect_at(dec.step({{.tokens = {seq.begin(), seq.begin() + 30}, .start = 0, .blocks = &table}}), 29);
+      expect_at(dec.step({{.tokens = {seq.begin() + 30, seq.begin() + 38}, .start = 30, .blocks = &table}}), 37);
+      for (int64_t at = 38; at < kLen; ++at)
+        expect_at(dec.step({{.tokens = {seq[static_cast<size_t>(at)]}, .start = at, .blocks = &table}}), at);
+    }
+  }
+}
+
+// A memory budget leaves out the token buckets past it (and the sequence buckets past the largest
+// token bucket left); a budget too small for the 1-token graph is an error naming it.
+TEST(GPT, PagedWarmupWithinAMemoryBudget) {
+  auto gpt = std::make_unique<GPT>(GPTConfig{.d_model = 32, .nhead = 2, .layers = 1, .ff = 64, .max_len = 64});
+  gpt->to(Device::hpu(0));
+  gpt->eval();
+  KVBlockPool pool(gpt->kv_options(8, 16));
+  // The second decoder's graphs cost what the budgeted one's will: both share the first one's
+  // packed weights (engine/packed_weights.h).
+  PagedDecoder first(*gpt, pool, {.batch_buckets = {1, 2, 4}}), full(*gpt, pool, {.batch_buckets = {1, 2, 4}});
+  first.warmup();
+  full.warmup();
+  size_t up_to_2 = 0;  // the graphs of 1 and 2 tokens: (1, 1), (2, 1), (2, 2)
+  for (const StepGraphInfo& g : full.grid()) {
+    EXPECT_GT(g.arena_bytes, 0u);
+    if (g.tokens <= 2) up_to_2 += g.arena_bytes + g.constant_bytes;
+  }
+  PagedDecoder dec(*gpt, pool, {.batch_buckets = {1, 2, 4}, .memory_budget = up_to_2});
+  EXPECT_EQ(dec.warmup(), 3u);
+  EXPECT_LE(dec.graph_bytes(), up_to_2);
+  EXPECT_EQ(dec.max_step_tokens(), 2);
+  EXPECT_EQ(dec.max_batch(), 2u) << "a step holds at least one token per sequence";
+  std::vector<int32_t> a;
+  ASSERT_TRUE(pool.allocate(1, a));
+  EXPECT_EQ(dec.step({{.tokens = {5, 6}, .start = 0, .blocks = &a}}).size(), 256u);
+  expect_error([&] { dec.step({{.tokens = {1, 2, 3}, .blocks = &a}}); }, "is past the buckets (2 rows, 2 tokens)");
+  PagedDecoder tiny(*gpt, pool, {.batch_buckets = {1}, .memory_budget = 16});
+  expect_error([&] { tiny.warmup(); }, "a memory budget of 16 bytes holds no step graph (steps of 1 token take ");
+  EXPECT_EQ(tiny.captured_graphs(), 0u);
+  pool.release(a);
 }
 
 TEST(GPT, PagedWarmupCapturesTheGridAndStepsOnlyReplay) {
@@ -267,7 +335,7 @@ TEST(GPT, PagedWarmupCapturesTheGridAndStepsOnlyReplay) {
   dec.step({{.tokens = {68}, .start = 40, .blocks = &a}});
   EXPECT_EQ(dec.warmup(), 0u);
   EXPECT_EQ(dec.captured_graphs(), 13u);
-  EXPECT_GT(dec.arena_bytes(), 0u);
+  EXPECT_GT(dec.graph_bytes(), 0u);
   // Host-side checks name the row and what is wrong; nothing runs.
   expect_error([&] { dec.step({{.tokens = {1}, .start = 60, .blocks = &a}}); }, "row 0: its block table has 7 blocks, positions up to 61 need 8");
   expect_error([&] { dec.step({{.tokens = {1}, .start = 64, .blocks = &a}}); }, "row 0: 1 tokens at position 64 go past max_len 64");

@@ -2,7 +2,8 @@
 // in double over row counts 1-4, inner sizes on and off the 16 lanes, both weight orientations
 // and the activations it takes; when the linear / matmul prepack picks it (and when not); the
 // choice in the graph dump; a compiled MLP at batch 1 equal to the same graph at batch 8 (oneDNN)
-// row for row; the small-convolution choices (NCHW on small maps, one thread) in the dump.
+// row for row; the small-convolution choices (NCHW on small maps, one thread) in the dump; packed
+// weight copies shared between kernels and graphs.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -94,6 +95,56 @@ TEST(SmallGemm, CompiledMlpAtBatchOneAgreesWithOneDnnAndTheDumpSaysWhy) {
   EXPECT_THAT(exe->dump(), HasSubstr("prepacked, small-batch GEMM (1 rows <= 4, 4096 multiply-adds)"));
   const auto exe8 = graphs::Executable::compile(g8, graphs::CompileOptions{.optimize = true}, frozen);
   EXPECT_THAT(exe8->dump(), ::testing::Not(HasSubstr("small-batch GEMM")));
+}
+
+// Prepacked weights are shared (engine/packed_weights.h): a second kernel packing the same bytes
+// the same way keeps no copy of its own; weights changed in place get a fresh copy while the
+// kernels packed before keep theirs; a copy no kernel holds is freed.
+TEST(PackedWeights, KernelsShareOneCopyPerContentAndLayout) {
+  const int64_t m = 2, k = 40, n = 50;
+  auto w = values(n * k, 7);
+  const auto x = values(m * k, 8), b = values(n, 9);
+  auto run = [&](const Kernel& kern) {
+    std::vector<float> y(static_cast<size_t>(m * n));
+    const void* in[] = {x.data(), nullptr, b.data()};
+    kern(in, y.data());
+    return y;
+  };
+  kernels::take_prepacked_bytes();
+  const Kernel first = kernels::small_gemm(m, k, n, w.data(), true, true, FusedAct::None);
+  EXPECT_GE(kernels::take_prepacked_bytes(), static_cast<size_t>(k * n) * sizeof(float));
+  const std::vector<float> want = run(first);
+  {
+    const Kernel second = kernels::small_gemm(m, k, n, w.data(), true, true, FusedAct::Relu);
+    EXPECT_EQ(kernels::take_prepacked_bytes(), 0u) << "the same bytes packed the same way: shared";
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(run(second)[i], std::max(want[i], 0.0f)) << i;
+    const Kernel transposed = kernels::small_gemm(m, k, n, w.data(), false, true, FusedAct::None);
+    EXPECT_GT(kernels::take_prepacked_bytes(), 0u) << "the same bytes read as [k, n]: another layout";
+  }
+  for (float& v : w) v *= 2;  // changed in place, as training does between captures
+  const Kernel changed = kernels::small_gemm(m, k, n, w.data(), true, true, FusedAct::None);
+  EXPECT_GT(kernels::take_prepacked_bytes(), 0u);
+  const std::vector<float> doubled = run(changed), again = run(first);
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_NEAR(doubled[i] - b[i % n], 2 * (want[i] - b[i % n]), 1e-4) << i;
+    EXPECT_EQ(again[i], want[i]) << "the first kernel keeps its copy of the old weights";
+  }
+}
+
+// Two graphs compiled from one model's frozen weights (a Predictor's buckets, a generator's grid):
+// the second keeps no copy of its own while the first lives, and its constant bytes say so.
+TEST(PackedWeights, SecondGraphOfTheSameWeightsCountsNoCopy) {
+  test::fusion::GraphBuilder g;
+  const int x = g.in({1, 64});
+  g.g.outputs = {g.op("linear", {x, g.weight({64, 64}), g.weight({64})}, Attrs{{0}, {}})};
+  const auto data = test::fusion::scaled_inputs(g.g, 4);
+  std::vector<const void*> frozen(g.g.num_inputs);
+  for (const auto& node : g.g.nodes)
+    if (node.kind == graphs::Node::Kind::Input && node.frozen) frozen[node.input_index] = data[node.input_index].data();
+  const auto one = graphs::Executable::compile(g.g, graphs::CompileOptions{.optimize = true}, frozen);
+  EXPECT_GE(one->constant_bytes(), 64u * 64u * sizeof(float)) << one->dump();
+  const auto two = graphs::Executable::compile(g.g, graphs::CompileOptions{.optimize = true}, frozen);
+  EXPECT_EQ(two->constant_bytes(), 0u) << two->dump();
 }
 
 // A LeNet-sized conv on a 10x10 input (8x8 output: blocked) and one on a 9x9 input (7x7 output:
