@@ -4,12 +4,16 @@
 // cache bytes the step reads per second (keys and values of every layer, every position).
 //
 //   OMP_NUM_THREADS=1 HG_HPU_THREADS=1 ./build/bench/hg_bench --benchmark_filter=PagedDecodeStep
+//   (HG_BENCH_PROFILE=1: also the time per op of each case's steps, graphs/step_profile.h)
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <vector>
 
 #include "engine/autograd.h"
+#include "graphs/step_profile.h"
 #include "models/gpt.h"
 #include "models/gpt_paged.h"
 #include "models/kv_blocks.h"
@@ -36,7 +40,10 @@ void BM_PagedDecodeStep(benchmark::State& st) {
     }
     rows.push_back({.tokens = {1}, .start = context, .blocks = &t});
   }
+  const bool profile = std::getenv("HG_BENCH_PROFILE") != nullptr;
+  if (profile) hg::graphs::StepProfile::start();
   for (auto _ : st) benchmark::DoNotOptimize(dec.step(rows));  // rewrites position `context`: same work each time
+  if (profile) std::printf("%s", hg::graphs::StepProfile::table(hg::graphs::StepProfile::stop(), 12).c_str());
   st.counters["tokens/s"] = benchmark::Counter(static_cast<double>(batch), benchmark::Counter::kIsIterationInvariantRate);
   const double kv_bytes = 2.0 * 4 * 4 * 128 * static_cast<double>(batch) * static_cast<double>(context + 1);
   st.counters["KV GB/s"] = benchmark::Counter(kv_bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
