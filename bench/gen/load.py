@@ -8,9 +8,10 @@ client's own CPU seconds (so a reader sees how much of the machine the load took
 
 The C clients are non-blocking connections on one thread (a selector loop: no thread switches or
 lock hand-offs per event), each parsing its chunked response and server-sent events itself.
-A token is a byte of the byte-level model: an event's text counts its UTF-8 bytes, and the time
-between two events is split evenly over the second event's bytes (an event holds whole characters,
-so a character of several bytes arrives at once)."""
+A token is a byte of the byte-level model: a request that ended for its length generated
+max_tokens; an event's text counts its UTF-8 bytes (a U+FFFD replacement as the one byte it stands
+for), and the time between two events is split evenly over the second event's bytes (an event holds
+whole characters, so a character of several bytes arrives at once)."""
 import argparse
 import json
 import selectors
@@ -49,6 +50,7 @@ class Client:
         self.first, self.last, self.tokens, self.gaps = None, None, 0, []
         self.error = None
         self.finished = False
+        self.finish = None  # the last event's finish_reason
 
     def send(self):
         n = self.sock.send(self.out)
@@ -99,7 +101,11 @@ class Client:
                 if "error" in event:
                     self.error = str(event["error"])
                     continue
-                n = len(event.get("text_output", "").encode("utf-8"))
+                if event.get("finish_reason"):
+                    self.finish = event["finish_reason"]
+                text = event.get("text_output", "")
+                # tokens are bytes; a U+FFFD (3 bytes) stands for one byte that formed no character
+                n = len(text.encode("utf-8")) - 2 * text.count("\ufffd")
                 if n == 0:
                     continue
                 now = time.perf_counter()
@@ -163,7 +169,8 @@ def main():
             except (OSError, ValueError) as e:  # reported, the run goes on
                 end(c, f"{type(e).__name__}: {e}")
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
-    tokens = sum(r.tokens for r in results)
+    # a request that ended for its length generated exactly max_tokens
+    tokens = sum(a.max_tokens if r.finish == "length" else r.tokens for r in results)
     ttft = [r.first * 1e3 for r in results if r.first is not None]
     gaps = [g * 1e3 for r in results for g in r.gaps]
     print(json.dumps({"runtime": "hgraph-serve", "concurrency": a.concurrency, "requests": len(results),
