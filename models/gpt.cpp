@@ -268,9 +268,9 @@ Tensor GPT::decode(const DecodeInputs& in, KVCache& cache) {
   return ops::reshape(logits(x), {n, config_.vocab});
 }
 
-KVBlockOptions GPT::kv_options(int64_t block_size, int64_t blocks) const {
+KVBlockOptions GPT::kv_options(int64_t block_size, int64_t blocks, DType dtype) const {
   return {.layers = config_.layers, .heads = config_.nhead, .head_dim = config_.d_model / config_.nhead,
-          .block_size = block_size, .blocks = blocks};
+          .block_size = block_size, .blocks = blocks, .dtype = dtype};
 }
 
 Tensor GPT::paged_step(const PagedInputs& in, KVBlockPool& pool) {

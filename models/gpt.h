@@ -105,7 +105,7 @@ class GPT : public Module {
   Tensor decode(const DecodeInputs& in, KVCache& cache);
 
   // The pool layout for this model: layers, heads and head_dim from the config.
-  KVBlockOptions kv_options(int64_t block_size, int64_t blocks) const;
+  KVBlockOptions kv_options(int64_t block_size, int64_t blocks, DType dtype = DType::F32) const;
   // One step over a paged KV cache: writes each position's keys and values into its slot and
   // attends over its sequence's earlier positions through the table; returns the logits of each
   // sequence's last new token [B, vocab].

@@ -1,10 +1,13 @@
 #include "models/kv_blocks.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <limits>
 
 #include "engine/act_math.h"
@@ -52,6 +55,27 @@ TensorMeta infer_write(const OpSchema& op, const std::vector<TensorMeta>& in, co
   return {{1}, DType::F32};
 }
 
+[[gnu::always_inline]] inline float stored(float x, float) { return x; }
+[[gnu::always_inline]] inline bf16 stored(float x, bf16) { return bf16::from_float(x); }
+
+// Each row's keys and values into its slot (KVBlockPool's layout): a block holds, per head, the
+// keys transposed ([head_dim][block_size]) and the values by position ([block_size][head_dim]).
+template <class T>
+void write_rows(const float* qkv, const int64_t* slots, int64_t rows, int64_t heads, int64_t dh, int64_t n_slots,
+                int64_t block, T* k, T* v) {
+  const int64_t d = heads * dh;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t s = slots[r];
+    if (s < 0 || s >= n_slots) continue;  // padding (or a bad slot, which the decoder's checks exclude)
+    const float *kr = qkv + r * 3 * d + d, *vr = qkv + r * 3 * d + 2 * d;
+    T* kb = k + (s / block) * block * d + s % block;  // feature e (heads x head_dim) at [e][offset]
+    for (int64_t e = 0; e < d; ++e) kb[e * block] = stored(kr[e], T{});
+    T* vb = v + (s / block) * block * d + (s % block) * dh;  // head h at [h][offset][0, head_dim)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t e = 0; e < dh; ++e) vb[h * block * dh + e] = stored(vr[h * dh + e], T{});
+  }
+}
+
 Kernel prepare_write(const std::vector<TensorMeta>& in, const TensorMeta&, const Attrs& a) {
   const int64_t id = a.i(0), layer = a.i(1), rows = in[0].shape[0] * in[0].shape[1], d = in[0].shape[2] / 3;
   return [id, layer, rows, d](const void* const* i, void* o) {
@@ -60,17 +84,13 @@ Kernel prepare_write(const std::vector<TensorMeta>& in, const TensorMeta&, const
     if (!p) return;
     const auto* qkv = static_cast<const float*>(i[0]);
     const auto* slots = static_cast<const int64_t*>(i[1]);
-    float *k = p->keys(layer), *v = p->values(layer);
-    const int64_t block = p->options().block_size;
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t s = slots[r];
-      if (s < 0 || s >= p->slots()) continue;  // padding (or a bad slot, which the decoder's checks exclude)
-      // keys: feature e of the slot's block at [block][e][offset] (e runs over heads x head_dim)
-      const float* kr = qkv + r * 3 * d + d;
-      float* kb = k + (s / block) * block * d + s % block;
-      for (int64_t e = 0; e < d; ++e) kb[e * block] = kr[e];
-      std::memcpy(v + s * d, qkv + r * 3 * d + 2 * d, static_cast<size_t>(d) * sizeof(float));
-    }
+    const KVBlockOptions& po = p->options();
+    if (po.dtype == DType::BF16)
+      write_rows(qkv, slots, rows, po.heads, po.head_dim, p->slots(), po.block_size, static_cast<bf16*>(p->keys(layer)),
+                 static_cast<bf16*>(p->values(layer)));
+    else
+      write_rows(qkv, slots, rows, po.heads, po.head_dim, p->slots(), po.block_size,
+                 static_cast<float*>(p->keys(layer)), static_cast<float*>(p->values(layer)));
   };
 }
 
@@ -86,13 +106,26 @@ TensorMeta infer_attention(const OpSchema& op, const std::vector<TensorMeta>& in
   return {{n, s, p.slot_floats()}, DType::F32};
 }
 
+// acc += s * 16 stored values (bf16: its bits are a float's upper half). By reference: a vector
+// passed or returned by value changes the ABI between the target clones.
+using u16x16 = uint16_t __attribute__((vector_size(32), aligned(2), may_alias));
+using u32x16 = uint32_t __attribute__((vector_size(64)));
+[[gnu::always_inline]] inline void add_scaled(f32x16& acc, float s, const float* p) {
+  acc += s * *reinterpret_cast<const f32x16*>(p);
+}
+[[gnu::always_inline]] inline void add_scaled(f32x16& acc, float s, const bf16* p) {
+  const u32x16 bits = __builtin_convertvector(*reinterpret_cast<const u16x16*>(p), u32x16) << 16;
+  acc += s * *reinterpret_cast<const f32x16*>(&bits);  // f32x16 may alias
+}
+[[gnu::always_inline]] inline float value(float x) { return x; }
+[[gnu::always_inline]] inline float value(bf16 x) { return x.to_float(); }
+
 // Each head's row of scores (heads x positions) becomes its softmax weights (exp four lanes at a
 // time: act_math.h's exp4, 2e-7 relative).
 [[gnu::always_inline]] inline void softmax_rows(float* scores, int64_t heads, int64_t positions) {
   for (int64_t h = 0; h < heads; ++h) {
     float* sh = scores + h * positions;
     float top = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : top)
     for (int64_t j = 0; j < positions; ++j) top = std::max(top, sh[j]);
     act::f32x4 sum4 = {};
     int64_t j = 0;
@@ -113,52 +146,52 @@ TensorMeta infer_attention(const OpSchema& op, const std::vector<TensorMeta>& in
 // Scores of positions [o0, o0 + 16) of one block for one head: keys `kb` are the block's
 // head_dim rows of `block` positions, so feature e of 16 positions is one vector and the scores
 // come out as one vector, with no sums across lanes; four chains of multiply-adds over the features.
-[[gnu::always_inline]] inline void score_lanes(const float* qh, const float* kb, int64_t dh, int64_t block, int64_t o0,
+template <class T>
+[[gnu::always_inline]] inline void score_lanes(const float* qh, const T* kb, int64_t dh, int64_t block, int64_t o0,
                                                int64_t n, float scale, float* out) {
   f32x16 acc[4] = {};
   int64_t e = 0;
   for (; e + 4 <= dh; e += 4)
-    for (int u = 0; u < 4; ++u) acc[u] += qh[e + u] * *reinterpret_cast<const f32x16*>(kb + (e + u) * block + o0);
-  for (; e < dh; ++e) acc[0] += qh[e] * *reinterpret_cast<const f32x16*>(kb + e * block + o0);
+    for (int u = 0; u < 4; ++u) add_scaled(acc[u], qh[e + u], kb + (e + u) * block + o0);
+  for (; e < dh; ++e) add_scaled(acc[0], qh[e], kb + e * block + o0);
   const f32x16 r = ((acc[0] + acc[1]) + (acc[2] + acc[3])) * scale;
   if (n >= kLanes16) *reinterpret_cast<f32x16*>(out) = r;
   else
     for (int64_t l = 0; l < n; ++l) out[l] = r[l];  // lanes past the sequence's last position are dropped
 }
 
-// out_h = sum_j w_j V_j,h for head_dim = 16 V: the head's output held in V registers.
-template <int V>
-[[gnu::always_inline]] inline void weigh_values(const float* sh, const float* values, const int64_t* table,
+// out_h = sum_j w_j V_j,h for head_dim = 16 V: the head's output held in V registers. `values`
+// points at head h's part of block 0; a block's positions are head_dim apart.
+template <int V, class T>
+[[gnu::always_inline]] inline void weigh_values(const float* sh, const T* values, const int64_t* table,
                                                 int64_t positions, int64_t block, int64_t d, float* oh) {
+  constexpr int64_t dh = V * kLanes16;
   f32x16 o[V] = {};
   for (int64_t t = 0, j = 0; j < positions; ++t) {
-    const float* x = values + table[t] * block * d;
-    for (const int64_t end = std::min(positions, j + block); j < end; ++j, x += d)
-      for (int v = 0; v < V; ++v) o[v] += sh[j] * *reinterpret_cast<const f32x16*>(x + v * kLanes16);
+    const T* x = values + table[t] * block * d;
+    for (const int64_t end = std::min(positions, j + block); j < end; ++j, x += dh)
+      for (int v = 0; v < V; ++v) add_scaled(o[v], sh[j], x + v * kLanes16);
   }
   for (int v = 0; v < V; ++v) *reinterpret_cast<f32x16*>(oh + v * kLanes16) = o[v];
 }
 
-// One row: for each head h, softmax(q_h . K_h[0..p] * scale) . V_h[0..p], keys and values read
-// through the table block by block. Keys are kept per block and head as head_dim rows of
-// block_size positions (KVBlockPool's layout), so with blocks of a multiple of 16 positions the
-// scores of 16 positions are one vector (score_lanes); values are rows of d floats, each head's
-// output kept in registers for head sizes of 16, 32, 64 and 128 (weigh_values). Other sizes take
-// the plain loops. scores: heads x positions floats. False when a table entry is outside the pool
-// (the row is then NaN).
-__attribute__((target_clones("avx512f", "default"))) bool attend_row(const float* q, const float* keys,
-                                                                     const float* values, const int64_t* table,
-                                                                     int64_t positions, int64_t block, int64_t blocks,
-                                                                     int64_t heads, int64_t dh, float scale,
-                                                                     float* scores, float* out) {
+// One row: for each head h, softmax(q_h . K_h[0..p] * scale) . V_h[0..p], keys and values (stored
+// as T) read through the table block by block. Within a block each head's keys are head_dim rows
+// of block_size positions, so with blocks of a multiple of 16 positions the scores of 16 positions
+// are one vector (score_lanes), and each head's values are block_size rows of head_dim, summed
+// into the head's output held in registers for head sizes of 16, 32, 64 and 128 (weigh_values):
+// both walks stream through contiguous memory. Other sizes take plain loops. scores: heads x
+// positions floats.
+template <class T>
+[[gnu::always_inline]] inline void attend(const float* q, const T* keys, const T* values, const int64_t* table,
+                                          int64_t positions, int64_t block, int64_t heads, int64_t dh, float scale,
+                                          float* scores, float* out) {
   const int64_t used = (positions + block - 1) / block, d = heads * dh;
-  for (int64_t t = 0; t < used; ++t)
-    if (table[t] < 0 || table[t] >= blocks) return false;
   for (int64_t h = 0; h < heads; ++h) {
     const float* qh = q + h * dh;
     float* sh = scores + h * positions;
     for (int64_t t = 0; t < used; ++t) {
-      const float* kb = keys + (table[t] * heads + h) * dh * block;
+      const T* kb = keys + (table[t] * heads + h) * dh * block;
       const int64_t n = std::min(block, positions - t * block);
       float* st = sh + t * block;
       if (block % kLanes16 == 0) {
@@ -167,8 +200,7 @@ __attribute__((target_clones("avx512f", "default"))) bool attend_row(const float
       }
       for (int64_t o = 0; o < n; ++o) {
         float acc = 0;
-#pragma omp simd reduction(+ : acc)
-        for (int64_t e = 0; e < dh; ++e) acc += qh[e] * kb[e * block + o];
+        for (int64_t e = 0; e < dh; ++e) acc += qh[e] * value(kb[e * block + o]);
         st[o] = acc * scale;
       }
     }
@@ -178,22 +210,39 @@ __attribute__((target_clones("avx512f", "default"))) bool attend_row(const float
     const float* sh = scores + h * positions;
     float* oh = out + h * dh;
     switch (dh) {
-      case 16: weigh_values<1>(sh, values + h * dh, table, positions, block, d, oh); continue;
-      case 32: weigh_values<2>(sh, values + h * dh, table, positions, block, d, oh); continue;
-      case 64: weigh_values<4>(sh, values + h * dh, table, positions, block, d, oh); continue;
-      case 128: weigh_values<8>(sh, values + h * dh, table, positions, block, d, oh); continue;
+      case 16: weigh_values<1>(sh, values + h * block * dh, table, positions, block, d, oh); continue;
+      case 32: weigh_values<2>(sh, values + h * block * dh, table, positions, block, d, oh); continue;
+      case 64: weigh_values<4>(sh, values + h * block * dh, table, positions, block, d, oh); continue;
+      case 128: weigh_values<8>(sh, values + h * block * dh, table, positions, block, d, oh); continue;
       default: break;
     }
     std::fill_n(oh, dh, 0.0f);
     for (int64_t t = 0, j = 0; j < positions; ++t) {
-      const float* x = values + table[t] * block * d + h * dh;
-      for (const int64_t end = std::min(positions, j + block); j < end; ++j, x += d) {
+      const T* x = values + table[t] * block * d + h * block * dh;
+      for (const int64_t end = std::min(positions, j + block); j < end; ++j, x += dh) {
         const float w = sh[j];
-#pragma omp simd
-        for (int64_t e = 0; e < dh; ++e) oh[e] += w * x[e];
+        for (int64_t e = 0; e < dh; ++e) oh[e] += w * value(x[e]);
       }
     }
   }
+}
+
+// attend for keys and values stored as F32 or BF16; false when a table entry is outside the pool
+// (the row is then NaN).
+__attribute__((target_clones("avx512f", "default"))) bool attend_row(const float* q, const void* keys,
+                                                                     const void* values, DType dtype,
+                                                                     const int64_t* table, int64_t positions,
+                                                                     int64_t block, int64_t blocks, int64_t heads,
+                                                                     int64_t dh, float scale, float* scores,
+                                                                     float* out) {
+  for (int64_t t = 0, used = (positions + block - 1) / block; t < used; ++t)
+    if (table[t] < 0 || table[t] >= blocks) return false;
+  if (dtype == DType::BF16)
+    attend(q, static_cast<const bf16*>(keys), static_cast<const bf16*>(values), table, positions, block, heads, dh,
+           scale, scores, out);
+  else
+    attend(q, static_cast<const float*>(keys), static_cast<const float*>(values), table, positions, block, heads, dh,
+           scale, scores, out);
   return true;
 }
 
@@ -214,7 +263,8 @@ Kernel prepare_attention(const std::vector<TensorMeta>& in, const TensorMeta& ou
     const int64_t heads = p->options().heads, dh = p->options().head_dim, block = p->options().block_size;
     const int64_t blocks = p->total_blocks(), span = t * block;
     const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-    const float *keys = p->keys(layer), *values = p->values(layer);
+    const void *keys = p->keys(layer), *values = p->values(layer);
+    const DType dtype = p->options().dtype;
     const int64_t rows = n * s;
 #pragma omp parallel for schedule(dynamic, 1) if (rows * span * d >= (int64_t{1} << 18))
     for (int64_t r = 0; r < rows; ++r) {
@@ -229,8 +279,8 @@ Kernel prepare_attention(const std::vector<TensorMeta>& in, const TensorMeta& ou
       bool ok = at < span && seq >= 0 && seq < b;
       if (ok && static_cast<int64_t>(scores.size()) < heads * (at + 1))
         scores.resize(static_cast<size_t>(heads * (at + 1)));
-      ok = ok && attend_row(qkv + r * 3 * d, keys, values, tables + seq * t, at + 1, block, blocks, heads, dh, scale,
-                            scores.data(), yr);
+      ok = ok && attend_row(qkv + r * 3 * d, keys, values, dtype, tables + seq * t, at + 1, block, blocks, heads, dh,
+                            scale, scores.data(), yr);
       if (!ok) std::fill_n(yr, d, std::numeric_limits<float>::quiet_NaN());
     }
   };
@@ -253,14 +303,28 @@ KVBlockPool::KVBlockPool(const KVBlockOptions& opt) : opt_(opt) {
                          {"block_size", opt.block_size}, {"blocks", opt.blocks}})
     if (v < 1 || v > (int64_t{1} << 31))
       throw InvalidArgument(std::string("KV block pool: ") + name + " must be in [1, 2^31], got " + std::to_string(v));
-  const double bytes = 2.0 * 4.0 * static_cast<double>(opt.layers) * static_cast<double>(opt.blocks) *
-                       static_cast<double>(opt.block_size) * static_cast<double>(opt.heads * opt.head_dim);
+  if (opt.dtype != DType::F32 && opt.dtype != DType::BF16)
+    throw InvalidArgument(std::string("KV block pool: dtype must be F32 or BF16, got ") + dtype_name(opt.dtype));
+  const double bytes = 2.0 * static_cast<double>(dtype_size(opt.dtype)) * static_cast<double>(opt.layers) *
+                       static_cast<double>(opt.blocks) * static_cast<double>(opt.block_size) *
+                       static_cast<double>(opt.heads * opt.head_dim);
   if (bytes > std::ldexp(1.0, 40))
     throw InvalidArgument("KV block pool: " + std::to_string(bytes) + " bytes is past the 2^40 limit");
-  const auto floats = static_cast<size_t>(slots() * slot_floats());
+  const auto n = static_cast<size_t>(slots() * slot_floats()) * dtype_size(opt.dtype);
+  // A step reads blocks all over the pool: with 4 KB pages each block is a TLB miss or two, so the
+  // pool asks for 2 MB pages (transparent huge pages, where the kernel allows them).
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t rounded = (n + kHuge - 1) / kHuge * kHuge;
+  auto zeroed = [&] {
+    std::unique_ptr<std::byte[], Free> p(static_cast<std::byte*>(std::aligned_alloc(kHuge, rounded)));
+    if (!p) throw std::bad_alloc();
+    madvise(p.get(), rounded, MADV_HUGEPAGE);  // advice only: without huge pages it still works
+    std::memset(p.get(), 0, rounded);  // zeros: a slot never written reads as 0, not garbage
+    return p;
+  };
   for (int64_t l = 0; l < opt.layers; ++l) {
-    k_.push_back(std::make_unique<float[]>(floats));  // zeros: a slot never written reads as 0, not garbage
-    v_.push_back(std::make_unique<float[]>(floats));
+    k_.push_back(zeroed());
+    v_.push_back(zeroed());
   }
   for (int64_t b = opt.blocks; b-- > 0;) free_.push_back(static_cast<int32_t>(b));
   write_op();
@@ -269,6 +333,8 @@ KVBlockPool::KVBlockPool(const KVBlockOptions& opt) : opt_(opt) {
 }
 
 KVBlockPool::~KVBlockPool() { Pools::get().remove(id_); }
+
+void KVBlockPool::Free::operator()(std::byte* p) const { std::free(p); }
 
 bool KVBlockPool::allocate(int64_t n, std::vector<int32_t>& table) {
   std::lock_guard lk(mu_);

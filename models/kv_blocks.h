@@ -3,6 +3,7 @@
 // a step's keys and values into the pool and attend over them through a sequence's block table.
 //
 //   hg::models::KVBlockPool pool({.layers = 4, .heads = 4, .head_dim = 32, .block_size = 16, .blocks = 512});
+//   // (.dtype = hg::DType::BF16: keys and values stored in bfloat16)
 //   std::vector<int32_t> table;
 //   if (!pool.allocate(3, table)) { /* fewer than 3 blocks free: preempt or wait */ }
 //   // qkv [N, S, 3D] (a layer's fused projection), slots I64 [N, S] (block * block_size + offset; -1: none),
@@ -12,11 +13,11 @@
 //   hg::Tensor o = hg::models::paged_attention(qkv, written, tables, positions, seqs, pool, layer);   // [N, S, D]
 //   pool.release(table);
 //
-// Layout: per layer, values are [blocks * block_size, heads, head_dim] (a slot is one position's
-// D = heads * head_dim floats, the layout of the projection's output); keys are [blocks, heads,
-// head_dim, block_size]: each block's keys transposed, so one feature of a block's positions is
-// contiguous and the attention scores 16 positions per vector (block sizes that are multiples of
-// 16 take that path; others work, slower). The ops find the
+// Layout: per layer, keys are [blocks, heads, head_dim, block_size] (each block's keys transposed,
+// so one feature of a block's positions is contiguous and the attention scores 16 positions per
+// vector; block sizes that are multiples of 16 take that path, others work, slower) and values are
+// [blocks, heads, block_size, head_dim] (a head's values of a block are contiguous). Slot
+// s = block * block_size + offset is one position. The ops find the
 // pool by its id when they run, as a graph replayed later must: a graph that outlives its pool
 // writes nothing and attends to NaN (logged). Ops never throw while running: out-of-range slots
 // are skipped and out-of-range table entries give NaN rows; the decoder checks both on the host
@@ -35,6 +36,9 @@ struct KVBlockOptions {
   int64_t layers = 1, heads = 1, head_dim = 1;
   int64_t block_size = 16;  // positions per block
   int64_t blocks = 0;       // blocks in the pool
+  // How keys and values are stored: F32, or BF16 (half the bytes a step reads, which is what
+  // bounds a decode step of many long sequences; each stored value rounded to 8 significant bits).
+  DType dtype = DType::F32;
 };
 
 class KVBlockPool {
@@ -56,16 +60,20 @@ class KVBlockPool {
 
   const KVBlockOptions& options() const { return opt_; }
   int64_t id() const { return id_; }
-  size_t bytes() const { return k_.size() * 2 * static_cast<size_t>(slot_floats() * slots()) * sizeof(float); }
+  size_t bytes() const { return k_.size() * 2 * static_cast<size_t>(slot_floats() * slots()) * dtype_size(opt_.dtype); }
   int64_t slots() const { return opt_.blocks * opt_.block_size; }
   int64_t slot_floats() const { return opt_.heads * opt_.head_dim; }
-  float* keys(int64_t layer) { return k_[static_cast<size_t>(layer)].get(); }
-  float* values(int64_t layer) { return v_[static_cast<size_t>(layer)].get(); }
+  // Layer `layer`'s keys and values, of options().dtype (float or hg::bf16).
+  void* keys(int64_t layer) { return k_[static_cast<size_t>(layer)].get(); }
+  void* values(int64_t layer) { return v_[static_cast<size_t>(layer)].get(); }
 
  private:
   KVBlockOptions opt_;
   int64_t id_ = 0;
-  std::vector<std::unique_ptr<float[]>> k_, v_;
+  struct Free {
+    void operator()(std::byte* p) const;
+  };
+  std::vector<std::unique_ptr<std::byte[], Free>> k_, v_;  // 2 MB aligned, huge pages where the kernel gives them
   mutable std::mutex mu_;
   std::vector<int32_t> free_;  // a stack: the block freed last is handed out first (warm in cache)
 };

@@ -122,6 +122,7 @@ std::shared_ptr<TextGenerator> make_gpt_generator(std::shared_ptr<models::Module
                                        .max_step_tokens = g.max_step_tokens,
                                        .block_size = g.block_size,
                                        .max_batch_total_tokens = g.max_batch_total_tokens,
+                                       .kv_dtype = g.kv_cache_dtype == "bfloat16" ? DType::BF16 : DType::F32,
                                        .graph_memory = static_cast<size_t>(g.graph_memory_mb) << 20,
                                        .max_queue = config.max_queue_size,
                                        .default_timeout_us = config.default_timeout_us,

@@ -56,7 +56,8 @@ GenerateScheduler::GenerateScheduler(std::shared_ptr<models::GPT> gpt, const Sch
   // Every running sequence's token fits a step; a step holds at most max_len tokens.
   opt_.max_step_tokens = std::clamp(opt_.max_step_tokens ? opt_.max_step_tokens : 256, opt_.max_batch, std::max(max_len, opt_.max_batch));
   const int64_t tokens = std::max(opt_.max_batch_total_tokens ? opt_.max_batch_total_tokens : opt_.max_batch * max_len, max_len);
-  pool_ = std::make_unique<models::KVBlockPool>(gpt_->kv_options(opt_.block_size, (tokens + opt_.block_size - 1) / opt_.block_size));
+  pool_ = std::make_unique<models::KVBlockPool>(
+      gpt_->kv_options(opt_.block_size, (tokens + opt_.block_size - 1) / opt_.block_size, opt_.kv_dtype));
   decoder_ = std::make_unique<models::PagedDecoder>(
       *gpt_, *pool_,
       models::PagedDecoderOptions{.batch_buckets = powers_of_two_up_to(opt_.max_batch),

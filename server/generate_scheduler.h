@@ -43,6 +43,7 @@ struct SchedulerOptions {
   int64_t block_size = 16;          // positions per KV block
   // The KV cache's capacity in tokens (rounded up to blocks); 0: max_batch * max_len. At least max_len.
   int64_t max_batch_total_tokens = 0;
+  DType kv_dtype = DType::F32;      // keys and values stored as F32 or BF16 (models/kv_blocks.h)
   // Bytes the captured step graphs may take (arenas and constants; 0: no limit): the grid's larger
   // token buckets are left out past it, which lowers max_step_tokens (and max_batch with it).
   size_t graph_memory = 0;

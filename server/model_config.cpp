@@ -329,13 +329,17 @@ Calibration parse_calibration(const Fields& p) {
 }
 
 Generation parse_generation(const Fields& p) {
-  p.only({"max_batch", "max_step_tokens", "block_size", "max_batch_total_tokens", "graph_memory_mb"});
+  p.only({"max_batch", "max_step_tokens", "block_size", "max_batch_total_tokens", "graph_memory_mb", "kv_cache_dtype"});
   Generation g;
   if (auto n = p.integer("max_batch", 0, 4096)) g.max_batch = *n;  // 0: max_batch_size
   if (auto n = p.integer("max_step_tokens", 0, 65536)) g.max_step_tokens = *n;
   if (auto n = p.integer("block_size", 1, 4096)) g.block_size = *n;
   if (auto n = p.integer("max_batch_total_tokens", 0, int64_t{1} << 30)) g.max_batch_total_tokens = *n;
   if (auto n = p.integer("graph_memory_mb", 0, int64_t{1} << 30)) g.graph_memory_mb = *n;
+  if (auto t = p.string("kv_cache_dtype")) {
+    if (*t != "float32" && *t != "bfloat16") p.fail("kv_cache_dtype", "must be \"float32\" or \"bfloat16\", got \"" + *t + "\"");
+    g.kv_cache_dtype = *t;
+  }
   return g;
 }
 
@@ -508,7 +512,8 @@ json ModelConfig::to_json() const {
                      {"max_step_tokens", generation.max_step_tokens},
                      {"block_size", generation.block_size},
                      {"max_batch_total_tokens", generation.max_batch_total_tokens},
-                     {"graph_memory_mb", generation.graph_memory_mb}};
+                     {"graph_memory_mb", generation.graph_memory_mb},
+                     {"kv_cache_dtype", generation.kv_cache_dtype}};
   j["input"] = json::array();
   for (const auto& io : inputs) j["input"].push_back(tensor_json(io, max_batch_size));
   j["output"] = json::array();

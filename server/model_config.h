@@ -85,13 +85,15 @@ struct Calibration {
 // at least 1); max_step_tokens: tokens one step runs (decoding tokens, then prompt chunks; 0:
 // 256); block_size: positions per KV
 // block; max_batch_total_tokens: the KV cache's capacity in tokens (0: max_batch * max_len);
-// graph_memory_mb: MB the step graphs captured at load may take (0: no limit).
+// graph_memory_mb: MB the step graphs captured at load may take (0: no limit); kv_cache_dtype:
+// "float32" or "bfloat16", how keys and values are stored.
 struct Generation {
   int64_t max_batch = 0;  // 0: max_batch_size
   int64_t max_step_tokens = 0;
   int64_t block_size = 16;
   int64_t max_batch_total_tokens = 0;
   int64_t graph_memory_mb = 0;
+  std::string kv_cache_dtype = "float32";
 };
 
 struct VersionPolicy {

@@ -256,7 +256,8 @@ TEST(GPT, PagedStepsEqualFullRecomputation) {
 
 // Every path of the paged attention equals the full forward: head sizes with registers for the
 // values (16) and without (8, 40), blocks whose keys are scored 16 positions per vector (16, 32)
-// and others (4, 24); a prompt prefilled in two chunks, then three decoded tokens.
+// and others (4, 24), keys and values stored as F32 (to 1e-4) and as BF16 (8 significant bits:
+// to 3e-2); a prompt prefilled in two chunks, then three decoded tokens.
 TEST(GPT, PagedAttentionAnyHeadAndBlockSize) {
   const Device d = Device::hpu(0);
   NoGradGuard g;
@@ -268,15 +269,18 @@ TEST(GPT, PagedAttentionAnyHeadAndBlockSize) {
     gpt.to(d);
     gpt.eval();
     const std::vector<float> full = gpt.forward(Tensor::from_indices(seq, {1, kLen}, d)).to_vector();
+    for (const auto& [dtype, tol] : {std::pair{DType::F32, 1e-4}, {DType::BF16, 3e-2}})
     for (const int64_t block : {4, 16, 24, 32}) {
-      SCOPED_TRACE("head_dim " + std::to_string(model / heads) + ", block_size " + std::to_string(block));
-      KVBlockPool pool(gpt.kv_options(block, (kLen + block - 1) / block));
+      SCOPED_TRACE("head_dim " + std::to_string(model / heads) + ", block_size " + std::to_string(block) + ", " +
+                   dtype_name(dtype));
+      KVBlockPool pool(gpt.kv_options(block, (kLen + block - 1) / block, dtype));
+      EXPECT_EQ(pool.bytes(), static_cast<size_t>(2 * 2 * pool.slots() * model) * dtype_size(dtype)) << "2 layers";
       PagedDecoder dec(gpt, pool, {.batch_buckets = {1}, .max_step_tokens = 32});
       std::vector<int32_t> table;
       ASSERT_TRUE(pool.allocate(pool.blocks_for(kLen), table));
       std::reverse(table.begin(), table.end());  // blocks out of order
       auto expect_at = [&](const std::vector<float>& got, int64_t at) {
-        test::expect_close(got, row(full, static_cast<size_t>(at), 256), 1e-4, "position " + std::to_string(at), 1e-5);
+        test::expect_close(got, row(full, static_cast<size_t>(at), 256), tol, "position " + std::to_string(at), tol / 10);
       };
       expect_at(dec.step({{.tokens = {seq.begin(), seq.begin() + 30}, .start = 0, .blocks = &table}}), 29);
       expect_at(dec.step({{.tokens = {seq.begin() + 30, seq.begin() + 38}, .start = 30, .blocks = &table}}), 37);

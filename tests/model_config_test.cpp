@@ -209,17 +209,22 @@ TEST(ModelConfigTest, EveryErrorNamesFileAndField) {
 // Text generation's settings: each field, the defaults, the round trip and the errors.
 TEST(ModelConfigTest, Generation) {
   const ModelConfig c = parse(R"({"generation": {"max_batch": 8, "max_step_tokens": 128, "block_size": 32,
-                                                 "max_batch_total_tokens": 4096, "graph_memory_mb": 64}})");
+                                                 "max_batch_total_tokens": 4096, "graph_memory_mb": 64,
+                                                 "kv_cache_dtype": "bfloat16"}})");
   EXPECT_EQ(c.generation.max_batch, 8);
   EXPECT_EQ(c.generation.max_step_tokens, 128);
   EXPECT_EQ(c.generation.block_size, 32);
   EXPECT_EQ(c.generation.max_batch_total_tokens, 4096);
   EXPECT_EQ(c.generation.graph_memory_mb, 64);
+  EXPECT_EQ(c.generation.kv_cache_dtype, "bfloat16");
   EXPECT_EQ(ModelConfig::parse(c.to_json(), "config.json", "m").to_json(), c.to_json());
   const ModelConfig d = parse("{}");
   EXPECT_EQ(d.generation.max_batch, 0);
   EXPECT_EQ(d.generation.block_size, 16);
   EXPECT_EQ(d.generation.graph_memory_mb, 0);
+  EXPECT_EQ(d.generation.kv_cache_dtype, "float32");
+  EXPECT_THAT(error_of(R"({"generation": {"kv_cache_dtype": "fp8"}})"),
+              HasSubstr("generation.kv_cache_dtype must be \"float32\" or \"bfloat16\", got \"fp8\""));
   EXPECT_THAT(error_of(R"({"generation": {"graph_memory_mb": -1}})"), HasSubstr("generation.graph_memory_mb"));
   EXPECT_THAT(error_of(R"({"generation": {"block_size": 0}})"), HasSubstr("generation.block_size"));
   EXPECT_THAT(error_of(R"({"generation": {"max_prefill_batch": 4}})"), HasSubstr("max_prefill_batch"));
