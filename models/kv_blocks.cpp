@@ -77,8 +77,8 @@ void write_rows(const float* qkv, const int64_t* slots, int64_t rows, int64_t he
 }
 
 Kernel prepare_write(const std::vector<TensorMeta>& in, const TensorMeta&, const Attrs& a) {
-  const int64_t id = a.i(0), layer = a.i(1), rows = in[0].shape[0] * in[0].shape[1], d = in[0].shape[2] / 3;
-  return [id, layer, rows, d](const void* const* i, void* o) {
+  const int64_t id = a.i(0), layer = a.i(1), rows = in[0].shape[0] * in[0].shape[1];
+  return [id, layer, rows](const void* const* i, void* o) {
     *static_cast<float*>(o) = 0;
     KVBlockPool* p = pool_or_log(id, "kv_write");
     if (!p) return;
