@@ -38,7 +38,7 @@ struct SchedulerOptions {
   std::string name = "gpt";         // the model, in errors
   int64_t max_batch = 32;           // sequences decoding in one step (a power-of-two bucket grid up to it)
   // Tokens one step runs (vLLM's max_num_batched_tokens): every decoding sequence's next token,
-  // then chunks of prompts; 0: 256. At least max_batch, at most max_len.
+  // then chunks of prompts; 0: 128. At least max_batch, at most max_len.
   int64_t max_step_tokens = 0;
   int64_t block_size = 16;          // positions per KV block
   // The KV cache's capacity in tokens (rounded up to blocks); 0: max_batch * max_len. At least max_len.

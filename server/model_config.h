@@ -17,7 +17,7 @@
 //    "precision_check": {"samples": 64, "seed": 0, "min_top1_agreement": 0.99, "max_relative_error": 0.05,
 //                        "inputs": "samples.safetensors"},            // optional: the inputs to check on
 //    "calibration": {"inputs": "calibration.safetensors", "samples": 512},  // int8: static ranges
-//    "generation": {"max_batch": 32, "max_step_tokens": 256, "block_size": 16,   // text generation models:
+//    "generation": {"max_batch": 32, "max_step_tokens": 128, "block_size": 16,   // text generation models:
 //                   "max_batch_total_tokens": 8192},                            // see Generation
 //    "platform": "hgraph"}                                // or "identity" (with "input"/"output" lists)
 //
@@ -83,7 +83,7 @@ struct Calibration {
 // Text generation (the GPT zoo model): continuous batching over a paged KV cache
 // (server/generate_scheduler.h). max_batch: sequences decoding together (default: max_batch_size,
 // at least 1); max_step_tokens: tokens one step runs (decoding tokens, then prompt chunks; 0:
-// 256); block_size: positions per KV
+// 128); block_size: positions per KV
 // block; max_batch_total_tokens: the KV cache's capacity in tokens (0: max_batch * max_len);
 // graph_memory_mb: MB the step graphs captured at load may take (0: no limit); kv_cache_dtype:
 // "float32" or "bfloat16", how keys and values are stored.

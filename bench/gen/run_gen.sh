@@ -9,7 +9,7 @@
 # HG_HPU_THREADS, torch.set_num_threads). GEN_PACKAGE: a GPT package to serve (a version folder);
 # default: a GPT of d_model 128, 4 layers, max_len 512, made by one hgraph-train step on fortunes.
 # GEN_CONCURRENCY (default "1 8 32"), GEN_REQUESTS (per cell, default 4 per client, at least 8),
-# GEN_STEP_TOKENS (generation.max_step_tokens, default 256), GEN_KV_DTYPE (generation.kv_cache_dtype,
+# GEN_STEP_TOKENS (generation.max_step_tokens, default 128), GEN_KV_DTYPE (generation.kv_cache_dtype,
 # default float32).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,7 +32,7 @@ fi
 rm -rf "$out/repo"
 mkdir -p "$out/repo/gpt"
 cp -r "$package" "$out/repo/gpt/1"
-echo "{\"max_batch_size\": 32, \"generation\": {\"max_batch\": 32, \"max_step_tokens\": ${GEN_STEP_TOKENS:-256}, \"kv_cache_dtype\": \"${GEN_KV_DTYPE:-float32}\"}}" > "$out/repo/gpt/config.json"
+echo "{\"max_batch_size\": 32, \"generation\": {\"max_batch\": 32, \"max_step_tokens\": ${GEN_STEP_TOKENS:-128}, \"kv_cache_dtype\": \"${GEN_KV_DTYPE:-float32}\"}}" > "$out/repo/gpt/config.json"
 
 pids=()
 cleanup() {
