@@ -104,7 +104,9 @@ Kernel recurrent_kernel(const Metas& in, const Attrs& a, const float* constant_r
   // LSTM, RNN: gates += h R^T; GRU: hr = h R^T, then (without linear_before_reset) the h part again
   // from r * h and R's last hidden rows.
   const StepGemm step_gemm(batch, gh, hidden, gh, cell != 1, constant_r);
-  const StepGemm h_part(batch, hidden, hidden, gh, false, constant_r ? constant_r + 2 * hidden * hidden : nullptr);
+  // Only a GRU has R's last hidden rows (3 hidden rows; an RNN's R has 1): no other cell reads them.
+  const StepGemm h_part(batch, hidden, hidden, gh, false,
+                        constant_r && cell == 1 ? constant_r + 2 * hidden * hidden : nullptr);
   return [=](const void* const* x, void* y) {
     const auto* xw = static_cast<const float*>(x[0]);
     const auto* r = static_cast<const float*>(x[1]);
