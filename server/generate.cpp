@@ -3,6 +3,7 @@
 #include "server/generate.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <future>
 #include <nlohmann/json.hpp>
 
@@ -102,6 +103,14 @@ GenerateResult TextGenerator::generate(const GenerateRequest& req, const PieceCa
     else promise.set_value(std::move(r));
   });
   return result.get();
+}
+
+std::string step_graphs_summary(const GenerationStats& s) {
+  char mb[32];
+  std::snprintf(mb, sizeof mb, "%.1f", static_cast<double>(s.graph_bytes) / (1 << 20));
+  return std::to_string(s.captured_graphs) + " step graphs (" + std::to_string(s.graphs_from_cache) +
+         " from the graph cache), " + mb + " MB, steps of up to " + std::to_string(s.max_step_tokens) + " tokens and " +
+         std::to_string(s.max_batch) + " sequences";
 }
 
 bool is_text_generation_model(const models::PackageSpec& spec) {

@@ -86,6 +86,10 @@ struct GenerationStats {
   int64_t max_batch = 0, max_step_tokens = 0;   // the largest step (what the graph memory budget left)
 };
 
+// "33 step graphs (33 from the graph cache), 4.7 MB, steps of up to 128 tokens and 32 sequences":
+// what a generator captured at warm-up (the server's READY line).
+std::string step_graphs_summary(const GenerationStats& s);
+
 // Metrics hooks of a generator (must not throw): each step (its sequences and compute time), and
 // each generated token (time to first token from submit, or the time since the request's last one).
 struct GenerationHooks {

@@ -4,7 +4,6 @@
 #include <condition_variable>
 #include <deque>
 #include <future>
-#include <iomanip>
 #include <map>
 #include <mutex>
 #include <ostream>
@@ -288,12 +287,7 @@ struct ModelRepository::Impl {
     line << "model '" << v.name << "' version " << v.version << " (" << dir.string() << ") READY in " << v.load_ms
          << " ms: " << v.buckets.size() << " buckets captured (" << cached << " from the graph cache), "
          << v.config.instance_count << " instance(s)";
-    if (v.generator) {
-      const GenerationStats g = v.generator->stats();
-      line << ", text generation: " << g.captured_graphs << " step graphs (" << g.graphs_from_cache
-           << " from the graph cache), " << std::fixed << std::setprecision(1) << static_cast<double>(g.graph_bytes) / (1 << 20)
-           << " MB, steps of up to " << g.max_step_tokens << " tokens and " << g.max_batch << " sequences";
-    }
+    if (v.generator) line << ", text generation: " << step_graphs_summary(v.generator->stats());
     log(line.str());
   }
 
