@@ -53,13 +53,18 @@ std::vector<int64_t> linear_buckets(int64_t start, int64_t max, int64_t step) {
 }
 
 std::vector<int64_t> exponential_buckets(int64_t min, int64_t max) {
-  if (min < 1 || max < min)
-    throw InvalidArgument("exponential buckets (min " + std::to_string(min) + ", max " + std::to_string(max) +
-                          "): need 1 <= min <= max");
+  const std::string what = "exponential buckets (min " + std::to_string(min) + ", max " + std::to_string(max) + ")";
+  if (min < 1 || max < min) throw InvalidArgument(what + ": need 1 <= min <= max");
+  // min, the powers of two above min and below max, then max: counted before anything is
+  // allocated, and doubled only while the double stays below max (no overflow near 2^63).
+  int64_t first = 1;  // the first power of two above min, or 0 when there is none below max
+  while (first <= min && first <= max / 2) first *= 2;
+  if (first <= min) first = 0;
+  int64_t count = 1;
+  for (int64_t p = first; p != 0 && p < max; p = p <= max / 2 ? p * 2 : max) ++count;
+  check_count(count + 1, what);
   std::vector<int64_t> b{min};
-  int64_t p = 1;
-  while (p <= min) p *= 2;
-  for (; p < max; p *= 2) b.push_back(p);
+  for (int64_t p = first; p != 0 && p < max; p = p <= max / 2 ? p * 2 : max) b.push_back(p);
   if (b.back() != max) b.push_back(max);
   return b;
 }

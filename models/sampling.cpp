@@ -58,9 +58,12 @@ std::vector<double> sampling_distribution(const std::vector<float>& logits, cons
     for (size_t r = 0; r < n; ++r) p[order[r]] = 1.0 / static_cast<double>(n);
     return p;
   }
-  const double top = best / o.temperature;
+  // The maximum is subtracted before the temperature divides: each exponent is <= 0 and the best
+  // token's is exactly 0, so a temperature that tends to 0 (1e-310 included) gives the greedy
+  // token instead of inf - inf = NaN.
   double total = 0;
-  for (size_t r = 0; r < keep; ++r) total += p[order[r]] = std::exp(logits[order[r]] / o.temperature - top);
+  for (size_t r = 0; r < keep; ++r)
+    total += p[order[r]] = std::exp((double(logits[order[r]]) - double(best)) / o.temperature);
   double cum = 0;
   for (size_t r = 0; r < keep; ++r) {
     cum += p[order[r]] / total;

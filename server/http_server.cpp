@@ -117,9 +117,12 @@ bool HttpServer::Impl::evict_idle_reserve() {
   return false;
 }
 
-bool HttpServer::Impl::reserve_body(size_t bytes) {
+bool HttpServer::Impl::reserve_body(size_t bytes, size_t held) {
+  constexpr size_t kSmallBodyBytes = size_t{1} << 20;
+  const size_t max = opt.max_inflight_body_bytes;
+  const size_t cap = held + bytes > kSmallBodyBytes ? max - max / 8 : max;
   std::lock_guard lk(mu);
-  if (bytes > opt.max_inflight_body_bytes - std::min(inflight_bytes, opt.max_inflight_body_bytes)) return false;
+  if (bytes > cap - std::min(inflight_bytes, cap)) return false;
   inflight_bytes += bytes;
   return true;
 }

@@ -16,6 +16,15 @@ constexpr std::chrono::seconds kLingerTimeout{2};
 constexpr uint64_t kDiscardBytes = 64 << 10;  // a refused request's body read (and dropped) to keep its connection
 constexpr size_t kInflateStep = size_t{1} << 20;  // output inflated between two turns of the event loop
 const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+// HTTP/1.1 framing bounds (as nginx bounds them): the unparsed bytes a chunked body may leave in
+// the connection's buffer, i.e. one chunk-size line with its extensions, or the whole trailer
+// part; the buffer itself never grows past kReadBufferBytes beyond the header limit; and a
+// chunked body's framing (chunk headers, CRLFs, trailers) may not outweigh its data by more
+// than kFramingSlack.
+constexpr size_t kMaxChunkHeaderBytes = 1024;
+constexpr size_t kReadBufferBytes = size_t{64} << 10;
+constexpr size_t kFramingSlack = size_t{64} << 10;
+constexpr size_t kHeadReserve = size_t{64} << 10;  // counted in flight when a body starts
 
 std::string str(beast::string_view v) { return std::string(v.data(), v.size()); }
 
@@ -67,6 +76,7 @@ std::shared_ptr<ResponseStream> Session::make_sink() {
 }
 
 void Session::start() {
+  buffer_.max_size(std::max(srv_->opt.max_header_bytes, kReadBufferBytes) + 4096);
   net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
 }
 
@@ -252,7 +262,10 @@ void Session::fail(int status, std::string_view message, std::vector<std::pair<s
 bool Session::read_error(beast::error_code ec) {
   if (!ec) return false;
   static const auto& http_category = http::make_error_code(http::error::bad_method).category();
-  if (ec == http::error::body_limit) {
+  if (ec == http::error::buffer_overflow) {
+    fail(400, "malformed HTTP request: a chunk header, chunk extension or trailer part exceeds " +
+                  std::to_string(kMaxChunkHeaderBytes) + " bytes");
+  } else if (ec == http::error::body_limit) {
     fail(413, "request body exceeds the limit of " + std::to_string(body_limit_) + " bytes");
   } else if (ec == http::error::header_limit) {
     fail(431, "request header exceeds the limit of " + std::to_string(srv_->opt.max_header_bytes) + " bytes");
@@ -338,7 +351,9 @@ void Session::on_header(beast::error_code ec) {
                          std::to_string(limit) + " bytes for " + method_ + " " + std::string(path));
   parser_->body_limit(limit);
   body_limit_ = limit;
-  const size_t reserve = parser_->is_done() ? 0 : static_cast<size_t>(length.value_or(limit));
+  // The body is counted in flight as it arrives (read_body_some); a first share now, so that a
+  // server at its budget refuses new bodies before reading them.
+  const size_t reserve = parser_->is_done() ? 0 : std::min<size_t>(length.value_or(limit), kHeadReserve);
   if (reserve && !srv_->reserve_body(reserve))
     return fail(503, "too many request bytes in flight (limit " + std::to_string(srv_->opt.max_inflight_body_bytes) +
                          " bytes); retry later", {{"Retry-After", "1"}});
@@ -364,13 +379,15 @@ void Session::read_body() {
 }
 
 // Each read must come in time for the body's average rate to stay at min_body_bytes_per_sec
-// (after body_grace): a client trickling bytes is cut off, whatever the body's size.
+// (after body_grace): a client trickling bytes is cut off, whatever the body's size. Progress
+// is body data only: chunk headers, extensions and trailers do not count.
 void Session::read_body_some() {
   const HttpServerOptions& o = srv_->opt;
+  const size_t data = parser_->get().body().size();
   if (o.min_body_bytes_per_sec == 0) {
     stream_.expires_after(o.request_timeout);
   } else {
-    const double seconds = static_cast<double>(body_read_ + o.min_body_bytes_per_sec) /
+    const double seconds = static_cast<double>(data + o.min_body_bytes_per_sec) /
                            static_cast<double>(o.min_body_bytes_per_sec);
     stream_.expires_at(body_start_ + o.body_grace +
                        std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(seconds)));
@@ -378,9 +395,38 @@ void Session::read_body_some() {
   http::async_read_some(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t n) {
     self->body_read_ += n;
     if (self->read_error(ec)) return;
+    if (!self->body_within_bounds()) return;
     if (self->parser_->is_done()) return self->on_body();
     self->read_body_some();
   });
+}
+
+// After each read of a body: its framing is within bounds, and the memory it holds (the body's
+// capacity) is counted in flight; false once the request was answered with an error.
+bool Session::body_within_bounds() {
+  const std::string& body = parser_->get().body();
+  if (parser_->chunked()) {
+    if (!parser_->is_done() && buffer_.size() > kMaxChunkHeaderBytes) {
+      fail(400, "malformed HTTP request: a chunk header, chunk extension or trailer part exceeds " +
+                    std::to_string(kMaxChunkHeaderBytes) + " bytes");
+      return false;
+    }
+    const size_t framing = body_read_ - std::min(body_read_, body.size() + buffer_.size());
+    if (framing > body.size() + kFramingSlack) {
+      fail(400, "malformed HTTP request: chunked framing of " + std::to_string(framing) + " bytes for " +
+                    std::to_string(body.size()) + " bytes of data");
+      return false;
+    }
+  }
+  if (body.capacity() > reserved_) {
+    if (!srv_->reserve_body(body.capacity() - reserved_, reserved_)) {
+      fail(503, "too many request bytes in flight (limit " + std::to_string(srv_->opt.max_inflight_body_bytes) +
+                    " bytes); retry later", {{"Retry-After", "1"}});
+      return false;
+    }
+    reserved_ = body.capacity();
+  }
+  return true;
 }
 
 void Session::on_body() {

@@ -28,6 +28,34 @@ using SteadyClock = std::chrono::steady_clock;
 
 class Session;
 
+// A request body held in a std::string that grows with the bytes that arrive (geometrically),
+// not reserved at its declared Content-Length as beast's string_body does: a slow upload holds
+// (and is counted in flight for) what it sent, not what it announced.
+struct GrowingBody {
+  using value_type = std::string;
+  static std::uint64_t size(const value_type& v) { return v.size(); }
+  class reader {
+   public:
+    template <bool isRequest, class Fields>
+    reader(http::header<isRequest, Fields>&, value_type& b) : body_(b) {}
+    void init(const boost::optional<std::uint64_t>&, beast::error_code& ec) { ec = {}; }
+    template <class ConstBufferSequence>
+    std::size_t put(const ConstBufferSequence& buffers, beast::error_code& ec) {
+      std::size_t n = 0;
+      for (auto b : beast::buffers_range_ref(buffers)) {
+        body_.append(static_cast<const char*>(b.data()), b.size());
+        n += b.size();
+      }
+      ec = {};
+      return n;
+    }
+    void finish(beast::error_code& ec) { ec = {}; }
+
+   private:
+    value_type& body_;
+  };
+};
+
 struct HttpServer::Impl {
   // Declared before the io_context so that sessions destroyed with it can still deregister.
   std::weak_ptr<Impl> self;  // streams keep the server state alive (not running) until dropped
@@ -70,7 +98,10 @@ struct HttpServer::Impl {
   void session_closed(Session* s);
   void request_begun();
   void request_done();
-  bool reserve_body(size_t bytes);  // false: over max_inflight_body_bytes
+  // false: over max_inflight_body_bytes. A request that would hold more than kSmallBodyBytes
+  // (`held` counts what it reserved before) may use only 7/8 of the budget: the last eighth
+  // stays for small requests while large slow ones are in flight.
+  bool reserve_body(size_t bytes, size_t held = 0);
   void release_body(size_t bytes);
   std::vector<std::shared_ptr<Session>> live_sessions();
   void maybe_finish();   // on ctl: once no request is busy, close the listener and idle connections
@@ -126,6 +157,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_header(beast::error_code ec);
   void read_body();
   void read_body_some();
+  bool body_within_bounds();
   void on_body();
   void inflate_some();
   void handle(HttpRequest req);
@@ -142,7 +174,7 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::tcp_stream stream_;
   const bool reserve_;  // accepted beyond max_connections: probes only, one request
   beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<http::request_parser<GrowingBody>> parser_;
   std::optional<http::response<http::string_body>> res_;
   std::array<char, 16384> discard_;
   std::optional<http::response<http::empty_body>> shdr_;  // a streamed response's header
@@ -160,7 +192,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool shutdown_ = false;
   bool counted_ = false;  // in Impl::busy
   size_t reserved_ = 0;   // body bytes counted in Impl::inflight_bytes
-  size_t body_read_ = 0;
+  size_t body_read_ = 0;   // wire bytes of the body in flight (framing included)
   size_t body_limit_ = 0;
   ContentCoding coding_ = ContentCoding::Identity;  // of the request body in flight
   // A compressed body being inflated: the request (body moved to compressed_), its inflater.

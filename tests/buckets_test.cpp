@@ -82,6 +82,15 @@ TEST(Buckets, ExponentialLists) {
   EXPECT_EQ(exponential_buckets(1, 100).size(), 8u);  // 1..64, then 100
   EXPECT_THROW(exponential_buckets(0, 4), InvalidArgument);
   EXPECT_THROW(exponential_buckets(8, 4), InvalidArgument);
+  // Near 2^63 nothing overflows or spins: the powers of two stop below max.
+  const std::vector<int64_t> all = exponential_buckets(1, INT64_MAX);
+  EXPECT_EQ(all.size(), 64u);  // 1, 2, ..., 2^62, then INT64_MAX
+  EXPECT_EQ(all[62], int64_t{1} << 62);
+  EXPECT_EQ(all.back(), INT64_MAX);
+  EXPECT_EQ(exponential_buckets(4611686018427387905, INT64_MAX),
+            (std::vector<int64_t>{4611686018427387905, INT64_MAX}));
+  EXPECT_EQ(exponential_buckets(INT64_MAX, INT64_MAX), (std::vector<int64_t>{INT64_MAX}));
+  EXPECT_EQ(parse_buckets("exp:1:9223372036854775807"), all);
 }
 
 TEST(Buckets, ParsesSpecs) {

@@ -595,6 +595,19 @@ TEST(Sampling, NonFiniteLogits) {
   EXPECT_EQ(Sampler(o).next({1, INFINITY, 2}), 1);
 }
 
+// The maximum is subtracted before the temperature divides: a temperature that tends to 0
+// gives the greedy token (logits / 1e-310 overflow to inf, and inf - inf would be NaN).
+TEST(Sampling, TinyAndHugeTemperaturesGiveValidDistributions) {
+  for (double t : {1e-310, 4.9e-324, 1e-30, 1e-3}) {
+    const SamplingOptions o{.greedy = false, .temperature = t};
+    const std::vector<double> p = sampling_distribution({3, 7.5f, -2, 7.25f}, o);
+    expect_probs(p, {0, 1, 0, 0}, "temperature " + std::to_string(t) + " is greedy");
+    EXPECT_EQ(Sampler(o).next({3, 7.5f, -2, 7.25f}), 1) << "temperature " << t;
+  }
+  const std::vector<double> flat = sampling_distribution({1e30f, -1e30f, 0}, {.greedy = false, .temperature = 1e300});
+  for (double v : flat) EXPECT_TRUE(std::isfinite(v) && v > 0.3 && v < 0.34) << v;  // a huge temperature: uniform
+}
+
 TEST(Sampling, DrawsFollowTheDistribution) {
   Sampler s({.greedy = false, .top_p = 0.71, .seed = 3});
   std::vector<int> count(4);

@@ -89,6 +89,16 @@ class HttpConn {
   HttpConn& operator=(const HttpConn&) = delete;
 
   // Sends bytes as they are (malformed HTTP, say).
+  // Sends every byte; false once the peer has closed or reset the connection.
+  bool try_send(std::string_view bytes) {
+    size_t sent = 0;
+    while (sent < bytes.size()) {
+      const ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      sent += static_cast<size_t>(n);
+    }
+    return true;
+  }
   void send_raw(std::string_view bytes) {
     size_t sent = 0;
     while (sent < bytes.size()) {

@@ -249,3 +249,63 @@ TEST(HttpLimits, EveryResponseIsRecorded) {
 }
 
 }  // namespace
+
+// HTTP/1.1 framing is bounded as nginx bounds it: a chunk-size line with endless extensions,
+// or a flood of trailer fields, is refused with 400 after a bounded buffer, on any route.
+TEST(HttpLimits, ChunkHeadersAndTrailersAreBounded) {
+  Server s;
+  HttpConn ext(s.port, 60s);
+  ext.send_raw("POST /v2/health/live HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;" +
+               std::string(100 << 10, 'e'));
+  const auto r1 = ext.read();
+  EXPECT_EQ(r1.status, 400);
+  EXPECT_THAT(r1.body, HasSubstr("chunk header, chunk extension or trailer part exceeds 1024 bytes"));
+  HttpConn trailers(s.port, 60s);
+  std::string flood = "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\n";
+  for (int i = 0; i < 20000; ++i) flood += "a:b\r\n";
+  trailers.send_raw(flood);
+  const auto r2 = trailers.read();
+  EXPECT_EQ(r2.status, 400);
+  EXPECT_THAT(r2.body, HasSubstr("exceeds 1024 bytes"));
+  HttpConn ok(s.port, 60s);  // small trailers and extensions still pass
+  ok.send_raw("POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3;name=v\r\nabc\r\n0\r\nT: 1\r\n\r\n");
+  const auto r3 = ok.read();
+  EXPECT_EQ(r3.status, 200);
+  EXPECT_EQ(r3.body, "POST /x abc");
+}
+
+// Chunk extensions are not body progress: a client that sends only extension bytes (in short
+// lines) is cut off by the body-rate floor.
+TEST(HttpLimits, ChunkExtensionsDoNotCountAsBodyProgress) {
+  HttpServerOptions opt;
+  opt.min_body_bytes_per_sec = 1000;
+  opt.body_grace = 200ms;
+  Server s(opt);
+  HttpConn slow(s.port, 60s);
+  slow.send_raw("POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
+  const auto t0 = Clock::now();
+  bool cut = false;
+  for (int i = 0; i < 400 && !cut; ++i) {  // 1.5 KB/s of framing, no data, for at most 40 s
+    cut = !slow.try_send("0000000001;" + std::string(100, 'e') + "\r\nz\r\n");
+    std::this_thread::sleep_for(100ms);
+    if (Clock::now() - t0 > 4s) break;
+  }
+  EXPECT_TRUE(cut || slow.closed_by_peer()) << "the framing-only sender was not cut";
+  EXPECT_LT(Clock::now() - t0, 30s);
+}
+
+// A body counts in flight with the bytes it has received, not its declared length: a large
+// slow upload does not hold small requests off.
+TEST(HttpLimits, ADeclaredLengthIsNotReservedUpFront) {
+  HttpServerOptions opt;
+  opt.max_inflight_body_bytes = size_t{4} << 20;
+  Server s(opt);
+  HttpConn big(s.port, 60s);
+  big.send_raw("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 33554432\r\n\r\n" + std::string(1000, 'a'));
+  HttpConn big2(s.port, 60s);
+  big2.send_raw("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 33554432\r\n\r\n" + std::string(1000, 'a'));
+  std::this_thread::sleep_for(200ms);
+  HttpConn small(s.port, 60s);
+  const auto r = small.request("POST", "/x", std::string(300, 'c'));
+  EXPECT_EQ(r.status, 200) << r.body;
+}
