@@ -259,12 +259,16 @@ void Session::fail(int status, std::string_view message, std::vector<std::pair<s
   write(std::move(r));
 }
 
+void Session::fail_chunk_header() {
+  fail(400, "malformed HTTP request: a chunk header, chunk extension or trailer part exceeds " +
+                std::to_string(kMaxChunkHeaderBytes) + " bytes");
+}
+
 bool Session::read_error(beast::error_code ec) {
   if (!ec) return false;
   static const auto& http_category = http::make_error_code(http::error::bad_method).category();
   if (ec == http::error::buffer_overflow) {
-    fail(400, "malformed HTTP request: a chunk header, chunk extension or trailer part exceeds " +
-                  std::to_string(kMaxChunkHeaderBytes) + " bytes");
+    fail_chunk_header();
   } else if (ec == http::error::body_limit) {
     fail(413, "request body exceeds the limit of " + std::to_string(body_limit_) + " bytes");
   } else if (ec == http::error::header_limit) {
@@ -407,8 +411,7 @@ bool Session::body_within_bounds() {
   const std::string& body = parser_->get().body();
   if (parser_->chunked()) {
     if (!parser_->is_done() && buffer_.size() > kMaxChunkHeaderBytes) {
-      fail(400, "malformed HTTP request: a chunk header, chunk extension or trailer part exceeds " +
-                    std::to_string(kMaxChunkHeaderBytes) + " bytes");
+      fail_chunk_header();
       return false;
     }
     const size_t framing = body_read_ - std::min(body_read_, body.size() + buffer_.size());

@@ -154,6 +154,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void read_header();
   void fail(int status, std::string_view message, std::vector<std::pair<std::string, std::string>> headers = {});
   bool read_error(beast::error_code ec);
+  void fail_chunk_header();  // 400: over kMaxChunkHeaderBytes of unparsed chunk framing
   void on_header(beast::error_code ec);
   void read_body();
   void read_body_some();

@@ -100,13 +100,9 @@ class HttpConn {
     return true;
   }
   void send_raw(std::string_view bytes) {
-    size_t sent = 0;
-    while (sent < bytes.size()) {
-      const ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) fail("send");
-      sent += static_cast<size_t>(n);
-    }
+    if (!try_send(bytes)) fail("send");
   }
+
 
   // Sends one request (Content-Length always set, Host added).
   void send(const std::string& method, const std::string& path, std::string_view body = {},
