@@ -100,17 +100,18 @@ size_t Inflater::capacity_after_step(size_t max_step) const {
   return need <= out_.capacity() ? out_.capacity() : std::max(need, 2 * out_.capacity());
 }
 
-bool Inflater::step(size_t max_step) {
+bool Inflater::step(size_t max_step, size_t max_input) {
   Stream& s = *z_;
   if (s.done) return true;
+  const size_t first = s.pos;
   const size_t before = out_.size(), space = room(max_step);
   out_.reserve(before + space);
   out_.resize(before + space);
   s.z.next_out = bytes(out_.data() + before);
   s.z.avail_out = static_cast<uInt>(space);
-  while (s.z.avail_out > 0 && !s.done) {
+  while (s.z.avail_out > 0 && !s.done && s.pos - first < max_input) {
     s.z.next_in = bytes(in_.data() + s.pos);
-    s.z.avail_in = static_cast<uInt>(std::min(in_.size() - s.pos, kZlibChunk));
+    s.z.avail_in = static_cast<uInt>(std::min({in_.size() - s.pos, kZlibChunk, max_input - (s.pos - first)}));
     const int rc = ::inflate(&s.z, Z_NO_FLUSH);
     s.pos = static_cast<size_t>(reinterpret_cast<const char*>(s.z.next_in) - in_.data());
     if (rc == Z_STREAM_END) {

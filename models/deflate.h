@@ -45,8 +45,10 @@ class Inflater {
   Inflater(const Inflater&) = delete;
   Inflater& operator=(const Inflater&) = delete;
 
-  // Produces up to max_step more bytes of output; true once the stream is complete.
-  bool step(size_t max_step);
+  // Produces up to max_step more bytes of output from at most about max_input more bytes of
+  // input (a body of many empty gzip members makes no output: its work is bounded by input);
+  // true once the stream is complete.
+  bool step(size_t max_step, size_t max_input = SIZE_MAX);
   // What the output buffer will hold (capacity, bytes) after the next step(max_step): an upper
   // bound, for budgets counted before memory is taken.
   size_t capacity_after_step(size_t max_step) const;

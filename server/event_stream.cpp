@@ -2,6 +2,10 @@
 
 namespace hg::server {
 
+namespace {
+constexpr size_t kMaxPending = 64;  // events held before the HTTP layer hands over the sink
+}  // namespace
+
 std::string sse_data(std::string_view payload) {
   std::string s;
   s.reserve(payload.size() + 8);
@@ -48,6 +52,12 @@ void EventStream::end(std::exception_ptr error) {
   }
   ended_ = true;
   if (sink_) close_sink();
+}
+
+bool EventStream::ready() {
+  std::lock_guard lk(mu_);
+  if (gone_ || ended_) return true;
+  return sink_ ? sink_->ready() : pending_.size() < kMaxPending;
 }
 
 bool EventStream::started() {

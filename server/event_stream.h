@@ -32,6 +32,9 @@ class EventStream : public std::enable_shared_from_this<EventStream> {
 
   // False once the client is gone.
   bool send(std::string event);
+  // False while the client has not read what was sent (ResponseStream::ready): a producer that
+  // can wait should, then send again. True once the client is gone (send says so).
+  bool ready();
   // After the last event. An error before any event answers with its own status instead.
   void end(std::exception_ptr error);
   bool started();

@@ -72,6 +72,8 @@ void parse_parameters(const json& p, GenerateRequest& r) {
 
 }  // namespace
 
+constexpr size_t kMaxIdBytes = 256;
+
 GenerateRequest parse_generate_request(std::string_view body) {
   const json j = read_json(body, kGenerateJsonLimits, "the generate request body");
   if (!j.is_object())
@@ -81,6 +83,8 @@ GenerateRequest parse_generate_request(std::string_view body) {
   for (const auto& [key, v] : j.items()) {
     if (key == "id") {
       r.id = kFields.string(v, "id");
+      if (r.id->size() > kMaxIdBytes)  // echoed into every event of a stream
+        kFields.fail("id", "is " + std::to_string(r.id->size()) + " bytes, at most " + std::to_string(kMaxIdBytes));
     } else if (key == "text_input") {
       r.text_input = kFields.string(v, "text_input");
       has_text = true;
@@ -93,6 +97,12 @@ GenerateRequest parse_generate_request(std::string_view body) {
   if (!has_text) kFields.fail("text_input", "is missing");
   if (r.text_input.empty()) kFields.fail("text_input", "is empty (the model needs at least one token)");
   return r;
+}
+
+void TextGenerator::submit(GenerateRequest req, PieceCallback on_piece, GenerateDone done) {
+  std::vector<Submission> one;
+  one.push_back({std::move(req), std::move(on_piece), std::move(done)});
+  submit_group(std::move(one));
 }
 
 GenerateResult TextGenerator::generate(const GenerateRequest& req, const PieceCallback& on_piece) {

@@ -8,7 +8,7 @@
 //   GenerateResult res = gen->generate(r, [](std::string_view piece) { return true; });   // blocks
 //   serve_generate(gen, "gpt", "1", std::move(http_req), reply, /*stream=*/true);   // from the router
 //
-// Request: {"id"?: str, "text_input": str, "parameters"?: {"max_tokens": int >= 1 (16),
+// Request: {"id"?: str of at most 256 bytes, "text_input": str, "parameters"?: {"max_tokens": int >= 1 (16),
 // "temperature": number >= 0, "top_k": int >= 0, "top_p": number in (0, 1], "seed": int >= 0,
 // "stop": str or [str], "timeout": microseconds >= 0, "stream": bool (ignored: the endpoint
 // decides)}}. A request still queued when its timeout (the model's default_timeout_us, which
@@ -24,6 +24,7 @@
 // Retry-After, 504 timed out in the queue, 500); a failure after it is a last
 // `data: {"error": ...}` event.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -58,6 +59,15 @@ struct GenerateRequest {
   // OpenAI endpoints). Every generated token is reported, a stop string's included.
   TokenCallback on_token;
   int64_t top_logprobs = 0;  // alternatives given to on_token per token
+  // Set when the client left (HttpRequest::cancelled): a waiting request is dropped before it is
+  // admitted, a running one between steps (finish_reason "cancelled", no piece needed to notice).
+  std::shared_ptr<const std::atomic<bool>> cancelled;
+  bool is_cancelled() const { return cancelled && cancelled->load(std::memory_order_relaxed); }
+  // Set by streaming callers (EventStream::ready): false while the client has not read what was
+  // sent; the sequence then sits out steps, keeping its place and blocks, until it reads (the HTTP
+  // layer cuts a connection whose answer is not written within its request timeout).
+  std::function<bool()> ready;
+  bool is_held_back() const { return ready && !ready(); }
 };
 
 // Throws hg::InvalidArgument naming the field (JSON syntax, unknown fields, types, ranges).
@@ -103,14 +113,24 @@ using PieceCallback = std::function<bool(std::string_view)>;
 // Called once when a generation ends: error set (then result is empty) or the result.
 using GenerateDone = std::function<void(std::exception_ptr error, GenerateResult result)>;
 
+// One sequence to generate: the request and its callbacks.
+struct Submission {
+  GenerateRequest req;
+  PieceCallback on_piece;
+  GenerateDone done;
+};
+
 class TextGenerator {
  public:
   virtual ~TextGenerator() = default;
-  // Thread-safe. Checks the request against the model (hg::InvalidArgument naming the field)
-  // and queues it; up to max_queue_size wait (0: unbounded); beyond that HttpError(503). Both
-  // errors are thrown here, before anything is queued. on_piece, on_token and done run on the
-  // generator's thread.
-  virtual void submit(GenerateRequest req, PieceCallback on_piece, GenerateDone done) = 0;
+  // Thread-safe. Checks every request against the model (hg::InvalidArgument naming the field)
+  // and queues them all or none (OpenAI's n choices are n sequences): the waiting sequences are
+  // bounded (max_queue_size; 0: 8 per sequence of max_batch), and a group that does not fit is
+  // refused whole with HttpError(503). Both errors are thrown here, before anything is queued.
+  // on_piece, on_token and done run on the generator's thread.
+  virtual void submit_group(std::vector<Submission> group) = 0;
+  // A group of one.
+  void submit(GenerateRequest req, PieceCallback on_piece, GenerateDone done);
   // Requests waiting to be admitted (for the pending-requests gauge).
   virtual size_t queue_depth() const = 0;
   virtual GenerationStats stats() const = 0;

@@ -47,14 +47,14 @@ void serve_generate(std::shared_ptr<TextGenerator> gen, const std::string& model
                     HttpRequest&& req, Reply reply, bool stream) {
   try {
     GenerateRequest r = parse_generate_request(req.body);
+    r.cancelled = req.cancelled;  // a client that leaves is dropped from the queue or between steps
     json head = json::object();
     if (r.id) head["id"] = *r.id;
     head["model_name"] = model;
     head["model_version"] = version;
     if (!stream) {  // compressed when asked; a stream never is (each event must reach the client at once)
       const ContentCoding coding = negotiate_encoding(req.header("Accept-Encoding"));
-      // A client that left stops the generation at its next token.
-      gen->submit(std::move(r), [cancelled = req.cancelled](std::string_view) { return !(cancelled && cancelled->load()); },
+      gen->submit(std::move(r), [](std::string_view) { return true; },
                   [reply, head, coding](std::exception_ptr error, GenerateResult res) {
                     if (error) return reply(error_response(error));
                     if (res.finish_reason == "cancelled")
@@ -70,6 +70,7 @@ void serve_generate(std::shared_ptr<TextGenerator> gen, const std::string& model
       return;
     }
     auto events = std::make_shared<EventStream>(reply, [](std::exception_ptr e) { return error_response(e); });
+    r.ready = [events] { return events->ready(); };  // a reader that does not read holds its sequence back
     gen->submit(
         std::move(r),
         [events, head](std::string_view piece) {

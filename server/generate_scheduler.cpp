@@ -75,6 +75,7 @@ GenerateScheduler::GenerateScheduler(std::shared_ptr<models::GPT> gpt, const Sch
   for (const models::StepGraphInfo& g : decoder_->grid()) stats_.graphs_from_cache += g.from_cache;
   stats_.max_batch = opt_.max_batch;
   stats_.max_step_tokens = opt_.max_step_tokens;
+  if (opt_.max_queue == 0) opt_.max_queue = 8 * static_cast<size_t>(opt_.max_batch);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -102,24 +103,28 @@ void GenerateScheduler::check(const GenerateRequest& r) const {
   models::validate(r.sampling);
 }
 
-void GenerateScheduler::submit(GenerateRequest req, PieceCallback on_piece, GenerateDone done) {
-  check(req);
-  // A request's timeout may only lower the model's default (0: none).
-  uint64_t timeout_us = opt_.default_timeout_us;
-  if (req.timeout_us > 0 && opt_.allow_timeout_override)
-    timeout_us = timeout_us == 0 ? req.timeout_us : std::min(timeout_us, req.timeout_us);
+void GenerateScheduler::submit_group(std::vector<Submission> group) {
+  for (const Submission& g : group) check(g.req);
   const auto now = Clock::now();
-  constexpr uint64_t kLongest = uint64_t{1} << 50;  // about 35 years: the deadline cannot overflow
-  const auto deadline =
-      timeout_us > 0 ? now + std::chrono::microseconds(std::min(timeout_us, kLongest)) : Clock::time_point::max();
-  auto s = std::make_unique<Sequence>(std::move(req), std::move(on_piece), std::move(done), now, deadline);
+  std::vector<SeqPtr> seqs;
+  for (Submission& g : group) {
+    // A request's timeout may only lower the model's default (0: none).
+    uint64_t timeout_us = opt_.default_timeout_us;
+    if (g.req.timeout_us > 0 && opt_.allow_timeout_override)
+      timeout_us = timeout_us == 0 ? g.req.timeout_us : std::min(timeout_us, g.req.timeout_us);
+    constexpr uint64_t kLongest = uint64_t{1} << 50;  // about 35 years: the deadline cannot overflow
+    const auto deadline =
+        timeout_us > 0 ? now + std::chrono::microseconds(std::min(timeout_us, kLongest)) : Clock::time_point::max();
+    seqs.push_back(std::make_unique<Sequence>(std::move(g.req), std::move(g.on_piece), std::move(g.done), now, deadline));
+  }
   {
     std::lock_guard lk(mu_);
     if (stopping_) throw HttpError(503, "model '" + opt_.name + "' is shutting down");
-    if (opt_.max_queue && waiting_.size() >= opt_.max_queue)
-      throw HttpError(503, "model '" + opt_.name + "': the generate queue is full (max_queue_size " +
+    if (waiting_.size() + seqs.size() > opt_.max_queue)
+      throw HttpError(503, "model '" + opt_.name + "': the generate queue is full (" + std::to_string(waiting_.size()) +
+                               " sequences waiting, " + std::to_string(seqs.size()) + " more asked, max_queue_size " +
                                std::to_string(opt_.max_queue) + ")");
-    waiting_.push_back(std::move(s));
+    for (SeqPtr& s : seqs) waiting_.push_back(std::move(s));
   }
   cv_.notify_one();
 }
@@ -152,36 +157,50 @@ void GenerateScheduler::loop() {
     for (SeqPtr& s : refused)
       retire(std::move(s), std::make_exception_ptr(HttpError(503, "model '" + opt_.name + "' is shutting down")));
     if (stop && running_.empty()) return;
-    // Deadlines at token granularity: a running request past its deadline ends before the step.
-    const auto now = Clock::now();
-    for (size_t i = 0; i < running_.size();) {
-      if (now <= running_[i]->deadline) {
-        ++i;
-        continue;
-      }
-      SeqPtr s = std::move(running_[i]);
-      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
-      const std::string why = "model '" + opt_.name + "': the request's deadline passed after " +
-                              std::to_string(s->result.tokens.size()) + " generated tokens";
-      retire(std::move(s), std::make_exception_ptr(HttpError(504, why)));
-    }
+    drop_departed();
     step();
   }
 }
 
+// Deadlines at token granularity: a running request past its deadline ends before the step; one
+// whose client left ends without its next token.
+void GenerateScheduler::drop_departed() {
+  const auto now = Clock::now();
+  std::vector<SeqPtr> kept;
+  for (SeqPtr& s : running_) {
+    const bool late = now > s->deadline, gone = s->req.is_cancelled();
+    if (!late && !gone) {
+      kept.push_back(std::move(s));
+      continue;
+    }
+    if (gone) {
+      s->result.finish_reason = "cancelled";
+      retire(std::move(s), nullptr);
+      continue;
+    }
+    const std::string why = "model '" + opt_.name + "': the request's deadline passed after " +
+                            std::to_string(s->result.tokens.size()) + " generated tokens";
+    retire(std::move(s), std::make_exception_ptr(HttpError(504, why)));
+  }
+  running_ = std::move(kept);
+}
+
 void GenerateScheduler::expire_waiting() {
-  std::vector<SeqPtr> expired;
+  std::vector<SeqPtr> expired, gone;
   {
     std::lock_guard lk(mu_);
     const auto now = Clock::now();
-    for (auto it = waiting_.begin(); it != waiting_.end();) {
-      if (now > (*it)->deadline && (*it)->order == 0) {  // never started: 504, as a request timed out in a queue
-        expired.push_back(std::move(*it));
-        it = waiting_.erase(it);
-      } else {
-        ++it;
-      }
+    std::deque<SeqPtr> kept;  // one pass: a burst of departures costs linear time
+    for (SeqPtr& s : waiting_) {
+      if (s->req.is_cancelled()) gone.push_back(std::move(s));  // the client left: never run (or run again)
+      else if (now > s->deadline && s->order == 0) expired.push_back(std::move(s));  // never started: 504
+      else kept.push_back(std::move(s));
     }
+    waiting_.swap(kept);
+  }
+  for (SeqPtr& s : gone) {
+    s->result.finish_reason = "cancelled";
+    retire(std::move(s), nullptr);
   }
   for (SeqPtr& s : expired) {
     const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - s->enqueued).count();
@@ -206,10 +225,14 @@ void GenerateScheduler::step() {
     preempt_newest();
     i = 0;  // the vector changed; the pool holds one max_len sequence, so this ends
   }
+  // A sequence whose client has not read what it was sent sits this step out.
+  std::vector<bool> held(running_.size());
+  bool any_held = false;
+  for (size_t i = 0; i < running_.size(); ++i) any_held |= held[i] = running_[i]->req.is_held_back();
   int64_t budget = opt_.max_step_tokens;
   std::vector<int64_t> take(running_.size(), 0);
   for (size_t i = 0; i < running_.size(); ++i)
-    if (static_cast<int64_t>(running_[i]->tokens.size()) - running_[i]->computed == 1) take[i] = 1, --budget;
+    if (!held[i] && static_cast<int64_t>(running_[i]->tokens.size()) - running_[i]->computed == 1) take[i] = 1, --budget;
   // A chunk of a prompt: as much as the budget and the free blocks allow (0: it waits a step).
   auto chunk = [&](Sequence& s) -> int64_t {
     int64_t n = std::min(static_cast<int64_t>(s.tokens.size()) - s.computed, budget);
@@ -223,7 +246,7 @@ void GenerateScheduler::step() {
     return n;
   };
   for (size_t i = 0; i < running_.size(); ++i)
-    if (take[i] == 0) take[i] = chunk(*running_[i]);
+    if (take[i] == 0 && !held[i]) take[i] = chunk(*running_[i]);
   {
     std::lock_guard lk(mu_);
     while (budget > 0 && !waiting_.empty() && static_cast<int64_t>(running_.size()) < opt_.max_batch) {
@@ -246,7 +269,13 @@ void GenerateScheduler::step() {
                     .blocks = &s.blocks});
     in_step.push_back(i);
   }
-  if (rows.empty()) {  // prompts waiting for blocks that only they hold: the newest gives its own back
+  if (rows.empty()) {
+    if (any_held) {  // every runnable sequence waits for its reader: look again shortly (or on a submit)
+      std::unique_lock lk(mu_);
+      cv_.wait_for(lk, std::chrono::milliseconds(2));
+      return;
+    }
+    // Prompts waiting for blocks that only they hold: the newest gives its own back.
     if (!running_.empty()) preempt_newest();
     return;
   }

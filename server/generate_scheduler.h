@@ -17,6 +17,8 @@
 // the queue, to be prefilled again from its prompt and the tokens it has generated (recompute),
 // its sampler and text state kept, so its client sees one uninterrupted stream. A request that
 // fits the limits never fails for lack of blocks: the pool always holds one sequence of max_len.
+// A request whose client left (GenerateRequest::cancelled) is dropped before admission and
+// between steps, so departed clients cost no step tokens.
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -47,7 +49,7 @@ struct SchedulerOptions {
   // Bytes the captured step graphs may take (arenas and constants; 0: no limit): the grid's larger
   // token buckets are left out past it, which lowers max_step_tokens (and max_batch with it).
   size_t graph_memory = 0;
-  size_t max_queue = 0;             // waiting requests; 0: unbounded; beyond: 503
+  size_t max_queue = 0;             // waiting sequences; 0: 8 x max_batch; beyond: 503
   uint64_t default_timeout_us = 0;  // 0: none
   bool allow_timeout_override = true;
   GenerationHooks hooks;
@@ -61,7 +63,7 @@ class GenerateScheduler final : public TextGenerator {
   // Waiting requests are answered 503; running ones finish.
   ~GenerateScheduler() override;
 
-  void submit(GenerateRequest req, PieceCallback on_piece, GenerateDone done) override;
+  void submit_group(std::vector<Submission> group) override;
   size_t queue_depth() const override;
   GenerationStats stats() const override;
   int64_t context_length() const override { return gpt_->config().max_len; }
@@ -74,7 +76,8 @@ class GenerateScheduler final : public TextGenerator {
 
   void check(const GenerateRequest& r) const;
   void loop();
-  void expire_waiting();
+  void expire_waiting();  // drops waiting requests past their deadline (504) or whose client left
+  void drop_departed();   // running sequences whose client left or whose deadline passed
   void step();
   bool grow(Sequence& s);  // a block for the next position; preempts others when none is free
   void preempt_newest();

@@ -83,8 +83,13 @@ class ResponseStream {
  public:
   virtual ~ResponseStream() = default;
   // Queues a chunk for the client; false once the client is gone or the server is cut off
-  // (stop producing).
+  // (stop producing). A chunk that would take the connection's unsent bytes past
+  // HttpServerOptions::max_unsent_bytes is refused the same way and the connection closed: a
+  // client that does not read its answer holds no more than that.
   virtual bool write(std::string chunk) = 0;
+  // False while more than half of max_unsent_bytes is queued and not yet written: a producer
+  // that can wait should (the generators hold the sequence back a step); then write() again.
+  virtual bool ready() const { return true; }
   // Ends the body (idempotent). Dropping the last reference without close() also ends it.
   virtual void close() = 0;
 };
@@ -140,6 +145,7 @@ struct HttpServerOptions {
   size_t min_body_bytes_per_sec = 16 << 10;                             // average, after body_grace
   std::chrono::milliseconds body_grace{std::chrono::seconds(5)};
   std::chrono::milliseconds request_timeout{std::chrono::seconds(60)};  // write a response (each chunk)
+  size_t max_unsent_bytes = size_t{256} << 10;  // a streamed response's queued, unwritten bytes per connection
   std::chrono::milliseconds drain_timeout{std::chrono::seconds(30)};    // graceful shutdown cap
   bool handle_signals = true;  // SIGINT/SIGTERM call stop()
   std::ostream* log = nullptr;  // shutdown messages, accept errors (at most one line a second)
@@ -149,6 +155,9 @@ struct HttpServerOptions {
   // Called once when shutdown begins (stop() or a signal), before connections drain: the
   // handler turns readiness off and refuses new work there. Must not block.
   std::function<void()> on_stop;
+  // Runs `work` off the I/O threads (each step of inflating a compressed body); false: refused
+  // (its pool is full or stopping; the request gets 503). Null: the work runs on the I/O thread.
+  std::function<bool(std::function<void()> work)> offload;
   // Called for every response as it starts going out, including the errors the HTTP layer
   // answers itself (metrics, the access log). Any thread; must not block or throw.
   std::function<void(const ResponseRecord&)> on_response;

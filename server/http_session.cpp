@@ -14,7 +14,8 @@ namespace hg::server {
 namespace {
 constexpr std::chrono::seconds kLingerTimeout{2};
 constexpr uint64_t kDiscardBytes = 64 << 10;  // a refused request's body read (and dropped) to keep its connection
-constexpr size_t kInflateStep = size_t{1} << 20;  // output inflated between two turns of the event loop
+constexpr size_t kInflateStep = size_t{1} << 20;       // output inflated between two turns of the event loop
+constexpr size_t kInflateInputStep = size_t{64} << 10;  // and input: empty gzip members make no output
 const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 // HTTP/1.1 framing bounds (as nginx bounds them): the unparsed bytes a chunked body may leave in
 // the connection's buffer, i.e. one chunk-size line with its extensions, or the whole trailer
@@ -50,8 +51,13 @@ class StreamSink : public ResponseStream {
     std::lock_guard lk(mu_);
     if (!session_ || session_->stream_dead()) return false;
     if (chunk.empty()) return true;  // an empty chunk would end the body
+    if (!session_->take_unsent(chunk.size())) return false;
     net::post(session_->executor(), [s = session_, c = std::move(chunk)]() mutable { s->push_chunk(std::move(c)); });
     return true;
+  }
+  bool ready() const override {
+    std::lock_guard lk(mu_);
+    return !session_ || session_->stream_dead() || !session_->backlogged();  // a dead one: write() says so
   }
   void close() override {
     std::lock_guard lk(mu_);
@@ -62,7 +68,7 @@ class StreamSink : public ResponseStream {
 
  private:
   std::shared_ptr<HttpServer::Impl> srv_;  // destroyed after the session
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::shared_ptr<Session> session_;
 };
 
@@ -126,6 +132,18 @@ void Session::write(HttpResponse r) {
   http::async_write(stream_, *res_, [self = shared_from_this()](beast::error_code ec, size_t) { self->on_write(ec); });
 }
 
+bool Session::take_unsent(size_t n) {
+  size_t have = unsent_.load(std::memory_order_relaxed);
+  do {
+    if (n > srv_->opt.max_unsent_bytes - std::min(have, srv_->opt.max_unsent_bytes)) {
+      // The client does not read its answer: stop queueing for it and close the connection.
+      if (!dead_.exchange(true)) net::post(executor(), [self = shared_from_this()] { self->fail_stream(); });
+      return false;
+    }
+  } while (!unsent_.compare_exchange_weak(have, have + n, std::memory_order_relaxed));
+  return true;
+}
+
 void Session::push_chunk(std::string chunk) {
   if (state_ != State::Streaming || stream_end_) return;
   chunks_.push_back(std::move(chunk));
@@ -152,7 +170,10 @@ void Session::start_stream(HttpResponse r) {
   shdr_->keep_alive(keep_alive_ && !closing() && version_ >= 11 && !reserve_);
   if (version_ >= 11) shdr_->chunked(true);  // HTTP/1.0: the body ends when the connection closes
   ssr_.emplace(*shdr_);
-  if (!r.body.empty()) chunks_.push_back(std::move(r.body));
+  if (!r.body.empty()) {
+    unsent_.fetch_add(r.body.size(), std::memory_order_relaxed);  // subtracted once written, as the sink's
+    chunks_.push_back(std::move(r.body));
+  }
   writing_ = true;
   stream_.expires_after(srv_->opt.request_timeout);
   http::async_write_header(stream_, *ssr_,
@@ -199,6 +220,7 @@ void Session::pump() {
 
 void Session::on_chunk_written(beast::error_code ec) {
   writing_ = false;
+  unsent_.fetch_sub(std::exchange(cur_chunk_, std::string()).size(), std::memory_order_relaxed);
   if (ec) return fail_stream();
   if (!last_sent_) return pump();
   // The response is complete: stop watching the peer (no write is pending now), then carry on.
@@ -219,6 +241,7 @@ void Session::on_chunk_written(beast::error_code ec) {
 
 void Session::fail_stream() {
   dead_ = true;
+  if (cancelled_) cancelled_->store(true);  // the producer stops without another write
   chunks_.clear();
   close();
 }
@@ -462,8 +485,10 @@ void Session::on_body() {
   inflate_some();
 }
 
-// One step of inflating a compressed body, then the next one is posted: other connections are
-// served between steps. The memory a step will take is counted in flight before it is taken.
+// One step of inflating a compressed body (bounded in output and in input bytes), on one of the
+// offload threads when the server has them (HttpServerOptions::offload), else on this I/O thread;
+// the next step is posted, so other connections are served between steps. The memory a step will
+// take is counted in flight before it is taken.
 void Session::inflate_some() {
   if (state_ != State::Busy || !inflating_) return;  // the connection was cut meanwhile
   try {
@@ -476,17 +501,45 @@ void Session::inflate_some() {
                                  coding_name(coding_) + " body; retry later");
       reserved_ = need;
     }
-    if (!inflater_->step(kInflateStep))
-      return net::post(stream_.get_executor(), [self = shared_from_this()] { self->inflate_some(); });
-  } catch (const std::exception& e) {
+    if (!srv_->opt.offload) return inflated(inflater_->step(kInflateStep, kInflateInputStep), nullptr);
+    // Only this task touches the inflater until it posts back: the strand waits for it. It keeps
+    // the server state (the io_context it posts to) until after it has let go of the session.
+    auto work = [srv = srv_->self.lock(), self = shared_from_this()]() mutable {
+      bool done = false;
+      std::exception_ptr error;
+      try {
+        done = self->inflater_->step(kInflateStep, kInflateInputStep);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      auto ex = self->stream_.get_executor();
+      net::post(ex, [self = std::move(self), done, error] { self->inflated(done, error); });
+    };
+    if (!srv_->opt.offload(std::move(work)))
+      throw HttpError(503, "too many request bodies waiting to be inflated; retry later");
+  } catch (...) {
+    inflated(false, std::current_exception());
+  }
+}
+
+void Session::inflated(bool done, std::exception_ptr error) {
+  if (state_ != State::Busy || !inflating_) return;
+  if (!error && !done) return net::post(stream_.get_executor(), [self = shared_from_this()] { self->inflate_some(); });
+  if (error) {
     inflater_.reset();
     inflating_.reset();
     compressed_ = std::string();
-    const int status = http_status(e);
-    std::vector<std::pair<std::string, std::string>> headers;
-    if (status == 503) headers.emplace_back("Retry-After", "1");
-    return answer_error(status, e.what() + (" (" + method_ + " " + printable(target_path(target_)) + ")"),
-                        std::move(headers));
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      const int status = http_status(e);
+      std::vector<std::pair<std::string, std::string>> headers;
+      if (status == 503) headers.emplace_back("Retry-After", "1");
+      return answer_error(status, e.what() + (" (" + method_ + " " + printable(target_path(target_)) + ")"),
+                          std::move(headers));
+    } catch (...) {
+      return answer_error(500, "inflating the request body failed");
+    }
   }
   HttpRequest req = std::move(*inflating_);
   inflating_.reset();

@@ -131,6 +131,10 @@ class Session : public std::enable_shared_from_this<Session> {
   // A streamed body: chunks queued by the sink (from any thread) are written in order, one
   // HTTP chunk each; the last chunk ends the response.
   bool stream_dead() const { return dead_.load(std::memory_order_acquire); }
+  // The sink's accounting of queued, unwritten bytes (any thread): false when `n` more would
+  // exceed max_unsent_bytes (the stream is then cut).
+  bool take_unsent(size_t n);
+  bool backlogged() const { return unsent_.load(std::memory_order_relaxed) > srv_->opt.max_unsent_bytes / 2; }
   void push_chunk(std::string chunk);
   void end_stream();
   // The server gave up draining; called with the I/O threads stopped.
@@ -161,6 +165,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool body_within_bounds();
   void on_body();
   void inflate_some();
+  void inflated(bool done, std::exception_ptr error);  // a step's outcome, on the strand
   void handle(HttpRequest req);
   void answer_error(int status, std::string_view message, std::vector<std::pair<std::string, std::string>> headers = {});
   void on_write(beast::error_code ec);
@@ -184,6 +189,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string cur_chunk_;
   bool writing_ = false, stream_end_ = false, last_sent_ = false, watching_ = false;
   std::atomic<bool> dead_{false};
+  std::atomic<size_t> unsent_{0};  // bytes the sink queued that are not yet written
   std::atomic<bool> evictable_{true};
   std::optional<HttpResponse> early_answer_;  // on_head's answer, sent once the small body is dropped
   std::shared_ptr<std::atomic<bool>> cancelled_;  // the request in flight's HttpRequest::cancelled

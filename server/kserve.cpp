@@ -457,6 +457,22 @@ void KServeHandler::infer(const Route& route, HttpRequest&& req, Reply reply, Cl
   pool.arena->enqueue(pool.group.defer(std::move(task)));
 }
 
+std::function<bool(std::function<void()>)> KServeHandler::http_offload() {
+  if (!parse_) return nullptr;
+  return [this](std::function<void()> work) {
+    ParsePool& pool = *parse_;
+    std::lock_guard lk(pool.mu);
+    if (pool.stopped || pool.waiting >= opt_.max_parse_queue) return false;
+    ++pool.waiting;
+    // Runs even once stopped: a step is bounded, and its connection then answers.
+    pool.arena->enqueue(pool.group.defer([this, work = std::move(work)] {
+      --parse_->waiting;
+      work();
+    }));
+    return true;
+  };
+}
+
 void KServeHandler::decode_and_submit(std::shared_ptr<const ModelVersion> v, HttpRequest&& req, Reply reply,
                                       Clock::time_point received) {
   const std::string version = std::to_string(v->version);

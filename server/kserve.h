@@ -62,6 +62,9 @@ class KServeHandler {
   // HttpServerOptions::on_head: route, method, token and model name are checked (and
   // answered) before a body is read; non-tensor endpoints get max_control_body_bytes.
   std::function<HeadCheck(const HttpRequest&)> http_head_check();
+  // HttpServerOptions::offload: work (inflating request bodies) runs on the parse threads, queued
+  // within max_parse_queue; null without parse threads.
+  std::function<bool(std::function<void()>)> http_offload();
   // Answers a request and waits for the answer (tests and tools without a socket). A
   // streamed response comes back with its `stream` callback unset and `body` holding the
   // whole event stream.

@@ -117,7 +117,7 @@ struct ModelConfig {
   bool preserve_ordering = false;
   int priority_levels = 1;
   int default_priority_level = 1;      // parsed default: the lowest level (= priority_levels)
-  size_t max_queue_size = 0;           // 0: unbounded
+  size_t max_queue_size = 0;           // 0: unbounded (text generation: 8 x generation.max_batch)
   uint64_t default_timeout_us = 0;     // 0: none
   bool allow_timeout_override = true;  // a request's `timeout` may only lower the default
   int instance_count = 1;

@@ -72,8 +72,10 @@ class OpenAiGeneration : public std::enable_shared_from_this<OpenAiGeneration> {
     if (req_.stream) events_ = std::make_shared<EventStream>(std::exchange(reply_, nullptr), error_response);
   }
 
+  // The n choices go into the queue together or not at all (n sequences against its bound).
   void start(TextGenerator& gen) {
     auto self = shared_from_this();
+    std::vector<Submission> group;
     for (size_t i = 0; i < choices_.size(); ++i) {
       GenerateRequest g;
       g.text_input = req_.prompt;
@@ -81,22 +83,23 @@ class OpenAiGeneration : public std::enable_shared_from_this<OpenAiGeneration> {
       g.sampling = req_.sampling;
       g.sampling.seed += i;  // n different samples, reproducible from one seed
       g.stop = req_.stop;
+      g.cancelled = cancelled_;
+      if (events_) g.ready = [events = events_] { return events->ready(); };
       if (req_.chat) g.stop.push_back("\nUser:");  // the model would go on with the user's next turn
       if (req_.logprobs) {
         g.top_logprobs = *req_.logprobs;
         g.on_token = [self, i](const models::TokenLogprobs& t) { self->token(i, t); };
       }
-      try {
-        gen.submit(
-            std::move(g), [self, i](std::string_view piece) { return self->piece(i, piece); },
-            [self, i](std::exception_ptr error, GenerateResult r) { self->done(i, error, std::move(r)); });
-      } catch (...) {  // 400 or 503 from submit: the choices already running stop at their next token
-        std::unique_lock lk(mu_);
-        fail(std::current_exception());
-        remaining_ -= choices_.size() - i;
-        if (remaining_ == 0) finish(lk);
-        return;
-      }
+      group.push_back({std::move(g), [self, i](std::string_view piece) { return self->piece(i, piece); },
+                       [self, i](std::exception_ptr error, GenerateResult r) { self->done(i, error, std::move(r)); }});
+    }
+    try {
+      gen.submit_group(std::move(group));
+    } catch (...) {  // 400 or 503 from submit: nothing was queued
+      std::unique_lock lk(mu_);
+      fail(std::current_exception());
+      remaining_ = 0;
+      finish(lk);
     }
   }
 

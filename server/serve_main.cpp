@@ -115,7 +115,8 @@ int main(int argc, char** argv) {
   std::string access_log;
   int port = 8000, http_threads = 2, parse_threads = 2, drain_seconds = 30, poll_seconds = 15;
   size_t max_body = size_t{64} << 20, max_depth = 100, max_control_body = size_t{1} << 20,
-         max_inflight = size_t{512} << 20, max_connections = 1024, min_body_rate = 16 << 10, max_loads = 16;
+         max_inflight = size_t{512} << 20, max_connections = 1024, min_body_rate = 16 << 10, max_loads = 16,
+         max_unsent = size_t{256} << 10;
   int64_t idle_ms = 60000, header_ms = 10000;
   uint64_t max_elements = uint64_t{1} << 26, inline_max_us = 200;
   bool auth_all = false, open_management = false;
@@ -151,6 +152,9 @@ int main(int argc, char** argv) {
        "time to send the rest of a request header once its first byte came")
       ("min-body-rate", po::value(&min_body_rate)->default_value(min_body_rate),
        "bytes per second a body must average after 5 s (slower: disconnected; 0: no minimum)")
+      ("max-unsent-bytes", po::value(&max_unsent)->default_value(max_unsent),
+       "a streamed answer's bytes queued for a client that has not read them (past half: its generation "
+       "waits; past all: the connection is closed)")
       ("max-pending-loads", po::value(&max_loads)->default_value(max_loads),
        "repository load/unload requests waiting for the loader (more: 503)")
       ("access-log", po::value(&access_log), "append one JSON line per request to FILE (- : stderr)")
@@ -247,11 +251,13 @@ int main(int argc, char** argv) {
     hopt.idle_timeout = std::chrono::milliseconds(idle_ms);
     hopt.header_timeout = std::chrono::milliseconds(header_ms);
     hopt.min_body_bytes_per_sec = min_body_rate;
+    hopt.max_unsent_bytes = std::max<size_t>(max_unsent, 4096);
     hopt.drain_timeout = std::chrono::seconds(drain_seconds);
     hopt.handle_signals = false;  // SignalWatch
     hopt.log = &std::cerr;
     hopt.on_stop = [&kserve] { kserve.begin_drain(); };
     hopt.on_head = kserve.http_head_check();
+    hopt.offload = kserve.http_offload();
     hopt.on_response = [&metrics, log = alog.get()](const hg::server::ResponseRecord& r) {
       metrics.http_response(r.status);
       if (log) log->write(r);

@@ -261,6 +261,8 @@ ServerMetrics::ServerMetrics() {
         [](const ModelGauges& g) { return static_cast<double>(g.generation.kv_blocks_free); });
   gauge("hg_generate_tokens_total", "Tokens generated.", MetricType::Counter, kGenerating,
         [](const ModelGauges& g) { return static_cast<double>(g.generation.tokens); });
+  gauge("hg_generate_cancelled_total", "Sequences that ended because their client left (dropped from the queue or between steps).",
+        MetricType::Counter, kGenerating, [](const ModelGauges& g) { return static_cast<double>(g.generation.cancelled); });
   gauge("hg_generate_preemptions_total", "Sequences preempted (blocks freed, recomputed later) for lack of KV blocks.",
         MetricType::Counter, kGenerating, [](const ModelGauges& g) { return static_cast<double>(g.generation.preemptions); });
   gauge("hg_generate_steps_total", "Generation steps (each running sequence's next token and prompt chunks).",

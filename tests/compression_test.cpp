@@ -102,6 +102,32 @@ TEST(Compression, BombStopsAtTheLimit) {
             413);
 }
 
+// A body of many empty gzip members makes no output: each step is bounded by the input it reads,
+// so inflating it takes many short steps, not one long one.
+TEST(Compression, EmptyMembersAreBoundedByInputPerStep) {
+  const std::string member = compress("", ContentCoding::Gzip);
+  std::string body;
+  for (int i = 0; i < 20000; ++i) body += member;
+  constexpr size_t kInput = 4096;
+  hg::Inflater in(hg::Deflated::Gzip, body, 1 << 20, "gzip body");
+  size_t steps = 0, offset = 0;
+  for (bool done = false; !done; ++steps) {
+    done = in.step(size_t{1} << 20, kInput);
+    EXPECT_LE(in.input_offset() - offset, kInput) << "step " << steps << " read past its input bound";
+    offset = in.input_offset();
+    ASSERT_LT(steps, body.size()) << "no progress";
+  }
+  EXPECT_EQ(offset, body.size());
+  EXPECT_GE(steps, body.size() / kInput);
+  EXPECT_TRUE(in.take_output().empty());
+  // A stream with data in it comes out whole through steps bounded by input alone.
+  const std::string data = sample(300000), packed = compress(data, ContentCoding::Deflate);
+  hg::Inflater d(hg::Deflated::Zlib, packed, data.size(), "deflate body");
+  while (!d.step(size_t{1} << 20, 1000)) {
+  }
+  EXPECT_EQ(d.take_output(), data);
+}
+
 TEST(Compression, CapacityAfterStepBoundsTheGrowth) {
   const std::string data = sample(size_t{5} << 20);
   const std::string packed = compress(data, ContentCoding::Gzip);

@@ -130,8 +130,8 @@ TEST(ServeGenerate, BadRequestsAnswer400NamingTheField) {
 class FailingGenerator : public TextGenerator {
  public:
   explicit FailingGenerator(int pieces) : pieces_(pieces) {}
-  void submit(GenerateRequest, PieceCallback on_piece, GenerateDone done) override {
-    worker_ = std::thread([this, on_piece, done] {
+  void submit_group(std::vector<Submission> group) override {
+    worker_ = std::thread([this, on_piece = group.at(0).on_piece, done = group.at(0).done] {
       for (int i = 0; i < pieces_; ++i) on_piece("x");
       done(std::make_exception_ptr(OutOfMemoryError("hpu:0 is out of memory")), {});
     });

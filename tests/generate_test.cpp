@@ -306,7 +306,8 @@ TEST(GptGenerator, FullQueueAnswers503) {
     return HttpError(0, "no error");
   }();
   EXPECT_EQ(e.status(), 503);
-  EXPECT_THAT(e.what(), HasSubstr("model 'gpt': the generate queue is full (max_queue_size 1)"));
+  EXPECT_THAT(e.what(), HasSubstr("model 'gpt': the generate queue is full (1 sequences waiting, 1 more asked, "
+                                  "max_queue_size 1)"));
   auto refused = serve(gen, R"({"text_input": "fourth"})", true);
   EXPECT_TRUE(refused->wait_closed());  // no ASSERT before the release: the held generation must end
   EXPECT_EQ(refused->status(), 503);
@@ -379,6 +380,85 @@ TEST(GptGenerator, ClientGoneStopsEarly) {
   EXPECT_EQ(rec->status(), 200);
   EXPECT_EQ(rec->writes(), 1u);
   EXPECT_EQ(rec->events().size(), 1u);  // the first event, sent with the response
+}
+
+// A client that left costs nothing: a request whose client is gone while it waits is never
+// admitted (no step token of it), and a running one ends between steps, without waiting for a
+// piece of text to notice.
+TEST(GptGenerator, DepartedClientsAreDroppedBeforeAdmissionAndBetweenSteps) {
+  auto gen = generator();
+  const GenerationStats before = gen->stats();
+  auto gone = std::make_shared<std::atomic<bool>>(false);
+  {
+    HeldGeneration held(*gen, "held", 4);
+    ASSERT_TRUE(held.wait_started()) << "the held generation failed: " << held.error();
+    GenerateRequest r = request(std::string(100, 'q'), 50);
+    r.cancelled = gone;
+    auto promise = std::make_shared<std::promise<GenerateResult>>();
+    auto result = promise->get_future();
+    gen->submit(r, any_piece(), [promise](std::exception_ptr e, GenerateResult res) {
+      if (e) promise->set_exception(e);
+      else promise->set_value(std::move(res));
+    });
+    EXPECT_EQ(gen->queue_depth(), 1u);
+    gone->store(true);  // the client leaves while it waits behind the held step
+    held.release();
+    const GenerateResult dropped = get_within(result, kWaitLimit, "the departed request's completion");
+    EXPECT_EQ(dropped.finish_reason, "cancelled");
+    EXPECT_TRUE(dropped.tokens.empty());
+    EXPECT_EQ(held.result().tokens.size(), 4u);
+  }
+  GenerationStats after = gen->stats();
+  EXPECT_EQ(after.cancelled - before.cancelled, 1u);
+  EXPECT_LT(after.step_tokens - before.step_tokens, 100u) << "the departed prompt's 100 tokens were never prefilled";
+
+  // Running: the flag goes up on a token that completes no piece (a multi-byte character's first
+  // byte would not be seen by a piece callback); the next step never comes for it.
+  GenerateRequest r = request("Hello", 100);
+  auto flag = std::make_shared<std::atomic<bool>>(false);
+  r.cancelled = flag;
+  size_t tokens_when_gone = 0;
+  r.on_token = [&, n = size_t{0}](const models::TokenLogprobs&) mutable {
+    if (++n == 3) tokens_when_gone = n, flag->store(true);
+  };
+  const GenerateResult cut = generate_within(*gen, r, any_piece(), "a generation whose client leaves");
+  EXPECT_EQ(cut.finish_reason, "cancelled");
+  EXPECT_EQ(tokens_when_gone, 3u);
+  EXPECT_EQ(cut.tokens.size(), 3u) << "no token after the step in which the client left";
+  EXPECT_EQ(gen->stats().cancelled - before.cancelled, 2u);
+  EXPECT_EQ(gen->stats().kv_blocks_free, gen->stats().kv_blocks_total);
+}
+
+// A group (OpenAI's n) is n sequences against the queue bound, queued whole or refused whole.
+TEST(GptGenerator, AGroupCountsEachSequenceAgainstTheQueueBound) {
+  auto gen = generator(4);
+  HeldGeneration held(*gen, "held", 4);
+  ASSERT_TRUE(held.wait_started()) << "the held generation failed: " << held.error();
+  auto group = [&](size_t n, std::vector<std::future<GenerateResult>>& out) {
+    std::vector<Submission> g;
+    for (size_t i = 0; i < n; ++i) {
+      auto p = std::make_shared<std::promise<GenerateResult>>();
+      out.push_back(p->get_future());
+      g.push_back({request("group", 2), any_piece(), [p](std::exception_ptr e, GenerateResult r) {
+                     if (e) p->set_exception(e);
+                     else p->set_value(std::move(r));
+                   }});
+    }
+    gen->submit_group(std::move(g));
+  };
+  std::vector<std::future<GenerateResult>> refused, queued;
+  try {
+    group(5, refused);
+    ADD_FAILURE() << "a group of 5 fit a queue of 4";
+  } catch (const HttpError& e) {
+    EXPECT_EQ(e.status(), 503);
+    EXPECT_THAT(e.what(), HasSubstr("(0 sequences waiting, 5 more asked, max_queue_size 4)"));
+  }
+  EXPECT_EQ(gen->queue_depth(), 0u) << "a refused group queues none of its sequences";
+  group(4, queued);
+  EXPECT_EQ(gen->queue_depth(), 4u);
+  held.release();
+  for (auto& f : queued) EXPECT_EQ(get_within(f, kWaitLimit, "a queued group's sequence").tokens.size(), 2u);
 }
 
 }  // namespace

@@ -309,6 +309,61 @@ TEST(HttpServerStreamTest, ClientDisconnectMakesWriteReturnFalse) {
   EXPECT_EQ(c2.request("GET", "/ok").head.status, 200);
 }
 
+// A client that does not read its streamed answer holds at most max_unsent_bytes of it: past
+// half, ready() says wait; a producer that writes on regardless is refused and the connection
+// closed, and the server serves on. A producer that waits for ready() delivers every byte to a
+// client that reads.
+TEST(HttpServerStreamTest, UnsentBytesPerConnectionAreBounded) {
+  HttpServerOptions opt;
+  opt.max_unsent_bytes = 64 << 10;
+  TestServer ts(opt);
+  const std::string piece(4096, 'x');
+  constexpr size_t kCap = 20000;  // 80 MB: far past any socket buffer
+  {
+    Conn c(ts.port);
+    c.send(get("/stream"));
+    c.read_head();
+    auto sink = ts.sinks.wait();
+    size_t accepted = 0;
+    bool saw_wait = false;
+    while (accepted < kCap && sink->write(piece)) {
+      ++accepted;
+      saw_wait = saw_wait || !sink->ready();
+    }
+    EXPECT_LT(accepted, kCap) << "a client that reads nothing was sent 80 MB";
+    EXPECT_TRUE(saw_wait) << "ready() never asked the producer to wait";
+    EXPECT_FALSE(sink->write(piece)) << "the refused stream took another chunk";
+    sink->close();
+  }
+  ts.sinks.clear();
+  {
+    Conn c(ts.port);
+    c.send(get("/stream"));
+    c.read_head();
+    auto sink = ts.sinks.wait();
+    constexpr size_t kPieces = 2000;  // 8 MB through a 64 KiB bound
+    std::thread producer([&] {
+      for (size_t i = 0; i < kPieces; ++i) {
+        if (!hg::test::wait_until([&] { return sink->ready(); }, hg::test::kWaitLimit,
+                                  "the sink to take more after the client read"))
+          break;
+        if (!sink->write(piece)) {
+          ADD_FAILURE() << "a producer that waited was refused at piece " << i;
+          break;
+        }
+      }
+      sink->close();  // ends the body, so the reader below stops either way
+    });
+    size_t got = 0;
+    EXPECT_EQ(c.read_chunk(), "first");
+    for (std::string ch; !(ch = c.read_chunk()).empty();) got += ch.size();
+    producer.join();
+    EXPECT_EQ(got, kPieces * piece.size());
+  }
+  Conn after(ts.port);
+  EXPECT_EQ(after.request("GET", "/ok").head.status, 200);
+}
+
 TEST(HttpServerStreamTest, DrainWaitsForAnOpenStreamAndOnStopRunsOnce) {
   HttpServerOptions opt;
   opt.drain_timeout = 30s;

@@ -3,7 +3,7 @@
 // package in a temporary repository): POST /v2/models/gpt[/versions/1]/generate answers the
 // whole text, /generate_stream the same text as server-sent events ending with a
 // finish_reason; bad requests are 400 naming the field, unknown models 404, GET 405; a client
-// that goes away mid-stream leaves the server serving.
+// that goes away mid-stream leaves the server serving, and clients who left cost no generation.
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -93,6 +93,36 @@ TEST_F(E2eGenerateTest, ClientGoneMidStreamLeavesTheServerServing) {
     EXPECT_EQ(json::parse(r.body, nullptr, false).value("id", ""), "g1");
   }
   EXPECT_EQ(conn_->request("GET", "/v2/health/ready").status, 200);
+}
+
+// Clients who left cost nothing: a burst of OpenAI completions with n = 8, each connection closed
+// as soon as its request is sent, is dropped from the queue (or refused by its bound) instead of
+// being prefilled and generated; a generate sent meanwhile is answered and the probes stay fast.
+TEST_F(E2eGenerateTest, DepartedCompletionsAreDroppedNotGenerated) {
+  auto metric = [&](const char* name) { return metric_sum(get("/metrics").body, name, "gpt"); };
+  const double steps_before = metric("hg_generate_step_tokens_total");
+  const double cancelled_before = metric("hg_generate_cancelled_total");
+  ASSERT_GE(steps_before, 0) << "no hg_generate_step_tokens_total for gpt in /metrics";
+  const std::string prompt = "Once upon a time there was a little model that";  // 46 tokens
+  const json body = {{"model", "gpt"}, {"prompt", prompt}, {"n", 8}, {"max_tokens", 100}};
+  constexpr int kClients = 120;
+  for (int i = 0; i < kClients; ++i) {
+    HttpConn gone(server_->port());
+    gone.send("POST", "/v1/completions", body.dump());
+  }  // each closed at once
+  const auto t0 = std::chrono::steady_clock::now();
+  HttpReply r = conn_->request("POST", "/v2/models/gpt/generate", kRequest);
+  const auto victim = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_LT(victim, 30s) << "the generate sent after the departed burst waited behind it";
+  const auto p0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(HttpConn(server_->port()).request("GET", "/v2/health/live").status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - p0, 10s) << "the live probe after the burst";
+  // Generating them all: 120 x 8 x (46 + 100) = 140,160 step tokens; the victim's are 19.
+  const double full = kClients * 8.0 * (46 + 100);
+  const double spent = metric("hg_generate_step_tokens_total") - steps_before;
+  EXPECT_LT(spent, 0.2 * full) << "step tokens spent on clients who left";
+  EXPECT_GT(metric("hg_generate_cancelled_total") - cancelled_before, 0) << "no departed sequence was counted";
 }
 
 }  // namespace
