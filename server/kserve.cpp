@@ -136,6 +136,22 @@ struct KServeHandler::ParsePool {
   std::atomic<size_t> waiting{0};
   std::mutex mu;
   std::atomic<bool> stopped{false};  // set under mu; queued tasks see it and drop their body
+
+  enum class Queued { Yes, Stopped, Full };
+  // Queues `task` unless the pool stopped or max_queue tasks wait.
+  template <class F>
+  Queued submit(F&& task, size_t max_queue) {
+    std::lock_guard lk(mu);
+    if (stopped) return Queued::Stopped;
+    if (waiting >= max_queue) return Queued::Full;
+    ++waiting;
+    // TBB calls a task as const: what a task moves from is behind a pointer.
+    arena->enqueue(group.defer([this, task = std::forward<F>(task)] {
+      --waiting;
+      task();
+    }));
+    return Queued::Yes;
+  }
 };
 
 KServeHandler::KServeHandler(ModelRepository& repo, ServerMetrics& metrics, KServeOptions opt)
@@ -438,38 +454,27 @@ void KServeHandler::infer(const Route& route, HttpRequest&& req, Reply reply, Cl
     HttpRequest req;
     Reply reply;
   };
-  // TBB calls a task as const: the body it moves from is behind a pointer.
   auto task = [this, body = std::make_unique<Body>(Body{std::move(v), std::move(req), reply}), received] {
-    --parse_->waiting;
     if (parse_->stopped) return;
     try {
       decode_and_submit(std::move(body->v), std::move(body->req), std::move(body->reply), received);  // answers its own errors
     } catch (const std::exception&) {  // e.g. bad_alloc before its own handler: the dropped Reply answers 500
     }
   };
-  ParsePool& pool = *parse_;
-  std::lock_guard lk(pool.mu);
-  if (pool.stopped) throw HttpError(503, "server is shutting down");
-  if (pool.waiting >= opt_.max_parse_queue)
-    throw HttpError(503, "too many large request bodies waiting to be parsed (" +
-                             std::to_string(opt_.max_parse_queue) + "); retry later");
-  ++pool.waiting;
-  pool.arena->enqueue(pool.group.defer(std::move(task)));
+  switch (parse_->submit(std::move(task), opt_.max_parse_queue)) {
+    case ParsePool::Queued::Yes: return;
+    case ParsePool::Queued::Stopped: throw HttpError(503, "server is shutting down");
+    case ParsePool::Queued::Full:
+      throw HttpError(503, "too many large request bodies waiting to be parsed (" +
+                               std::to_string(opt_.max_parse_queue) + "); retry later");
+  }
 }
 
 std::function<bool(std::function<void()>)> KServeHandler::http_offload() {
   if (!parse_) return nullptr;
+  // A queued step runs even once stopped: it is bounded, and its connection then answers.
   return [this](std::function<void()> work) {
-    ParsePool& pool = *parse_;
-    std::lock_guard lk(pool.mu);
-    if (pool.stopped || pool.waiting >= opt_.max_parse_queue) return false;
-    ++pool.waiting;
-    // Runs even once stopped: a step is bounded, and its connection then answers.
-    pool.arena->enqueue(pool.group.defer([this, work = std::move(work)] {
-      --parse_->waiting;
-      work();
-    }));
-    return true;
+    return parse_->submit(std::move(work), opt_.max_parse_queue) == ParsePool::Queued::Yes;
   };
 }
 
