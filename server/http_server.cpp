@@ -149,13 +149,44 @@ void HttpServer::Impl::request_begun() {
 }
 
 void HttpServer::Impl::request_done() {
-  bool idle = false;
+  bool idle = false, arm = false;
   {
     std::lock_guard lk(mu);
     --busy;
     idle = busy == 0 && stopping;
+    last_done = SteadyClock::now();
+    arm = busy == 0 && !quiet_armed && opt.on_quiet && opt.quiet_after.count() > 0 && !stopping;
+    quiet_armed = quiet_armed || arm;
   }
   if (idle && !finished) net::post(ctl, [this] { maybe_finish(); });
+  if (arm) net::post(ctl, [this] { quiet_check(); });
+}
+
+// One timer for the whole server, armed when the last busy request finishes: a request that
+// finishes meanwhile moves the deadline (checked when it fires), it does not re-arm.
+void HttpServer::Impl::quiet_check() {
+  SteadyClock::time_point due;
+  {
+    std::lock_guard lk(mu);
+    if (busy > 0 || stopping) {
+      quiet_armed = false;  // the next request to leave nothing busy arms it again
+      return;
+    }
+    due = last_done + opt.quiet_after;
+    if (SteadyClock::now() >= due) quiet_armed = false;
+  }
+  if (SteadyClock::now() < due) {
+    quiet_timer.expires_at(due);
+    quiet_timer.async_wait([this](beast::error_code ec) {
+      if (!ec) quiet_check();
+    });
+    return;
+  }
+  try {
+    opt.on_quiet();
+  } catch (const std::exception& e) {
+    log(std::string("on_quiet failed: ") + e.what());
+  }
 }
 
 std::vector<std::shared_ptr<Session>> HttpServer::Impl::live_sessions() {
@@ -201,6 +232,7 @@ void HttpServer::Impl::begin_stop(const char* why) {
   net::post(ctl, [this] {
     beast::error_code ec;
     signals.cancel(ec);
+    quiet_timer.cancel();  // a pending wait would hold the io_context open
     drain_timer.expires_after(opt.drain_timeout);
     drain_timer.async_wait([this](beast::error_code ec2) {
       if (ec2) return;

@@ -37,7 +37,11 @@
 // yielding between steps; its output counts against the body limit (413 once crossed) and the
 // bytes in flight (503), a corrupt stream is 400 and an unknown Content-Encoding 415 (these
 // keep the connection open).
-// Pipelined requests are answered in order. HEAD is answered like GET without a body.
+// Framing follows RFC 9112: conflicting Content-Length, Content-Length with Transfer-Encoding,
+// a Transfer-Encoding whose final coding is not chunked (or any in HTTP/1.0), a missing or
+// repeated Host, bare CR or LF line ends are 400; a transfer coding besides chunked is 501; all
+// of them close the connection. Pipelined requests are answered in order. HEAD is answered like
+// GET without a body; 204 and 304 answers carry no body and no Content-Length.
 //
 // Hostile clients: at most max_connections connections serve requests; reserve_connections
 // more are accepted for the probe paths only (one request each), and beyond that a new
@@ -158,6 +162,11 @@ struct HttpServerOptions {
   // Runs `work` off the I/O threads (each step of inflating a compressed body); false: refused
   // (its pool is full or stopping; the request gets 503). Null: the work runs on the I/O thread.
   std::function<bool(std::function<void()> work)> offload;
+  // Called once no request has been busy for quiet_after, after a request was (the end of a
+  // burst): serve_main gives freed heap memory back to the OS there. On an I/O thread; it may
+  // take a few milliseconds, not more. Null or 0 ms: never.
+  std::function<void()> on_quiet;
+  std::chrono::milliseconds quiet_after{std::chrono::seconds(1)};
   // Called for every response as it starts going out, including the errors the HTTP layer
   // answers itself (metrics, the access log). Any thread; must not block or throw.
   std::function<void(const ResponseRecord&)> on_response;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 #include <cerrno>
+#include <cstring>
 #include <limits>
 
 #include "server/http_error.h"
@@ -28,6 +29,28 @@ constexpr size_t kFramingSlack = size_t{64} << 10;
 constexpr size_t kHeadReserve = size_t{64} << 10;  // counted in flight when a body starts
 
 std::string str(beast::string_view v) { return std::string(v.data(), v.size()); }
+
+// RFC 9112's framing rules that Beast leaves to its caller, checked on a parsed head: the
+// status and message of the answer (the connection then closes), or nullopt when it is sound.
+// - Transfer-Encoding (section 6.1, 6.3): refused in HTTP/1.0 (the framing is faulty); chunked
+//   must be the final coding, or the body's length is unknown (400: what follows would be read
+//   as the next request); another coding before it is not implemented (501).
+// - Host (section 3.2): exactly one in an HTTP/1.1 request, at most one in any.
+std::optional<std::pair<int, std::string>> framing_error(const http::request_parser<GrowingBody>::value_type& msg) {
+  const size_t hosts = msg.count(http::field::host);
+  if (hosts > 1) return std::pair{400, std::to_string(hosts) + " Host header fields (one is allowed)"};
+  if (hosts == 0 && msg.version() >= 11) return std::pair{400, std::string("an HTTP/1.1 request without a Host header field")};
+  if (msg.count(http::field::transfer_encoding) == 0) return std::nullopt;
+  if (msg.version() < 11) return std::pair{400, std::string("Transfer-Encoding in an HTTP/1.0 request")};
+  std::vector<std::string> codings;
+  for (auto it = msg.find(http::field::transfer_encoding); it != msg.end() && it->name() == http::field::transfer_encoding; ++it)
+    for (const auto& c : http::token_list{it->value()}) codings.push_back(str(c));
+  if (codings.empty() || !beast::iequals(codings.back(), "chunked"))
+    return std::pair{400, std::string("Transfer-Encoding without chunked as its final coding (the body's length is unknown)")};
+  if (codings.size() > 1)
+    return std::pair{501, "the transfer coding '" + printable(codings.front(), 64) + "' is not implemented (only chunked is)"};
+  return std::nullopt;
+}
 
 // The status line and headers every answer carries, plain or streamed.
 template <class Message>
@@ -118,8 +141,13 @@ void Session::write(HttpResponse r) {
     if (r.stream) r.stream(make_sink());  // the connection is gone: the sink refuses every write
     return;
   }
+  if (r.status < 200 || r.status > 599)  // 1xx is never a final answer
+    r = json_error(500, "the request handler answered with status " + std::to_string(r.status));
+  // 204 and 304 answers have no body and no Content-Length (RFC 9110 sections 8.6, 15.3.5, 15.4.5).
+  const bool bodiless = r.status == 204 || r.status == 304;
+  if (bodiless) r.body.clear();
   report(r);
-  if (head_) r.stream = nullptr;  // HEAD: the header alone; nothing is produced
+  if (head_ || bodiless) r.stream = nullptr;  // HEAD: the header alone; nothing is produced
   if (r.stream) return start_stream(std::move(r));
   state_ = State::Writing;
   res_.emplace();
@@ -128,6 +156,7 @@ void Session::write(HttpResponse r) {
   res_->keep_alive(keep_alive_ && !closing() && !reserve_);
   res_->prepare_payload();
   if (head_) res_->body().clear();  // Content-Length stays that of the GET answer
+  if (bodiless) res_->erase(http::field::content_length);
   stream_.expires_after(srv_->opt.request_timeout);
   http::async_write(stream_, *res_, [self = shared_from_this()](beast::error_code ec, size_t) { self->on_write(ec); });
 }
@@ -267,6 +296,10 @@ void Session::do_read() {
 }
 
 void Session::read_header() {
+  // An empty line before a request line is ignored (RFC 9112 section 2.2), as some clients send
+  // one after a body.
+  for (auto b = buffer_.cdata(); b.size() >= 2 && std::memcmp(b.data(), "\r\n", 2) == 0; b = buffer_.cdata())
+    buffer_.consume(2);
   stream_.expires_after(srv_->opt.header_timeout);
   http::async_read_header(stream_, buffer_, *parser_,
                           [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
@@ -315,6 +348,10 @@ void Session::on_header(beast::error_code ec) {
   head_ = msg.method() == http::verb::head;
   request_bytes_ = 0;
   evictable_ = false;
+  if (auto bad = framing_error(msg)) {
+    const int status = bad->first;
+    return fail(status, (status == 400 ? "malformed HTTP request: " : "") + bad->second);
+  }
   const boost::optional<uint64_t> length = parser_->content_length();
   // An answer from the head alone: a small body is read and dropped so the connection can
   // stay open; a large one (or one the client waits to be asked for) is never read, and the

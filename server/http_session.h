@@ -83,6 +83,9 @@ struct HttpServer::Impl {
   tcp::acceptor acceptor{ctl};
   net::signal_set signals{ctl};
   net::steady_timer drain_timer{ctl};
+  net::steady_timer quiet_timer{ctl};  // opt.on_quiet's
+  bool quiet_armed = false;             // under mu
+  SteadyClock::time_point last_done{};  // under mu: the last request answered
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
 
   Impl(HttpServerOptions o, HttpHandler h)
@@ -98,6 +101,7 @@ struct HttpServer::Impl {
   void session_closed(Session* s);
   void request_begun();
   void request_done();
+  void quiet_check();  // on ctl: on_quiet once quiet_after has passed with nothing busy, else wait on
   // false: over max_inflight_body_bytes. A request that would hold more than kSmallBodyBytes
   // (`held` counts what it reserved before) may use only 7/8 of the budget: the last eighth
   // stays for small requests while large slow ones are in flight.

@@ -1,10 +1,12 @@
 // The HTTP layer (server/http_server.h) against hostile clients, over real sockets on
-// 127.0.0.1: HEAD framing, on_head answering before a body is read, the body budget, the
-// connection limit with its probe reserve, header and body deadlines, cancellation of a
-// request whose client left, and the response records.
+// 127.0.0.1: RFC 9112's framing cases, HEAD, 204 and 304 framing, on_head answering before a
+// body is read, the body budget, the connection limit with its probe reserve, header and body
+// deadlines, cancellation of a request whose client left, and the response records.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -23,7 +25,8 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 // A server whose handler echoes "METHOD TARGET BODY", holds /hold requests until released,
-// and records every ResponseRecord and every handled request.
+// answers /304, /204 and /100 with that status (and a body), and records every ResponseRecord
+// and every handled request.
 struct Server {
   std::mutex mu;
   std::vector<ResponseRecord> records;
@@ -45,6 +48,10 @@ struct Server {
       records.back().request_id = {};
     };
     srv = std::make_unique<HttpServer>(opt, [this](HttpRequest&& req, Reply reply) {
+      if (req.target == "/304" || req.target == "/204" || req.target == "/100") {
+        reply({std::stoi(req.target.substr(1)), "a body the status does not allow", "text/plain", {}});
+        return;
+      }
       if (req.target == "/hold") {
         std::lock_guard lk(mu);
         held.emplace_back(req.cancelled, std::move(reply));
@@ -166,12 +173,15 @@ TEST(HttpLimits, ConnectionsBeyondTheLimitGetTheProbeReserveThenAreClosed) {
     EXPECT_THAT(r.body, HasSubstr("connection limit (3)"));
   }
   {
-    // Both reserve slots held open: a sixth connection is closed without an answer.
-    HttpConn r1(s.port, 60s), r2(s.port, 60s);
+    // Both reserve slots held by clients that never finish a head: a sixth connection takes the
+    // place of the one waiting longest (which is closed) and gets its probe answered.
+    HttpConn r1(s.port, 60s);
     r1.send_raw("G");
+    HttpConn r2(s.port, 60s);
     r2.send_raw("G");
     HttpConn extra(s.port, 60s);
-    EXPECT_TRUE(extra.closed_by_peer());
+    EXPECT_TRUE(r1.closed_by_peer());
+    EXPECT_EQ(extra.request("GET", "/live").status, 200);
   }
   // A slot that frees up serves again.
   idle.pop_back();
@@ -308,4 +318,135 @@ TEST(HttpLimits, ADeclaredLengthIsNotReservedUpFront) {
   HttpConn small(s.port, 60s);
   const auto r = small.request("POST", "/x", std::string(300, 'c'));
   EXPECT_EQ(r.status, 200) << r.body;
+}
+
+// RFC 9112's framing cases, each sent as raw bytes on a fresh connection: a message whose
+// framing is faulty or ambiguous gets 400 (501 for a transfer coding other than chunked) and
+// the connection closes, so nothing after it can be read as another request; a sound one is
+// answered and the connection stays framed for the next request.
+TEST(HttpLimits, Rfc9112FramingCasesAreAnsweredAsTheRfcSays) {
+  struct Case {
+    const char* name;
+    std::string bytes;
+    int status;
+    std::string body;  // of the answer: a substring
+  };
+  const std::string h = "Host: x\r\n";
+  const std::vector<Case> cases = {
+      // Section 5.2: obs-fold is replaced with a space.
+      {"obs-fold", "GET /x HTTP/1.1\r\n" + h + "X-A: a\r\n b\r\n\r\n", 200, "GET /x "},
+      // Section 2.2: a bare CR is invalid; a bare LF line end is refused (a MAY the RFC allows).
+      {"bare CR in a field value", "GET /x HTTP/1.1\r\n" + h + "X-A: a\rb\r\n\r\n", 400, "malformed HTTP request"},
+      {"bare LF line ends", "GET /x HTTP/1.1\nHost: x\n\n", 400, "malformed HTTP request"},
+      // Section 2.2: an empty line before the request line is ignored.
+      {"empty line before the request line", "\r\nGET /x HTTP/1.1\r\n" + h + "\r\n", 200, "GET /x "},
+      // Section 5.1: no whitespace between a field name and its colon.
+      {"space before the colon", "GET /x HTTP/1.1\r\nHost : x\r\n\r\n", 400, "malformed HTTP request"},
+      {"whitespace before the first field", "GET /x HTTP/1.1\r\n Host: x\r\n\r\n", 400, "malformed HTTP request"},
+      // Section 3.2: exactly one Host in HTTP/1.1, at most one in any request.
+      {"no Host in HTTP/1.1", "GET /x HTTP/1.1\r\n\r\n", 400, "without a Host header field"},
+      {"two Host fields", "GET /x HTTP/1.1\r\n" + h + "Host: y\r\n\r\n", 400, "2 Host header fields"},
+      {"no Host in HTTP/1.0", "GET /x HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", 200, "GET /x "},
+      // Section 6.3 and RFC 9110 section 8.6: Content-Length.
+      {"duplicate equal Content-Length", "POST /x HTTP/1.1\r\n" + h + "Content-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
+       200, "POST /x abc"},
+      {"conflicting Content-Length", "POST /x HTTP/1.1\r\n" + h + "Content-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+       400, "bad Content-Length"},
+      {"signed Content-Length", "POST /x HTTP/1.1\r\n" + h + "Content-Length: +3\r\n\r\nabc", 400, "bad Content-Length"},
+      {"Content-Length past 2^64", "POST /x HTTP/1.1\r\n" + h + "Content-Length: 99999999999999999999999\r\n\r\nabc",
+       400, "bad Content-Length"},
+      {"Content-Length with Transfer-Encoding",
+       "POST /x HTTP/1.1\r\n" + h + "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", 400,
+       "malformed HTTP request"},
+      {"Transfer-Encoding with Content-Length",
+       "POST /x HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n3\r\nabc\r\n0\r\n\r\n", 400,
+       "malformed HTTP request"},
+      // Section 6.1 and 6.3: Transfer-Encoding.
+      {"chunked not the final coding", "POST /x HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked, gzip\r\n\r\nGET /s HTTP/1.1\r\n" + h + "\r\n",
+       400, "without chunked as its final coding"},
+      {"a coding without chunked", "POST /x HTTP/1.1\r\n" + h + "Transfer-Encoding: gzip\r\n\r\nGET /s HTTP/1.1\r\n" + h + "\r\n",
+       400, "without chunked as its final coding"},
+      {"a coding before chunked", "POST /x HTTP/1.1\r\n" + h + "Transfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+       501, "transfer coding 'gzip' is not implemented"},
+      {"chunked twice", "POST /x HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+       400, "malformed HTTP request"},
+      {"Transfer-Encoding in HTTP/1.0", "POST /x HTTP/1.0\r\n" + h + "Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+       400, "Transfer-Encoding in an HTTP/1.0 request"},
+      // Section 7.1: chunk sizes.
+      {"a chunk size that is not hex", "POST /x HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+       400, "bad chunk"},
+      {"a negative chunk size", "POST /x HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\n\r\n-3\r\nabc\r\n0\r\n\r\n", 400,
+       "bad chunk"},
+      {"a chunk size past 2^64", "POST /x HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\n\r\n10000000000000003\r\nabc\r\n0\r\n\r\n",
+       400, "bad chunk"},
+      {"a chunk over the body limit", "POST /x HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFF\r\nabc", 413,
+       "exceeds the limit"},
+      {"chunk data without its CRLF", "POST /x HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\n\r\n3\r\nabcX0\r\n\r\n", 400,
+       "bad chunk"},
+  };
+  Server s;
+  for (const Case& c : cases) {
+    HttpConn conn(s.port, 60s);
+    conn.send_raw(c.bytes);
+    const auto r = conn.read();
+    EXPECT_EQ(r.status, c.status) << c.name << ": " << r.body;
+    EXPECT_THAT(r.body, HasSubstr(c.body)) << c.name;
+    if (c.status == 200) {
+      EXPECT_EQ(conn.request("GET", "/next").body, "GET /next ") << c.name << ": the connection stays framed";
+    } else {
+      if (c.bytes.find("HTTP/1.0") == std::string::npos) EXPECT_EQ(r.header("Connection"), "close") << c.name;
+      EXPECT_TRUE(conn.closed_by_peer()) << c.name << ": the connection closes after a framing error";
+    }
+  }
+  std::lock_guard lk(s.mu);
+  EXPECT_EQ(std::count(s.targets.begin(), s.targets.end(), "/s"), 0) << "a body was read as a request";
+}
+
+// Requests pipelined after a chunked body (in one write) are answered in order, each once.
+TEST(HttpLimits, RequestsPipelinedAfterAChunkedBodyAreAnsweredInOrder) {
+  Server s;
+  HttpConn c(s.port, 60s);
+  c.send_raw("POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;e=1\r\nde\r\n0\r\nT: v\r\n\r\n"
+             "GET /b HTTP/1.1\r\nHost: x\r\n\r\n"
+             "POST /c HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nfg");
+  EXPECT_EQ(c.read().body, "POST /a abcde");
+  EXPECT_EQ(c.read().body, "GET /b ");
+  EXPECT_EQ(c.read().body, "POST /c fg");
+  EXPECT_EQ(c.request("GET", "/d").body, "GET /d ");
+}
+
+// 204 and 304 answers carry no body and no Content-Length, whatever the handler gave, and the
+// connection stays framed; a handler's 1xx (never a final answer) becomes a 500.
+TEST(HttpLimits, NoContentAndNotModifiedHaveNoBody) {
+  Server s;
+  HttpConn c(s.port, 60s);
+  for (const char* path : {"/304", "/204"}) {
+    const auto r = c.request("GET", path);
+    EXPECT_EQ(r.status, std::stoi(path + 1));
+    EXPECT_EQ(r.header("Content-Length"), "") << path;
+    EXPECT_EQ(r.header("Transfer-Encoding"), "") << path;
+    EXPECT_EQ(r.body, "") << path;
+    EXPECT_EQ(c.request("GET", "/y").body, "GET /y ") << path << ": no stray body bytes before the next answer";
+  }
+  const auto r = c.request("GET", "/100");
+  EXPECT_EQ(r.status, 500);
+  EXPECT_THAT(r.body, HasSubstr("answered with status 100"));
+  EXPECT_EQ(c.request("GET", "/y").body, "GET /y ");
+}
+
+// on_quiet runs once after a burst, when nothing has been busy for quiet_after; requests that
+// keep coming postpone it, and the next burst's end calls it again.
+TEST(HttpLimits, OnQuietRunsOnceABurstHasEnded) {
+  HttpServerOptions opt;
+  std::atomic<int> quiet{0};
+  opt.quiet_after = 100ms;
+  opt.on_quiet = [&] { ++quiet; };
+  Server s(opt);
+  HttpConn c(s.port, 60s);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(c.request("GET", "/x").status, 200);
+  wait_for([&] { return quiet.load() >= 1; }, "on_quiet after the first burst");
+  std::this_thread::sleep_for(400ms);
+  EXPECT_EQ(quiet.load(), 1) << "on_quiet ran again with no request in between";
+  EXPECT_EQ(c.request("GET", "/x").status, 200);
+  wait_for([&] { return quiet.load() >= 2; }, "on_quiet after the second burst");
 }
