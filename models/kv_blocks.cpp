@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -298,6 +299,12 @@ const OpSchema& attention_op() {
 
 }  // namespace
 
+double kv_pool_bytes(const KVBlockOptions& opt) {
+  return 2.0 * static_cast<double>(dtype_size(opt.dtype)) * static_cast<double>(opt.layers) *
+         static_cast<double>(opt.blocks) * static_cast<double>(opt.block_size) * static_cast<double>(opt.heads) *
+         static_cast<double>(opt.head_dim);
+}
+
 KVBlockPool::KVBlockPool(const KVBlockOptions& opt) : opt_(opt) {
   for (auto [name, v] : {std::pair{"layers", opt.layers}, {"heads", opt.heads}, {"head_dim", opt.head_dim},
                          {"block_size", opt.block_size}, {"blocks", opt.blocks}})
@@ -305,9 +312,7 @@ KVBlockPool::KVBlockPool(const KVBlockOptions& opt) : opt_(opt) {
       throw InvalidArgument(std::string("KV block pool: ") + name + " must be in [1, 2^31], got " + std::to_string(v));
   if (opt.dtype != DType::F32 && opt.dtype != DType::BF16)
     throw InvalidArgument(std::string("KV block pool: dtype must be F32 or BF16, got ") + dtype_name(opt.dtype));
-  const double bytes = 2.0 * static_cast<double>(dtype_size(opt.dtype)) * static_cast<double>(opt.layers) *
-                       static_cast<double>(opt.blocks) * static_cast<double>(opt.block_size) *
-                       static_cast<double>(opt.heads * opt.head_dim);
+  const double bytes = kv_pool_bytes(opt);
   if (bytes > std::ldexp(1.0, 40))
     throw InvalidArgument("KV block pool: " + std::to_string(bytes) + " bytes is past the 2^40 limit");
   const auto n = static_cast<size_t>(slots() * slot_floats()) * dtype_size(opt.dtype);
@@ -315,11 +320,17 @@ KVBlockPool::KVBlockPool(const KVBlockOptions& opt) : opt_(opt) {
   // pool asks for 2 MB pages (transparent huge pages, where the kernel allows them).
   constexpr size_t kHuge = size_t{2} << 20;
   const size_t rounded = (n + kHuge - 1) / kHuge * kHuge;
+  // Anonymous pages read as zeros (a slot never written reads as 0, not garbage) and take memory
+  // only when first touched: the pool is not filled at load. Mapped with room to align to 2 MB.
   auto zeroed = [&] {
-    std::unique_ptr<std::byte[], Free> p(static_cast<std::byte*>(std::aligned_alloc(kHuge, rounded)));
-    if (!p) throw std::bad_alloc();
+    void* m = mmap(nullptr, rounded + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) throw std::bad_alloc();
+    auto* base = static_cast<std::byte*>(m);
+    const size_t lead = (kHuge - reinterpret_cast<uintptr_t>(base) % kHuge) % kHuge;
+    if (lead) munmap(base, lead);
+    if (kHuge - lead) munmap(base + lead + rounded, kHuge - lead);
+    std::unique_ptr<std::byte[], Free> p(base + lead, Free{rounded});
     madvise(p.get(), rounded, MADV_HUGEPAGE);  // advice only: without huge pages it still works
-    std::memset(p.get(), 0, rounded);  // zeros: a slot never written reads as 0, not garbage
     return p;
   };
   for (int64_t l = 0; l < opt.layers; ++l) {
@@ -334,7 +345,7 @@ KVBlockPool::KVBlockPool(const KVBlockOptions& opt) : opt_(opt) {
 
 KVBlockPool::~KVBlockPool() { Pools::get().remove(id_); }
 
-void KVBlockPool::Free::operator()(std::byte* p) const { std::free(p); }
+void KVBlockPool::Free::operator()(std::byte* p) const { munmap(p, bytes); }
 
 bool KVBlockPool::allocate(int64_t n, std::vector<int32_t>& table) {
   std::lock_guard lk(mu_);

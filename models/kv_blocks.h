@@ -41,6 +41,9 @@ struct KVBlockOptions {
   DType dtype = DType::F32;
 };
 
+// Bytes of keys and values a pool with these options holds (a double: it cannot overflow).
+double kv_pool_bytes(const KVBlockOptions& opt);
+
 class KVBlockPool {
  public:
   // Throws InvalidArgument naming the field (values < 1, or a pool past 2^40 bytes).
@@ -71,9 +74,12 @@ class KVBlockPool {
   KVBlockOptions opt_;
   int64_t id_ = 0;
   struct Free {
+    size_t bytes = 0;  // of the mapping
     void operator()(std::byte* p) const;
   };
-  std::vector<std::unique_ptr<std::byte[], Free>> k_, v_;  // 2 MB aligned, huge pages where the kernel gives them
+  // 2 MB aligned anonymous mappings, huge pages where the kernel gives them; a page takes memory
+  // (zeros) only when a block on it is first written, so an idle pool costs little.
+  std::vector<std::unique_ptr<std::byte[], Free>> k_, v_;
   mutable std::mutex mu_;
   std::vector<int32_t> free_;  // a stack: the block freed last is handed out first (warm in cache)
 };

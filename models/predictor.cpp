@@ -131,9 +131,19 @@ std::vector<BucketInfo> Predictor::capture_all(const CaptureAllOptions& opt) {
   const size_t n = variants.size() * impl_->batch_sizes.size();
   for (size_t s = 0; s < variants.size(); ++s) {
     Variant& v = *variants[s];
+    int64_t last_batch = 0;  // the signature's previous capture: its batch, arena and constants
+    size_t last_arena = 0, last_constants = 0;
     for (auto& bp : v.buckets) {
       Bucket& b = *bp;
       std::lock_guard lk(b.mu);
+      // With a budget, a bucket whose arena (grown with the batch from the previous one's) would
+      // not fit is left out before it allocates anything.
+      if (!over && opt.memory_budget && last_batch > 0 && b.batch > last_batch) {
+        const double predicted = static_cast<double>(last_constants) + static_cast<double>(last_arena) *
+                                                                           static_cast<double>(b.batch) /
+                                                                           static_cast<double>(last_batch);
+        over = static_cast<double>(used) + predicted > static_cast<double>(opt.memory_budget);
+      }
       if (!over && !b.left_out && s < keep) {
         if (opt.progress) opt.progress(done, n, b.batch);
         BucketInfo info = impl_->capture(v, b);
@@ -144,6 +154,9 @@ std::vector<BucketInfo> Predictor::capture_all(const CaptureAllOptions& opt) {
         } else {
           used += cost;
           r.push_back(info);
+          last_batch = info.batch;
+          last_arena = info.arena_bytes;
+          last_constants = info.constant_bytes;
           ++done;
           continue;
         }

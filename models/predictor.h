@@ -78,7 +78,9 @@ struct BucketInfo {
 struct CaptureAllOptions {
   // Arena + constant bytes all captured buckets may take; 0: no limit. Buckets are captured
   // smallest first; the bucket that would exceed the budget and every larger one are left out
-  // (reported with captured = false) and later batches pad to the captured buckets only.
+  // (reported with captured = false) and later batches pad to the captured buckets only. A
+  // bucket whose cost, predicted from the previous bucket's (its arena grown with the batch), is
+  // past the budget is left out before it is captured, so it never allocates.
   size_t memory_budget = 0;
   // Called before each bucket's capture: (index, count, batch).
   std::function<void(size_t, size_t, int64_t)> progress;

@@ -8,7 +8,8 @@
 # --serve installs only what building the libraries and programs needs (scripts/serve.sh), without
 # GoogleTest and Google Benchmark.
 # --with-fuzz adds clang and libFuzzer for scripts/fuzz.sh; --with-bench adds, on top of
-# --with-python, every peer the benchmarks run: wrk, FastAPI and uvicorn (bench/serve/), Node.js
+# --with-python, every peer the benchmarks run: wrk, FastAPI and uvicorn (bench/serve/), jemalloc
+# (bench/serve/burst_memory.py), Node.js
 # and ONNX Runtime from npm (bench/package.json, installed into bench/node_modules with
 # --ignore-scripts: the CPU library ships inside the package, nothing is downloaded at install).
 # Safe to run again: packages already present are skipped.
@@ -20,7 +21,7 @@ test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev iproute2  # tests/ and ben
            dataset-fashion-mnist fortunes)  # real data: Fashion-MNIST (IDX) and a text corpus
 tool_pkgs=(python3 python3-numpy python3-torch python3-torchvision python3-onnx python3-sklearn python3-matplotlib
            python3-jsonschema python3-yaml libopenblas0-openmp nginx-light)
-bench_pkgs=(wrk python3-fastapi python3-uvicorn nodejs)
+bench_pkgs=(wrk python3-fastapi python3-uvicorn nodejs libjemalloc2)
 fuzz_pkgs=(clang-14 libclang-rt-14-dev libomp-14-dev)
 want=("${build_pkgs[@]}")
 bench=false

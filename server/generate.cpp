@@ -128,7 +128,7 @@ bool is_text_generation_model(const models::PackageSpec& spec) {
 }
 
 std::shared_ptr<TextGenerator> make_gpt_generator(std::shared_ptr<models::Module> module, const ModelConfig& config,
-                                                  GenerationHooks hooks) {
+                                                  GenerationHooks hooks, std::shared_ptr<MemoryBudget::Lease> memory) {
   auto gpt = std::dynamic_pointer_cast<models::GPT>(module);
   if (!gpt)
     throw InvalidArgument("model '" + config.name +
@@ -143,6 +143,7 @@ std::shared_ptr<TextGenerator> make_gpt_generator(std::shared_ptr<models::Module
                                        .max_batch_total_tokens = g.max_batch_total_tokens,
                                        .kv_dtype = g.kv_cache_dtype == "bfloat16" ? DType::BF16 : DType::F32,
                                        .graph_memory = static_cast<size_t>(g.graph_memory_mb) << 20,
+                                       .memory = std::move(memory),
                                        .max_queue = config.max_queue_size,
                                        .default_timeout_us = config.default_timeout_us,
                                        .allow_timeout_override = config.allow_timeout_override,

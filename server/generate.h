@@ -40,6 +40,7 @@
 #include "models/predictor.h"
 #include "models/sampling.h"
 #include "server/http_server.h"
+#include "server/memory_budget.h"
 #include "server/model_config.h"
 
 namespace hg::server {
@@ -146,9 +147,11 @@ bool is_text_generation_model(const models::PackageSpec& spec);
 // one load, one set of weights) on its device: continuous batching of up to
 // config.generation.max_batch sequences over a paged KV cache (server/generate_scheduler.h),
 // every (batch, length) bucket captured before returning (always, whatever config.warmup says:
-// serving never captures). Throws InvalidArgument when the module is not a GPT.
+// serving never captures). Throws InvalidArgument when the module is not a GPT. memory: the
+// load's share of the server's model memory (SchedulerOptions::memory); null: none.
 std::shared_ptr<TextGenerator> make_gpt_generator(std::shared_ptr<models::Module> module, const ModelConfig& config,
-                                                  GenerationHooks hooks = {});
+                                                  GenerationHooks hooks = {},
+                                                  std::shared_ptr<MemoryBudget::Lease> memory = nullptr);
 
 // Answers a generate (stream = false) or generate_stream request for a loaded generator:
 // parses the body, submits it and returns at once; the reply is sent from a generator thread

@@ -59,14 +59,25 @@ GenerateScheduler::GenerateScheduler(std::shared_ptr<models::GPT> gpt, const Sch
   opt_.max_step_tokens =
       std::clamp(opt_.max_step_tokens ? opt_.max_step_tokens : 128, opt_.max_batch, std::max(max_len, opt_.max_batch));
   const int64_t tokens = std::max(opt_.max_batch_total_tokens ? opt_.max_batch_total_tokens : opt_.max_batch * max_len, max_len);
-  pool_ = std::make_unique<models::KVBlockPool>(
-      gpt_->kv_options(opt_.block_size, (tokens + opt_.block_size - 1) / opt_.block_size, opt_.kv_dtype));
+  const models::KVBlockOptions kv =
+      gpt_->kv_options(opt_.block_size, (tokens + opt_.block_size - 1) / opt_.block_size, opt_.kv_dtype);
+  size_t graph_memory = opt_.graph_memory;
+  if (opt_.memory) {
+    const double bytes = std::min(models::kv_pool_bytes(kv), static_cast<double>(SIZE_MAX / 2));
+    opt_.memory->charge("generation.max_batch_total_tokens (a KV cache of " + std::to_string(tokens) + " tokens in " +
+                            dtype_name(opt_.kv_dtype) + ")",
+                        static_cast<size_t>(bytes));
+    const size_t left = opt_.memory->left();
+    if (left != SIZE_MAX) graph_memory = graph_memory ? std::min(graph_memory, left) : std::max<size_t>(left, 1);
+  }
+  pool_ = std::make_unique<models::KVBlockPool>(kv);
   decoder_ = std::make_unique<models::PagedDecoder>(
       *gpt_, *pool_,
       models::PagedDecoderOptions{.batch_buckets = powers_of_two_up_to(opt_.max_batch),
                                   .max_step_tokens = opt_.max_step_tokens,
-                                  .memory_budget = opt_.graph_memory});
+                                  .memory_budget = graph_memory});
   decoder_->warmup();
+  if (opt_.memory) opt_.memory->charge("generation's step graphs", decoder_->graph_bytes());
   opt_.max_batch = static_cast<int64_t>(decoder_->max_batch());  // what the memory budget left
   opt_.max_step_tokens = decoder_->max_step_tokens();
   stats_.kv_blocks_total = pool_->total_blocks();

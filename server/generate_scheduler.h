@@ -33,6 +33,7 @@
 #include "models/gpt_paged.h"
 #include "models/kv_blocks.h"
 #include "server/generate.h"
+#include "server/memory_budget.h"
 
 namespace hg::server {
 
@@ -49,6 +50,9 @@ struct SchedulerOptions {
   // Bytes the captured step graphs may take (arenas and constants; 0: no limit): the grid's larger
   // token buckets are left out past it, which lowers max_step_tokens (and max_batch with it).
   size_t graph_memory = 0;
+  // The load's share of the server's model memory: the KV cache is charged before it is made, the
+  // step graphs are captured within what is left and charged after. Null: no budget.
+  std::shared_ptr<MemoryBudget::Lease> memory;
   size_t max_queue = 0;             // waiting sequences; 0: 8 x max_batch; beyond: 503
   uint64_t default_timeout_us = 0;  // 0: none
   bool allow_timeout_override = true;

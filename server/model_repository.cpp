@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <future>
 #include <map>
@@ -84,6 +85,20 @@ std::string fingerprint(const fs::path& model_dir) {
   return out;
 }
 
+// The bytes of the regular files under a version folder: what loading its weights will take.
+size_t folder_bytes(const fs::path& dir) {
+  size_t total = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    std::error_code e;
+    if (!it->is_regular_file(e)) continue;
+    const auto n = it->file_size(e);
+    if (!e) total += static_cast<size_t>(n);
+  }
+  return total;
+}
+
 std::string tensor_text(const models::IOSpec& io) { return "'" + io.name + "' " + io.datatype + " " + shape_text(io.shape); }
 
 std::string io_text(const std::vector<models::IOSpec>& list) {
@@ -130,6 +145,12 @@ struct Retiree {
 };
 constexpr auto kHoldLimit = std::chrono::seconds(30);
 
+// A load on a thread of its own (under Impl::mu): publishing once it swaps its versions in,
+// abandoned once it ran past the load timeout (then it changes nothing).
+struct LoadRun {
+  bool publishing = false, abandoned = false;
+};
+
 struct Task {
   enum class Kind { Startup, Load, Unload } kind;
   std::string name;
@@ -169,6 +190,7 @@ void check_model_name(std::string_view name) {
 
 struct ModelRepository::Impl {
   RepositoryOptions opt;
+  std::shared_ptr<MemoryBudget> memory;  // of opt.model_memory
 
   mutable std::mutex mu;  // records, stopped
   std::map<std::string, Record, std::less<>> records;
@@ -181,6 +203,14 @@ struct ModelRepository::Impl {
 
   // Swapped-out and unloaded versions waiting to be drained (loader thread only).
   std::vector<Retiree> retiring;
+  // Loads abandoned past the load timeout, still running (loader thread only).
+  struct Runaway {
+    std::string name;
+    std::chrono::steady_clock::time_point since;
+    std::thread worker;
+    std::future<Outcome> result;
+  };
+  std::vector<Runaway> runaways;
   std::mutex log_mu;
   std::thread loader;
 
@@ -217,6 +247,8 @@ struct ModelRepository::Impl {
     models::PredictorOptions popt = opt.predictor;
     popt.batch_buckets = config.buckets(opt.predictor.batch_buckets);
     config.apply(popt);
+    mv->memory = memory->lease("model '" + name + "' version " + std::to_string(version));
+    mv->memory->charge("its files in " + dir.string(), folder_bytes(dir));
     {
       // The load's device work (weights, captures, first runs) on the load stream: the models
       // already serving keep their device queue to themselves. Synchronized at the block's end.
@@ -251,7 +283,11 @@ struct ModelRepository::Impl {
         if (config.warmup) {
           models::CaptureAllOptions copt;  // sequence buckets: every (length bucket, batch bucket)
           if (config.padding) copt.signatures = padding_signatures(*config.padding, predictor->package().spec);
+          if (const size_t left = mv->memory->left(); left != SIZE_MAX) copt.memory_budget = std::max<size_t>(left, 1);
           mv->buckets = predictor->capture_all(copt);
+          size_t captured = 0;
+          for (const auto& b : mv->buckets) captured += b.captured ? b.arena_bytes + b.constant_bytes : 0;
+          mv->memory->charge("its captured batch buckets", captured);
         }
         if (config.precision != graphs::Precision::Fp32) {
           mv->precision = check_model_precision(*predictor, config, dir.parent_path());
@@ -261,7 +297,8 @@ struct ModelRepository::Impl {
           mv->generator = make_gpt_generator(
               predictor->module(), config,
               {.on_step = [h = opt.on_batch, name, version](int64_t n, Clock::duration d) { if (h) h(name, version, n, d); },
-               .on_token = [h = opt.on_token, name, version](bool f, Clock::duration d) { if (h) h(name, version, f, d); }});
+               .on_token = [h = opt.on_token, name, version](bool f, Clock::duration d) { if (h) h(name, version, f, d); }},
+              mv->memory);
         mv->model = make_served_model(std::move(predictor));
       }
       // Any model (a factory's, the identity): padded dimensions must be dynamic ones.
@@ -283,17 +320,26 @@ struct ModelRepository::Impl {
 
   void log_ready(const ModelVersion& v, const fs::path& dir) {
     const auto cached = std::count_if(v.buckets.begin(), v.buckets.end(), [](auto& b) { return b.disk_hit; });
+    const auto captured = std::count_if(v.buckets.begin(), v.buckets.end(), [](auto& b) { return b.captured; });
     std::ostringstream line;
     line << "model '" << v.name << "' version " << v.version << " (" << dir.string() << ") READY in " << v.load_ms
-         << " ms: " << v.buckets.size() << " buckets captured (" << cached << " from the graph cache), "
-         << v.config.instance_count << " instance(s)";
+         << " ms: " << captured << " buckets captured (" << cached << " from the graph cache";
+    std::string left_out;
+    for (const auto& b : v.buckets)
+      if (!b.captured) left_out += (left_out.empty() ? "" : ", ") + std::to_string(b.batch);
+    if (!left_out.empty()) line << "; batch " << left_out << " left out: past the model memory budget";
+    line << "), " << v.config.instance_count << " instance(s)";
     if (v.generator) line << ", text generation: " << step_graphs_summary(v.generator->stats());
+    if (v.memory) line << ", " << (v.memory->held() >> 20) << " MiB of the model memory budget";
     log(line.str());
   }
 
   // ---- load / unload (loader thread) ----------------------------------------------------
 
-  Outcome load_model(const std::string& name, const std::optional<std::string>& config_json, bool startup) {
+  // run: set for a load on a thread of its own (load_within_bound); once abandoned (under mu) it
+  // changes no record and publishes nothing.
+  Outcome load_model(const std::string& name, const std::optional<std::string>& config_json, bool startup,
+                     LoadRun* run = nullptr) {
     const fs::path model_dir = opt.dir / name;
     std::error_code ec;
     if (!fs::is_directory(model_dir, ec)) {
@@ -360,6 +406,7 @@ struct ModelRepository::Impl {
       std::string kept;
       {
         std::lock_guard lk(mu);
+        if (run && run->abandoned) return {status, "model '" + name + "': failed to load: " + e.what()};
         Record& r = records[name];
         r.fingerprint = fp;
         r.selected = selected.empty() ? r.selected : selected;
@@ -381,10 +428,11 @@ struct ModelRepository::Impl {
     std::vector<std::shared_ptr<const ModelVersion>> old;
     {
       std::lock_guard lk(mu);
-      if (stopped) {
+      if (stopped || (run && run->abandoned)) {
         for (auto& v : built) v->batcher->drain();
-        return {503, "model '" + name + "': the server is shutting down"};
+        return {503, "model '" + name + "': " + (stopped ? "the server is shutting down" : "discarded (past the load timeout)")};
       }
+      if (run) run->publishing = true;
       Record& r = records[name];
       old = std::exchange(r.versions, built);
       r.state = ModelState::Ready;
@@ -448,7 +496,7 @@ struct ModelRepository::Impl {
         auto it = records.find(name);
         if (it != records.end() && it->second.fingerprint == fp) continue;
       }
-      load_model(name, std::nullopt, false);
+      load_within_bound(name, std::nullopt, false);
     }
     std::vector<std::string> gone;
     {
@@ -466,9 +514,9 @@ struct ModelRepository::Impl {
     if (opt.mode != ControlMode::Explicit) return scan();
     for (const auto& name : opt.startup_models) {
       if (name == "*") {
-        for (const auto& n : folder_names()) load_model(n, std::nullopt, true);
+        for (const auto& n : folder_names()) load_within_bound(n, std::nullopt, true);
       } else {
-        load_model(name, std::nullopt, true);
+        load_within_bound(name, std::nullopt, true);
       }
     }
   }
@@ -492,12 +540,71 @@ struct ModelRepository::Impl {
     }
   }
 
+  // load_model on a thread of its own, waited for up to opt.load_timeout. A load that runs past
+  // it is reported (its record says so, its caller gets 503) and left to finish in the background,
+  // where what it builds is discarded: the loader goes on with the next task.
+  Outcome load_within_bound(const std::string& name, const std::optional<std::string>& config_json, bool startup) {
+    if (opt.load_timeout.count() <= 0) return load_model(name, config_json, startup);
+    auto run = std::make_shared<LoadRun>();
+    std::packaged_task<Outcome()> work(
+        [this, name, config_json, startup, run] { return load_model(name, config_json, startup, run.get()); });
+    std::future<Outcome> result = work.get_future();
+    std::thread worker(std::move(work));
+    if (result.wait_for(opt.load_timeout) == std::future_status::ready) {
+      worker.join();
+      return result.get();
+    }
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.1f", static_cast<double>(opt.load_timeout.count()) / 1000);
+    const std::string why = "the load has run for " + std::string(secs) +
+                            " s, past the load timeout (--load-timeout-secs); it goes on in the background and what "
+                            "it builds is discarded";
+    bool abandoned = false;
+    {
+      std::lock_guard lk(mu);
+      if (!run->publishing) {  // else it is swapping its versions in: that ends at once
+        run->abandoned = abandoned = true;
+        Record& r = records[name];
+        if (r.versions.empty()) {
+          r.state = ModelState::Unavailable;
+          r.reason = why;
+        } else {
+          r.reason = "reload failed: " + why;
+        }
+      }
+    }
+    if (!abandoned) {
+      worker.join();
+      return result.get();
+    }
+    log("model '" + name + "': " + why);
+    runaways.push_back({name, std::chrono::steady_clock::now(), std::move(worker), std::move(result)});
+    return {503, "model '" + name + "': " + why};
+  }
+
+  // Joins the abandoned loads that have ended (all of them with `all`: at exit, however long).
+  void reap_runaways(bool all) {
+    for (auto it = runaways.begin(); it != runaways.end();) {
+      if (!all && it->result.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+        ++it;
+        continue;
+      }
+      if (all && it->result.wait_for(std::chrono::seconds(0)) != std::future_status::ready)
+        log("model '" + it->name + "': waiting for its load that ran past the load timeout to end");
+      it->worker.join();
+      log("model '" + it->name + "': the load that ran past the load timeout ended " +
+          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - it->since).count()) +
+          " s after it; what it built was discarded");
+      it = runaways.erase(it);
+    }
+  }
+
   void run(Task& t) {
     std::optional<Outcome> o = Outcome{200, ""};
     try {
       switch (t.kind) {
         case Task::Kind::Startup: startup(); break;
-        case Task::Kind::Load: o = load_model(t.name, t.config_json, false); break;
+        case Task::Kind::Load: o = load_within_bound(t.name, t.config_json, false); break;
         case Task::Kind::Unload: o = unload_model(t.name, false, t.done); break;
       }
     } catch (const std::exception& e) {  // the file system failed under us
@@ -541,6 +648,7 @@ struct ModelRepository::Impl {
         next_poll = std::chrono::steady_clock::now() + opt.poll_interval;
       }
       retire(stopping);
+      reap_runaways(false);
     }
     std::deque<Task> left;
     {
@@ -549,6 +657,7 @@ struct ModelRepository::Impl {
     }
     for (auto& t : left) finish(t.done, {503, "model '" + t.name + "': the server is shutting down"});
     retire(true);
+    reap_runaways(true);
   }
 
   void enqueue(Task t) {
@@ -595,6 +704,7 @@ ModelRepository::ModelRepository(RepositoryOptions opt) : impl_(std::make_unique
   if (opt.poll_interval <= std::chrono::milliseconds(0))
     throw InvalidArgument("the repository poll interval must be positive");
   impl_->opt = std::move(opt);
+  impl_->memory = MemoryBudget::make(impl_->opt.model_memory);
   impl_->loader = std::thread([impl = impl_.get()] { impl->loader_main(); });
   std::promise<void> started;
   impl_->enqueue({Task::Kind::Startup, "", std::nullopt, [&started](int, std::string) { started.set_value(); }});

@@ -24,6 +24,8 @@
 // served version completely (load, warm up every bucket, start its batcher) before it swaps
 // them in under the lock: requests holding the old versions finish on them, new requests go
 // to the new ones, none fails. A failed load keeps what was serving and records the reason.
+// Each load runs on a thread of its own within RepositoryOptions::load_timeout; the destructor
+// waits for a load that ran past it to end.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -39,6 +41,7 @@
 #include "models/predictor.h"
 #include "server/batcher.h"
 #include "server/generate.h"
+#include "server/memory_budget.h"
 #include "server/model_config.h"
 #include "server/served_model.h"
 
@@ -58,6 +61,9 @@ struct ModelVersion {
   std::vector<models::BucketInfo> buckets;   // warmup report
   models::PrecisionReport precision;         // reduced precision: its agreement with FP32 at load
   double load_ms = 0;
+  // What it holds of the server's model memory (RepositoryOptions::model_memory), given back
+  // when the version is gone.
+  std::shared_ptr<MemoryBudget::Lease> memory;
 };
 
 struct IndexEntry {
@@ -76,6 +82,14 @@ struct RepositoryOptions {
   models::PredictorOptions predictor;  // device; batch buckets when a config names none
   ControlMode mode = ControlMode::None;
   size_t max_pending_tasks = 16;  // load/unload requests waiting for the loader; more get 503
+  // A load that runs longer is reported (503 to its caller, the reason in the index) and left to
+  // finish on its own thread, where what it builds is discarded; later loads and unloads go on.
+  // 0: no bound (the load runs on the loader thread).
+  std::chrono::milliseconds load_timeout{std::chrono::minutes(10)};
+  // Bytes every loaded version together may hold (server/memory_budget.h): a load charges its
+  // files, its KV cache and its captured graphs before allocating them, and fails naming what did
+  // not fit; batch buckets past what is left are left out. 0: no limit.
+  size_t model_memory = 0;
   std::chrono::milliseconds poll_interval{std::chrono::seconds(15)};
   std::vector<std::string> startup_models;  // explicit mode: loaded at start ("*": all)
   std::ostream* log = nullptr;

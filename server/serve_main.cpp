@@ -10,6 +10,7 @@
 // the start-up loading they exit 0 at once (nothing has been served, files are written
 // atomically). Binding a non-loopback address in explicit mode without a token is refused
 // unless --allow-unauthenticated-management says so.
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -35,6 +36,7 @@
 #include "server/access_log.h"
 #include "server/http_server.h"
 #include "server/kserve.h"
+#include "server/memory_budget.h"
 #include "server/model_repository.h"
 
 namespace po = boost::program_options;
@@ -117,7 +119,8 @@ int main(int argc, char** argv) {
   size_t max_body = size_t{64} << 20, max_depth = 100, max_control_body = size_t{1} << 20,
          max_inflight = size_t{512} << 20, max_connections = 1024, min_body_rate = 16 << 10, max_loads = 16,
          max_unsent = size_t{256} << 10;
-  int64_t idle_ms = 60000, header_ms = 10000;
+  int64_t idle_ms = 60000, header_ms = 10000, trim_idle_ms = 1000;
+  int64_t model_memory_mb = static_cast<int64_t>(hg::server::default_model_memory() >> 20), load_timeout_secs = 600;
   uint64_t max_elements = uint64_t{1} << 26, inline_max_us = 200;
   bool auth_all = false, open_management = false;
   po::options_description desc("hgraph-serve options");
@@ -155,6 +158,15 @@ int main(int argc, char** argv) {
       ("max-unsent-bytes", po::value(&max_unsent)->default_value(max_unsent),
        "a streamed answer's bytes queued for a client that has not read them (past half: its generation "
        "waits; past all: the connection is closed)")
+      ("trim-idle-ms", po::value(&trim_idle_ms)->default_value(trim_idle_ms),
+       "once no request has been busy for this long after a burst, give freed heap memory back to the "
+       "OS (malloc_trim); 0: never")
+      ("model-memory-mb", po::value(&model_memory_mb)->default_value(model_memory_mb),
+       "MiB every loaded model together may hold (files, KV caches, captured graphs), checked before a load "
+       "allocates; the default is 3/4 of the machine's memory; 0: no limit")
+      ("load-timeout-secs", po::value(&load_timeout_secs)->default_value(load_timeout_secs),
+       "a model load running longer is reported (503) and left to finish in the background, its result "
+       "discarded, while later loads and unloads go on; 0: no bound")
       ("max-pending-loads", po::value(&max_loads)->default_value(max_loads),
        "repository load/unload requests waiting for the loader (more: 503)")
       ("access-log", po::value(&access_log), "append one JSON line per request to FILE (- : stderr)")
@@ -200,10 +212,17 @@ int main(int argc, char** argv) {
     ropt.predictor.device = hg::Device::parse(device);
     if (!batch_sizes.empty()) ropt.predictor.batch_buckets = hg::models::parse_buckets(batch_sizes);
     ropt.dir = repository.empty() ? default_repository() : std::filesystem::path(repository);
+    if (trim_idle_ms < 0) throw hg::InvalidArgument("--trim-idle-ms must not be negative");
     if (idle_ms < 1 || header_ms < 1) throw hg::InvalidArgument("--idle-timeout-ms and --header-timeout-ms must be positive");
     if (max_connections < 1) throw hg::InvalidArgument("--max-connections must be at least 1");
     if (max_loads < 1) throw hg::InvalidArgument("--max-pending-loads must be at least 1");
     ropt.max_pending_tasks = max_loads;
+    if (model_memory_mb < 0 || model_memory_mb > (int64_t{1} << 40))
+      throw hg::InvalidArgument("--model-memory-mb must be in [0, 2^40]");
+    ropt.model_memory = static_cast<size_t>(model_memory_mb) << 20;
+    if (load_timeout_secs < 0 || load_timeout_secs > (int64_t{1} << 31))
+      throw hg::InvalidArgument("--load-timeout-secs must be in [0, 2^31]");
+    ropt.load_timeout = std::chrono::seconds(load_timeout_secs);
     ropt.inline_max_us = inline_max_us;
     kopt.auth_token = read_token(token_file);
     if (ropt.mode == hg::server::ControlMode::Explicit && kopt.auth_token.empty() && !is_loopback(host) &&
@@ -258,6 +277,10 @@ int main(int argc, char** argv) {
     hopt.on_stop = [&kserve] { kserve.begin_drain(); };
     hopt.on_head = kserve.http_head_check();
     hopt.offload = kserve.http_offload();
+    // glibc keeps what a burst freed in its arenas (one per thread that allocated); a burst's
+    // bodies and parses would hold their peak for good. Measured in bench/RESULTS.md.
+    hopt.quiet_after = std::chrono::milliseconds(trim_idle_ms);
+    hopt.on_quiet = [] { malloc_trim(0); };
     hopt.on_response = [&metrics, log = alog.get()](const hg::server::ResponseRecord& r) {
       metrics.http_response(r.status);
       if (log) log->write(r);

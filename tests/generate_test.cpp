@@ -462,3 +462,31 @@ TEST(GptGenerator, AGroupCountsEachSequenceAgainstTheQueueBound) {
 }
 
 }  // namespace
+
+// The KV cache is charged to the load's share of the model memory before it is made: one past
+// the budget is refused naming the field and its bytes; one that fits is charged with the step
+// graphs (captured within what is left), and both come back with the generator.
+TEST(GptGenerator, TheKvCacheAndStepGraphsAreChargedToTheMemoryBudget) {
+  auto budget = MemoryBudget::make(size_t{256} << 20);
+  ModelConfig c;
+  c.name = "gpt";
+  c.generation.max_batch_total_tokens = int64_t{1} << 24;
+  try {
+    make_gpt_generator(loaded_gpt(), c, {}, budget->lease("model 'gpt'"));
+    FAIL() << "a KV cache of 2^24 tokens fitted in 256 MiB";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("model 'gpt': generation.max_batch_total_tokens (a KV cache of 16777216 tokens in F32) needs"));
+    EXPECT_THAT(e.what(), HasSubstr("(--model-memory-mb 256)"));
+  }
+  EXPECT_EQ(budget->used(), 0u);
+  c.generation.max_batch_total_tokens = 0;
+  {
+    auto lease = budget->lease("model 'gpt'");
+    auto gen = make_gpt_generator(loaded_gpt(), c, {}, lease);
+    EXPECT_GT(lease->held(), 0u);
+    EXPECT_EQ(budget->used(), lease->held());
+    EXPECT_GT(gen->stats().captured_graphs, 0u);
+    EXPECT_FALSE(generate_within(*gen, request("Hello", 4)).text.empty());
+  }
+  EXPECT_EQ(budget->used(), 0u);
+}

@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <unistd.h>
 
 #include "engine/autograd.h"
 #include "engine/error.h"
@@ -21,6 +20,7 @@
 #include "models/predictor.h"
 #include "models/state_dict.h"
 #include "models/zoo.h"
+#include "tests/resident.h"
 
 using namespace hg;
 using namespace hg::models;
@@ -162,6 +162,18 @@ TEST_P(GPTTest, SamplingIsReproducibleAndTopK1IsGreedy) {
   for (uint64_t s = 0; s < 3; ++s)
     EXPECT_EQ(gpt->generate_ids(encode_bytes("Hello"), 24, {.greedy = false, .temperature = 0.7, .top_k = 1, .seed = s}),
               greedy);
+}
+
+// A pool takes memory as its blocks are written, not when it is made: 512 MiB of pool costs far
+// less resident memory until used, and a block never written reads as zeros.
+TEST(GPT, AKvPoolIsNotFilledWhenMade) {
+  const size_t before = hg::test::resident_bytes();
+  // 2 (keys, values) x 4 layers x 4096 blocks x 16 positions x 8 heads x 64 x 4 bytes = 512 MiB.
+  KVBlockPool pool({.layers = 4, .heads = 8, .head_dim = 64, .block_size = 16, .blocks = 4096});
+  const size_t after = hg::test::resident_bytes();
+  EXPECT_LT(after - std::min(after, before), size_t{64} << 20) << "the pool was filled when made";
+  const float* k = static_cast<const float*>(pool.keys(3));
+  EXPECT_EQ(k[123456], 0.0f);
 }
 
 // Decoding through HPU graphs (one per attention bucket, captured on first use) gives the

@@ -1,6 +1,7 @@
 // ModelRepository while it serves: reloads under continuous inference with no failed request,
-// load/unload requests serialized on the loader thread, LOADING visible during a load, held
-// requests finishing across unload and shutdown, destruction in the middle of a load.
+// load/unload requests serialized by the loader, a load past its timeout that holds up
+// nothing, LOADING visible during a load, held requests finishing across unload and shutdown,
+// destruction in the middle of a load.
 #include "tests/model_repository_util.h"
 
 namespace {
@@ -92,17 +93,19 @@ TEST(ModelRepositoryTest, ConcurrentLoadAndUnloadRequestsAreSerialized) {
         if (ans.status != 200 && !(ans.status == 404 && i % 3 == 2)) ++unexpected;
       }
     });
+  std::vector<std::thread::id> caller_ids;
+  for (auto& c : callers) caller_ids.push_back(c.get_id());
   for (auto& c : callers) c.join();
   EXPECT_EQ(answered, 24);
   EXPECT_EQ(unexpected, 0);
-  EXPECT_EQ(most, 1);
-  ASSERT_EQ(builders.size(), 1u);
-  EXPECT_NE(*builders.begin(), std::this_thread::get_id());
+  EXPECT_EQ(most, 1);  // one build at a time, each on a load thread, none on a caller's
+  for (const auto& id : caller_ids) EXPECT_EQ(builders.count(id), 0u);
+  EXPECT_EQ(builders.count(std::this_thread::get_id()), 0u);
   EXPECT_EQ(load(repo, "a").status, 200);
   EXPECT_EQ(repo.resolve("a", std::nullopt)->version, 1);
 }
 
-// While a load runs on the loader thread, the caller goes on: the model is LOADING (503, not
+// While a load runs, the caller goes on: the model is LOADING (503, not
 // ready, listed in the index), and a reload keeps answering with the old version.
 
 TEST(ModelRepositoryTest, LoadingIsVisibleAndReloadKeepsServing) {
@@ -237,5 +240,52 @@ TEST(ModelRepositoryTest, DestroyedWhileLoadingAnswersEveryRequest) {
 }
 
 // RepositoryOptions::on_batch hears every run of every version, with the model and version.
+
+}  // namespace
+
+namespace {
+
+// A load that runs past the load timeout is answered 503 and reported in the index; the loads
+// and unloads after it go on while it runs, and what it builds when it ends is discarded.
+TEST(ModelRepositoryTest, ALoadPastItsTimeoutDoesNotHoldUpTheOthers) {
+  TempRepo r("RepoLoadTimeout");
+  r.add_model("stuck", {1});
+  r.add_model("fast", {1});
+  std::atomic<bool> release{false}, built_stuck{false};
+  RepositoryOptions o = options(r, ControlMode::Explicit);
+  o.load_timeout = 300ms;
+  o.factory = [&](const std::string& name, int64_t, const fs::path& dir, const hg::server::ModelConfig&) {
+    if (name == "stuck") {
+      (void)eventually([&] { return release.load(); }, "the test to release the stuck load");
+      built_stuck = true;
+    }
+    hg::models::PredictorOptions popt;
+    popt.batch_buckets = {1};
+    return hg::server::make_served_model(hg::models::Predictor::load(dir, popt));
+  };
+  ModelRepository repo(o);
+  Answer a = load(repo, "stuck");
+  EXPECT_EQ(a.status, 503);
+  EXPECT_THAT(a.message, HasSubstr("model 'stuck': the load has run for 0.3 s, past the load timeout"));
+  std::vector<IndexEntry> idx = repo.index();
+  ASSERT_EQ(idx.size(), 2u);
+  EXPECT_EQ(idx[1].name, "stuck");
+  EXPECT_EQ(idx[1].state, ModelState::Unavailable);
+  EXPECT_THAT(idx[1].reason, HasSubstr("past the load timeout"));
+  // The loader is free: another model loads and unloads while the stuck load still runs.
+  a = load(repo, "fast");
+  EXPECT_EQ(a.status, 200) << a.message;
+  EXPECT_EQ(infer(*repo.resolve("fast", std::nullopt), sample(3)).first, 200);
+  EXPECT_EQ(unload(repo, "fast").status, 200);
+  EXPECT_FALSE(built_stuck.load());
+  release = true;
+  ASSERT_TRUE(eventually([&] { return built_stuck.load(); }, "the stuck load to end"));
+  // Its result is discarded: the model stays unavailable until loaded again.
+  std::this_thread::sleep_for(100ms);
+  EXPECT_THAT(hg::test::error_of<hg::server::HttpError>([&] { repo.resolve("stuck", std::nullopt); }),
+              HasSubstr("past the load timeout"));
+  a = load(repo, "stuck");
+  EXPECT_EQ(a.status, 200) << a.message;
+}
 
 }  // namespace

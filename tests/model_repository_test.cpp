@@ -371,3 +371,39 @@ TEST(ModelRepositoryTest, MissingRepositoryThrows) {
 }
 
 }  // namespace
+
+// The model memory budget: a load is charged its files before it reads them and its captured
+// buckets before they count (buckets past what is left are left out); a load that does not fit
+// fails naming what and how much, and what a version held comes back when it is unloaded.
+TEST(ModelRepositoryTest, LoadsAreChargedToTheModelMemoryBudget) {
+  TempRepo r("RepoMemoryBudget");
+  r.add_model("a", {1});
+  r.add_model("b", {1});
+  size_t files = 0;
+  for (const auto& f : fs::recursive_directory_iterator(r.dir() / "a" / "1"))
+    if (f.is_regular_file()) files += f.file_size();
+  RepositoryOptions o = options(r, ControlMode::Explicit);
+  o.model_memory = files + files / 2;  // one model's files, and not two
+  ModelRepository repo(o);
+  Answer a = load(repo, "a");
+  ASSERT_EQ(a.status, 200) << a.message;
+  auto va = repo.resolve("a", std::nullopt);
+  ASSERT_TRUE(va->memory);
+  EXPECT_GE(va->memory->held(), files);
+  EXPECT_LE(va->memory->held(), o.model_memory);
+  // What is left holds fewer captured buckets than asked for, or none: those are left out.
+  size_t captured = 0;
+  for (const auto& b : va->buckets) captured += b.captured;
+  EXPECT_LT(captured, va->buckets.size()) << "every bucket fitted in what the files left";
+  EXPECT_EQ(infer(*va, sample(1)).first, 200);  // served all the same (uncaptured batches run eagerly)
+  va.reset();
+
+  a = load(repo, "b");
+  EXPECT_EQ(a.status, 503) << a.message;
+  EXPECT_THAT(a.message, HasSubstr("model 'b' version 1: its files in"));
+  EXPECT_THAT(a.message, HasSubstr("MiB left"));
+  EXPECT_THAT(a.message, HasSubstr("held by loaded models"));
+  EXPECT_EQ(unload(repo, "a").status, 200);
+  a = load(repo, "b");  // what 'a' held is back once it is drained
+  EXPECT_EQ(a.status, 200) << a.message;
+}

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/resident.h"
 #include "tests/server_e2e.h"
 
 namespace hg::test {
@@ -261,6 +262,40 @@ TEST(E2eHostileTest, ExplicitModeOnAPublicAddressWithoutATokenIsRefused) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << out;
   EXPECT_THAT(out, HasSubstr("--allow-unauthenticated-management"));
   EXPECT_THAT(out, ::testing::Not(HasSubstr("listening")));
+}
+
+}  // namespace
+}  // namespace hg::test
+
+namespace hg::test {
+namespace {
+
+// A load whose config asks for more memory than the server's model memory budget (a KV cache of
+// 2^29 tokens, or a bucket spec that never ends) gets an answer naming the field, and the server
+// keeps serving: nothing was allocated for it.
+TEST(E2eHostileTest, LoadsBeyondTheModelMemoryBudgetAreRefusedNamingTheField) {
+  TempRepo repo("memory_budget");
+  repo.add_digits();
+  repo.add_gpt();
+  ServerProcess server({"--model-repository", repo.str(), "--model-control-mode", "explicit", "--load-model",
+                        "digits_mlp", "--model-memory-mb", "256"});
+  const size_t rss_before = resident_bytes(server.pid());
+  HttpConn c(server.port(), 120s);
+  auto r = c.request("POST", "/v2/repository/models/gpt/load",
+                     R"({"parameters": {"config": "{\"generation\": {\"max_batch_total_tokens\": 536870912}}"}})");
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("generation.max_batch_total_tokens (a KV cache of 536870912 tokens in F32) needs"));
+  EXPECT_THAT(r.body, HasSubstr("--model-memory-mb 256"));
+  r = c.request("POST", "/v2/repository/models/gpt/load",
+                R"({"parameters": {"config": "{\"batch_buckets\": \"exp:4611686018427387905:9223372036854775807\"}"}})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("batch_buckets"));
+  EXPECT_LT(resident_bytes(server.pid()), rss_before + (size_t{128} << 20)) << "the refused loads held memory";
+  expect_alive(server, "loads beyond the memory budget");
+  EXPECT_EQ(c.request("POST", kInfer, digits_body({1})).status, 200);
+  r = c.request("POST", "/v2/repository/models/gpt/load", "");
+  EXPECT_EQ(r.status, 200) << r.body;  // the default config fits
+  EXPECT_EQ(server.terminate(30s), 0);
 }
 
 }  // namespace

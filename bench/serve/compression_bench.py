@@ -25,9 +25,7 @@ import gzip
 import http.client
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,22 +33,15 @@ import zlib
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serve_proc  # noqa: E402
+
 SIZES = {"echo1m": 262144, "echo4m": 1048576}
 
 
 def start_server(binary, repo, log):
-    proc = subprocess.Popen([binary, "--host", "127.0.0.1", "--port", "0", "--model-repository", repo,
-                             "--access-log", log], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        m = re.search(r"listening on http://[^:]+:(\d+)", line)
-        if m:
-            return proc, int(m.group(1))
-    proc.kill()
-    sys.exit("hgraph-serve did not start")
+    return serve_proc.start_server([binary, "--host", "127.0.0.1", "--port", "0", "--model-repository", repo,
+                                    "--access-log", log])
 
 
 def make_repo(root):
