@@ -121,6 +121,7 @@ Kernel conv2d_int8(const std::vector<TensorMeta>& in, const TensorMeta& out, con
     void* xq = scratch(0, x_bytes);
     const void* q[] = {i[0], xq, &aq->inv_scale, &aq->zero_point};
     quantize.run(q);
+    if (fixed_range) cap_activation_codes(static_cast<uint8_t*>(xq), x_bytes);  // values past the calibrated range
     const void* weights = packed.get();
     QuantWeights per_call;
     if (!weights) {  // weights that change between calls: one scale for all channels (the primitive's are 1)

@@ -155,11 +155,24 @@ uint64_t ExecQueue::enqueue(std::function<void()> task) {
   uint64_t event = 0;
   {
     std::lock_guard lk(mu_);
-    tasks_.push_back(std::move(task));
     event = ++enqueued_;
+    if (abandoned_) {  // exiting: what destructors still queue is dropped too
+      ++completed_;
+      return event;
+    }
+    tasks_.push_back(std::move(task));
   }
   cv_.notify_one();
   return event;
+}
+
+void ExecQueue::abandon_pending() {
+  std::unique_lock lk(mu_);
+  abandoned_ = true;
+  completed_ += tasks_.size();
+  tasks_.clear();
+  done_cv_.notify_all();
+  if (!on_worker_thread()) done_cv_.wait(lk, [&] { return !busy_; });
 }
 
 uint64_t ExecQueue::record() {
@@ -310,6 +323,8 @@ class CpuBackend final : public DeviceBackend {
 
 thread_local int t_load_stream_depth = 0;
 
+void abandon_queued_work();
+
 class HostHpuBackend final : public DeviceBackend {
  public:
   HostHpuBackend(int index, int64_t capacity, int threads)
@@ -320,11 +335,23 @@ class HostHpuBackend final : public DeviceBackend {
   void* allocate(size_t bytes) override { return pool_.allocate(bytes); }
   void release(void* p, size_t bytes) override { pool_.release(p, bytes); }
   MemoryStats stats() const override { return pool_.stats(); }
-  void enqueue(std::function<void()> task) override { current().enqueue(std::move(task)); }
+  void enqueue(std::function<void()> task) override {
+    // Registered once work is first queued, so it runs at exit before the statics made until
+    // then (graph caches, oneDNN's kernels) are destroyed: queued work is dropped, running work
+    // finishes.
+    static const bool hooked = (std::atexit(abandon_queued_work), true);
+    (void)hooked;
+    current().enqueue(std::move(task));
+  }
   void run_sync(const std::function<void()>& task) override { current().run_sync(task); }
   void synchronize() override { current().synchronize(); }
   ExecQueue* queue() override { return &current(); }
   MemoryPool& pool() { return pool_; }
+  void abandon_pending() {
+    queue_.abandon_pending();
+    std::lock_guard lk(load_mu_);
+    if (load_queue_) load_queue_->abandon_pending();
+  }
   // Waits for the load stream when it exists.
   void synchronize_load() {
     ExecQueue* q = nullptr;
@@ -352,6 +379,11 @@ class HostHpuBackend final : public DeviceBackend {
 struct Registry {
   CpuBackend cpu;
   std::vector<std::unique_ptr<HostHpuBackend>> hpus;
+  // Destroyed at exit, after statics made later (oneDNN's among them): work still queued then
+  // is dropped rather than run against them.
+  ~Registry() {
+    for (auto& h : hpus) h->abandon_pending();
+  }
   Registry() {
     const int n = static_cast<int>(env_int("HG_HPU_DEVICES", 1));
     const int64_t cap = env_int("HG_HPU_MEMORY_MB", 4096) * (int64_t{1} << 20);
@@ -363,6 +395,10 @@ struct Registry {
 Registry& registry() {
   static Registry r;
   return r;
+}
+
+void abandon_queued_work() {
+  for (auto& h : registry().hpus) h->abandon_pending();
 }
 
 }  // namespace

@@ -90,6 +90,10 @@ class ExecQueue {
   void wait(uint64_t event);       // blocks until that task has run
   bool done(uint64_t event) const;
   void synchronize();              // waits for everything enqueued; rethrows a task error
+  // At process exit: drops the tasks not yet started and any enqueued later (nothing can read
+  // their results any more, and the libraries they call may already be torn down), and waits
+  // for the running one.
+  void abandon_pending();
   bool on_worker_thread() const { return std::this_thread::get_id() == worker_.get_id(); }
 
  private:
@@ -104,6 +108,7 @@ class ExecQueue {
   uint64_t enqueued_ = 0, completed_ = 0;
   std::string error_;
   bool stop_ = false;
+  bool abandoned_ = false;  // abandon_pending() ran: later tasks are dropped as they come
   bool busy_ = false;  // a task is running (on the worker or inline)
   int threads_;        // OpenMP team size for this queue's work (0: leave as is)
   std::thread worker_;

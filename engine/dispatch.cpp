@@ -12,6 +12,7 @@
 #include "engine/lazy.h"
 #include "engine/op.h"
 #include "engine/op_families.h"
+#include "engine/prepare_kernel.h"
 
 namespace hg {
 
@@ -159,7 +160,7 @@ const Kernel& cached_kernel(const OpSchema& op, const std::vector<TensorMeta>& i
     auto it = c.map.find(ref);
     if (it != c.map.end()) return it->second;
   }
-  Kernel k = op.prepare(in, out, a);
+  Kernel k = prepare_kernel(op, in, out, a);
   std::unique_lock lk(c.mu);
   return c.map.emplace(Key{&op, in, a, ref.hash}, std::move(k)).first->second;
 }

@@ -30,6 +30,19 @@ dnnl::memory::data_type dnnl_dtype(DType t) {
   return t == DType::BF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
 }
 
+bool dnnl_has_bf16() {
+  static const bool has = [] {
+    try {
+      const dnnl::memory::desc m({4, 4}, dnnl::memory::data_type::bf16, dnnl::memory::format_tag::ab);
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(m, m, m), dnnl_engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return has;
+}
+
 dnnl::primitive_attr user_scratchpad() {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);

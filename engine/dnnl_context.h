@@ -28,6 +28,9 @@ namespace hg::kernels {
 dnnl::engine& dnnl_engine();
 dnnl::stream& dnnl_stream();                  // one per thread
 dnnl::memory::data_type dnnl_dtype(DType t);  // F32 or BF16 (callers check dtypes in infer)
+// oneDNN makes BF16 primitives on this CPU (2.6: AVX-512 core or later); without them BF16 ops
+// run through F32 (engine/prepare_kernel.h). Probed once.
+bool dnnl_has_bf16();
 
 // Aborts with a message naming `what` unless `status` is dnnl_success: kernels run on replay
 // paths that cannot throw, and an output left unwritten must not be served.

@@ -55,10 +55,30 @@ float ActivationQuant::measure(const float* x, int64_t count) {
   return set_range(l, h);
 }
 
+int32_t int8_activation_levels() {
+  static const int32_t levels = [] {
+    using isa = dnnl::cpu_isa;
+    auto bits = [](isa i) { return static_cast<unsigned>(i); };
+    // The ISA masks nest: the VNNI bits are what avx512_core_vnni adds to avx512_core, and
+    // avx2_vnni to avx2.
+    const unsigned vnni = (bits(isa::avx512_core_vnni) ^ bits(isa::avx512_core)) | (bits(isa::avx2_vnni) ^ bits(isa::avx2));
+    return bits(dnnl::get_effective_cpu_isa()) & vnni ? 255 : 127;
+  }();
+  return levels;
+}
+
+void cap_activation_codes(uint8_t* q, size_t n) {
+  const int32_t levels = int8_activation_levels();
+  if (levels >= 255) return;
+  const auto cap = static_cast<uint8_t>(levels);
+  for (size_t i = 0; i < n; ++i) q[i] = std::min(q[i], cap);
+}
+
 float ActivationQuant::set_range(float l, float h) {
   lo = std::min(l, 0.0f), hi = std::max(h, 0.0f);
-  const float scale = hi > lo && std::isfinite(hi - lo) ? (hi - lo) / 255.0f : 1.0f;
-  zero_point = static_cast<int32_t>(std::clamp(std::nearbyint(-lo / scale), 0.0f, 255.0f));
+  const auto levels = static_cast<float>(int8_activation_levels());
+  const float scale = hi > lo && std::isfinite(hi - lo) ? (hi - lo) / levels : 1.0f;
+  zero_point = static_cast<int32_t>(std::clamp(std::nearbyint(-lo / scale), 0.0f, levels));
   inv_scale = 1.0f / scale;
   return scale;
 }

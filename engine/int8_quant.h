@@ -28,14 +28,24 @@ struct QuantWeights {
 // `uniform`: one scale (the largest) for all channels, for weights that change between calls.
 QuantWeights quantize_weights(const float* w, int64_t channels, int64_t per_channel, bool channel_major, bool uniform);
 
-// One call's activation quantization: u8 = saturate(round(x * inv_scale) + zero_point).
+// The largest u8 activation code: 255 where oneDNN multiplies u8 by s8 with VNNI (AVX512-VNNI,
+// AVX-VNNI), 127 elsewhere. Without VNNI, AVX2's vpmaddubsw adds two u8 x s8 products in 16
+// bits with saturation; 7-bit activations keep every pair exact (PyTorch's fbgemm reduces the
+// activation range for the same reason).
+int32_t int8_activation_levels();
+// Caps `n` u8 codes at int8_activation_levels() (the quantizing reorder saturates at 255: values
+// past a calibrated range). Nothing to do where the levels are 255.
+void cap_activation_codes(uint8_t* q, size_t n);
+
+// One call's activation quantization: u8 = saturate(round(x * inv_scale) + zero_point), with
+// codes in [0, int8_activation_levels()].
 struct ActivationQuant {
   float inv_scale = 1;
   int32_t zero_point = 0;
   float lo = 0, hi = 0;  // the range it was set from
   // Measures `count` floats (NaN ignored) and sets the range; returns the scale.
   float measure(const float* x, int64_t count);
-  // A fixed range (static quantization: from a calibration): scale (hi - lo) / 255 over
+  // A fixed range (static quantization: from a calibration): scale (hi - lo) / levels over
   // [min(lo, 0), max(hi, 0)]; returns the scale.
   float set_range(float lo, float hi);
 };

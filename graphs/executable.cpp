@@ -8,6 +8,7 @@
 
 #include "engine/error.h"
 #include "engine/kernels.h"
+#include "engine/prepare_kernel.h"
 #include "graphs/graph_dump.h"
 #include "graphs/graph_serialize.h"
 #include "graphs/step_profile.h"
@@ -151,8 +152,7 @@ std::shared_ptr<const Executable> Executable::compile(Graph g, const CompileOpti
       if (!ptrs[k])
         throw InternalError("graph node " + node_name(g, i) + " is marked constant but its input " + std::to_string(k) +
                             ", " + node_name(g, node.inputs[k]) + ", is neither frozen nor constant");
-    const Kernel kernel = node.op->prepack ? node.op->prepack(metas, node.meta, node.attrs, ptrs)
-                                           : node.op->prepare(metas, node.meta, node.attrs);
+    const Kernel kernel = prepare_kernel(*node.op, metas, node.meta, node.attrs, ptrs);
     kernels::take_prepacked_bytes();  // this kernel only computes a constant, once: it is not kept
     kernel(ptrs.data(), buf.get());
     exe->constants_[loc[i].index] = buf.get();
@@ -214,11 +214,11 @@ std::shared_ptr<const Executable> Executable::compile(Graph g, const CompileOpti
     kernels::take_kernel_choice();  // nothing noted before this node's kernel counts for it
     if (any_constant && node.op->prepack) {
       kernels::take_prepacked_bytes();
-      s.kernel = node.op->prepack(metas, node.meta, node.attrs, ptrs);
+      s.kernel = prepare_kernel(*node.op, metas, node.meta, node.attrs, ptrs);
       exe->constant_bytes_ += kernels::take_prepacked_bytes();  // its copy of the weights is kept for runs
       prepacked[i] = 1;
     } else {
-      s.kernel = node.op->prepare(metas, node.meta, node.attrs);
+      s.kernel = prepare_kernel(*node.op, metas, node.meta, node.attrs);
     }
     choices[i] = kernels::take_kernel_choice();
     exe->steps_.push_back(std::move(s));

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "engine/fused_ops.h"
+#include "engine/int8_quant.h"
 #include "engine/ops.h"
 #include "engine/post_ops.h"
 #include "graphs/graph_cache.h"
@@ -167,8 +168,9 @@ std::vector<float> int8_reference(const std::vector<float>& a, const std::vector
                                   int64_t m, int64_t k, int64_t n, bool tb, bool relu) {
   float lo = 0, hi = 0;
   for (float v : a) lo = std::min(lo, v), hi = std::max(hi, v);
-  const double sa = (hi - lo) / 255.0;
-  const double zp = std::clamp(std::nearbyint(-lo / sa), 0.0, 255.0);
+  const double levels = kernels::int8_activation_levels();  // 255, or 127 without VNNI
+  const double sa = (hi - lo) / levels;
+  const double zp = std::clamp(std::nearbyint(-lo / sa), 0.0, levels);
   std::vector<float> out(static_cast<size_t>(m * n));
   for (int64_t j = 0; j < n; ++j) {
     float amax = 0;
@@ -177,7 +179,7 @@ std::vector<float> int8_reference(const std::vector<float>& a, const std::vector
     for (int64_t i = 0; i < m; ++i) {
       int64_t acc = 0;
       for (int64_t p = 0; p < k; ++p) {
-        const double qa = std::clamp(std::nearbyint(a[i * k + p] / sa) + zp, 0.0, 255.0);
+        const double qa = std::clamp(std::nearbyint(a[i * k + p] / sa) + zp, 0.0, levels);
         const double qw = std::nearbyint((tb ? b[j * k + p] : b[p * n + j]) / sw);
         acc += static_cast<int64_t>(qa - zp) * static_cast<int64_t>(qw);
       }
