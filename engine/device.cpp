@@ -139,6 +139,10 @@ void MemoryPool::reset_peak() {
 
 // ---- ExecQueue ---------------------------------------------------------------------------
 
+namespace {
+void abandon_queued_work();  // every device queue's abandon_pending (below, with the registry)
+}  // namespace
+
 ExecQueue::ExecQueue(std::string name, int threads)
     : name_(std::move(name)), threads_(threads), worker_([this, threads] { run(threads); }) {}
 
@@ -152,6 +156,11 @@ ExecQueue::~ExecQueue() {
 }
 
 uint64_t ExecQueue::enqueue(std::function<void()> task) {
+  // Registered once work is first queued (by any path: the backend, a graph's runtime), so it
+  // runs at exit before the statics made until then (graph caches, oneDNN's kernels) are
+  // destroyed: queued work is dropped, running work finishes.
+  static const bool hooked = (std::atexit(abandon_queued_work), true);
+  (void)hooked;
   uint64_t event = 0;
   {
     std::lock_guard lk(mu_);
@@ -323,8 +332,6 @@ class CpuBackend final : public DeviceBackend {
 
 thread_local int t_load_stream_depth = 0;
 
-void abandon_queued_work();
-
 class HostHpuBackend final : public DeviceBackend {
  public:
   HostHpuBackend(int index, int64_t capacity, int threads)
@@ -335,14 +342,7 @@ class HostHpuBackend final : public DeviceBackend {
   void* allocate(size_t bytes) override { return pool_.allocate(bytes); }
   void release(void* p, size_t bytes) override { pool_.release(p, bytes); }
   MemoryStats stats() const override { return pool_.stats(); }
-  void enqueue(std::function<void()> task) override {
-    // Registered once work is first queued, so it runs at exit before the statics made until
-    // then (graph caches, oneDNN's kernels) are destroyed: queued work is dropped, running work
-    // finishes.
-    static const bool hooked = (std::atexit(abandon_queued_work), true);
-    (void)hooked;
-    current().enqueue(std::move(task));
-  }
+  void enqueue(std::function<void()> task) override { current().enqueue(std::move(task)); }
   void run_sync(const std::function<void()>& task) override { current().run_sync(task); }
   void synchronize() override { current().synchronize(); }
   ExecQueue* queue() override { return &current(); }
