@@ -1,5 +1,6 @@
 #include "server/memory_budget.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -10,6 +11,9 @@
 namespace hg::server {
 
 namespace {
+// What a budget of `total` bytes (0: no limit) has left with `used` charged.
+size_t left_of(size_t total, size_t used) { return total ? total - std::min(used, total) : SIZE_MAX; }
+
 std::string mib(size_t bytes) {
   char b[32];
   std::snprintf(b, sizeof b, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
@@ -28,7 +32,7 @@ MemoryBudget::Lease::~Lease() {
 void MemoryBudget::Lease::charge(std::string_view what, size_t bytes) {
   MemoryBudget& b = *budget_;
   std::lock_guard lk(b.mu_);
-  const size_t left = b.total_ ? b.total_ - std::min(b.used_, b.total_) : SIZE_MAX;
+  const size_t left = left_of(b.total_, b.used_);
   if (bytes > left)
     throw OutOfMemoryError(owner_ + ": " + std::string(what) + " needs " + mib(bytes) +
                            ", but the model memory budget (--model-memory-mb " + std::to_string(b.total_ >> 20) +
@@ -40,7 +44,7 @@ void MemoryBudget::Lease::charge(std::string_view what, size_t bytes) {
 
 size_t MemoryBudget::Lease::left() const {
   std::lock_guard lk(budget_->mu_);
-  return budget_->total_ ? budget_->total_ - std::min(budget_->used_, budget_->total_) : SIZE_MAX;
+  return left_of(budget_->total_, budget_->used_);
 }
 
 size_t MemoryBudget::used() const {
