@@ -2,8 +2,10 @@
 #include "engine/stream.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -156,11 +158,20 @@ ExecQueue::~ExecQueue() {
 }
 
 uint64_t ExecQueue::enqueue(std::function<void()> task) {
-  // Registered once work is first queued (by any path: the backend, a graph's runtime), so it
-  // runs at exit before the statics made until then (graph caches, oneDNN's kernels) are
-  // destroyed: queued work is dropped, running work finishes.
+  // At exit, queued work is dropped and running work finishes before any static is destroyed
+  // (graph caches, oneDNN's kernels and primitive cache, some of them first made by a task on
+  // the worker after this point). The main thread's thread-locals are destroyed first of all
+  // at exit, so work queued from it is abandoned by one; work queued only from other threads
+  // by an atexit hook, which runs after the statics made later than its registration.
   static const bool hooked = (std::atexit(abandon_queued_work), true);
   (void)hooked;
+  if (::gettid() == ::getpid()) {
+    struct AbandonAtExit {
+      ~AbandonAtExit() { abandon_queued_work(); }
+    };
+    thread_local AbandonAtExit guard;
+    (void)guard;
+  }
   uint64_t event = 0;
   {
     std::lock_guard lk(mu_);
@@ -376,12 +387,16 @@ class HostHpuBackend final : public DeviceBackend {
   std::unique_ptr<ExecQueue> load_queue_;  // made on first use: one OpenMP thread
 };
 
+struct Registry;
+std::atomic<Registry*> g_registry{nullptr};  // while it exists: exit hooks neither make it nor outlive it
+
 struct Registry {
   CpuBackend cpu;
   std::vector<std::unique_ptr<HostHpuBackend>> hpus;
   // Destroyed at exit, after statics made later (oneDNN's among them): work still queued then
   // is dropped rather than run against them.
   ~Registry() {
+    g_registry.store(nullptr, std::memory_order_release);
     for (auto& h : hpus) h->abandon_pending();
   }
   Registry() {
@@ -394,11 +409,14 @@ struct Registry {
 
 Registry& registry() {
   static Registry r;
+  static const bool published = (g_registry.store(&r, std::memory_order_release), true);
+  (void)published;
   return r;
 }
 
 void abandon_queued_work() {
-  for (auto& h : registry().hpus) h->abandon_pending();
+  if (Registry* r = g_registry.load(std::memory_order_acquire))
+    for (auto& h : r->hpus) h->abandon_pending();
 }
 
 }  // namespace
