@@ -109,8 +109,9 @@ infer_seeds = {
 for name, data in infer_seeds.items():
     write("infer", name, data)
 
-# http: what a client sends on a connection (requests back to back), for Beast's parser with
-# the server's limits and then the router.
+# http: what a client sends on a connection (requests back to back), then the reads it arrives
+# in: K control bytes and K (fuzz_server_inputs.cpp's read_script). Each seed comes in one read
+# and split into small reads with simulated time between them.
 def http_req(method, target, headers=(), body=b"", version=b"HTTP/1.1"):
     lines = [b"%s %s %s" % (method, target, version), b"Host: localhost"] + list(headers)
     if body and not any(h.lower().startswith(b"transfer-encoding") for h in headers):
@@ -141,8 +142,26 @@ http_seeds = {
     "non_utf8_target": http_req(b"GET", b"/v2/models/\xff\xfe%C3%28/ready"),
     "header_over_limit": http_req(b"GET", b"/v2", [b"X-Pad: " + b"a" * (16 << 10)]),
 }
+http_seeds["chunk_extension_long"] = http_req(b"POST", b"/v2/models/m/infer", [b"Transfer-Encoding: chunked"],
+                                              b"2;" + b"e" * 1100 + b"\r\n{}\r\n0\r\n\r\n")
+http_seeds["trailers"] = http_req(b"POST", b"/v2/models/m/infer", [b"Transfer-Encoding: chunked"],
+                                  b"2\r\n{}\r\n0\r\n" + b"a: b\r\n" * 40 + b"\r\n")
+http_seeds["leading_empty_lines"] = b"\r\n\r\n" + http_req(b"GET", b"/v2/health/live")
+http_seeds["content_length_twice"] = http_req(b"POST", b"/v2/models/m/infer", [b"Content-Length: 2", b"Content-Length: 3"]) + b"{}"
+
+
+def http_reads(data, size, ticks, flags=0):
+    pairs = [(size - 1, ticks)] * min(127, (len(data) + size - 1) // size)
+    control = bytes([flags]) + bytes(b for p in pairs for b in p)
+    return data + control + bytes([len(control)])
+
+
 for name, data in http_seeds.items():
-    write("http", name, data)
+    write("http", name, data + b"\0")
+    write("http", name + "_split", http_reads(data, 7, 1))
+# A body trickled below the rate floor (1 KiB/s after 1 s): cut at its deadline.
+write("http", "slow_body", http_reads(http_req(b"POST", b"/v2/models/m/infer", [], b"x" * 600), 60, 20, flags=1))
+write("http", "small_limits", http_reads(http_req(b"POST", b"/v2/models/m/infer", [], b"x" * 5000), 256, 0, flags=2))
 
 # generate: request bodies of the generate extension.
 gen_full = {"id": "7", "text_input": "Once upon a time",

@@ -18,39 +18,9 @@ constexpr uint64_t kDiscardBytes = 64 << 10;  // a refused request's body read (
 constexpr size_t kInflateStep = size_t{1} << 20;       // output inflated between two turns of the event loop
 constexpr size_t kInflateInputStep = size_t{64} << 10;  // and input: empty gzip members make no output
 const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
-// HTTP/1.1 framing bounds (as nginx bounds them): the unparsed bytes a chunked body may leave in
-// the connection's buffer, i.e. one chunk-size line with its extensions, or the whole trailer
-// part; the buffer itself never grows past kReadBufferBytes beyond the header limit; and a
-// chunked body's framing (chunk headers, CRLFs, trailers) may not outweigh its data by more
-// than kFramingSlack.
-constexpr size_t kMaxChunkHeaderBytes = 1024;
-constexpr size_t kReadBufferBytes = size_t{64} << 10;
-constexpr size_t kFramingSlack = size_t{64} << 10;
 constexpr size_t kHeadReserve = size_t{64} << 10;  // counted in flight when a body starts
 
 std::string str(beast::string_view v) { return std::string(v.data(), v.size()); }
-
-// RFC 9112's framing rules that Beast leaves to its caller, checked on a parsed head: the
-// status and message of the answer (the connection then closes), or nullopt when it is sound.
-// - Transfer-Encoding (section 6.1, 6.3): refused in HTTP/1.0 (the framing is faulty); chunked
-//   must be the final coding, or the body's length is unknown (400: what follows would be read
-//   as the next request); another coding before it is not implemented (501).
-// - Host (section 3.2): exactly one in an HTTP/1.1 request, at most one in any.
-std::optional<std::pair<int, std::string>> framing_error(const http::request_parser<GrowingBody>::value_type& msg) {
-  const size_t hosts = msg.count(http::field::host);
-  if (hosts > 1) return std::pair{400, std::to_string(hosts) + " Host header fields (one is allowed)"};
-  if (hosts == 0 && msg.version() >= 11) return std::pair{400, std::string("an HTTP/1.1 request without a Host header field")};
-  if (msg.count(http::field::transfer_encoding) == 0) return std::nullopt;
-  if (msg.version() < 11) return std::pair{400, std::string("Transfer-Encoding in an HTTP/1.0 request")};
-  std::vector<std::string> codings;
-  for (auto it = msg.find(http::field::transfer_encoding); it != msg.end() && it->name() == http::field::transfer_encoding; ++it)
-    for (const auto& c : http::token_list{it->value()}) codings.push_back(str(c));
-  if (codings.empty() || !beast::iequals(codings.back(), "chunked"))
-    return std::pair{400, std::string("Transfer-Encoding without chunked as its final coding (the body's length is unknown)")};
-  if (codings.size() > 1)
-    return std::pair{501, "the transfer coding '" + printable(codings.front(), 64) + "' is not implemented (only chunked is)"};
-  return std::nullopt;
-}
 
 // The status line and headers every answer carries, plain or streamed.
 template <class Message>
@@ -105,7 +75,6 @@ std::shared_ptr<ResponseStream> Session::make_sink() {
 }
 
 void Session::start() {
-  buffer_.max_size(std::max(srv_->opt.max_header_bytes, kReadBufferBytes) + 4096);
   net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
 }
 
@@ -119,8 +88,7 @@ void Session::close_if_reading() {
 void Session::shutdown() {
   net::post(stream_.get_executor(), [self = shared_from_this()] {
     self->shutdown_ = true;
-    if (self->state_ == State::Reading && self->buffer_.size() == 0 && !(self->parser_ && self->parser_->got_some()))
-      self->close();
+    if (self->state_ == State::Reading && self->reader_.idle()) self->close();
   });
 }
 
@@ -275,34 +243,47 @@ void Session::fail_stream() {
   close();
 }
 
-// Waits up to idle_timeout for the first byte of the next request, then reads its header.
+// Reads the next request: what is buffered (pipelined) first, then from the socket, each read
+// before the reader's deadline (idle, header, body rate).
 void Session::do_read() {
   if (shutdown_) return close();
   state_ = State::Reading;
   head_ = false;  // an error answered before the next head is parsed has its body
   method_.clear();
   target_.clear();
-  parser_.emplace();
-  parser_->header_limit(static_cast<uint32_t>(srv_->opt.max_header_bytes));
-  parser_->body_limit(std::numeric_limits<std::uint64_t>::max());  // on_header sets this request's limit
   evictable_ = true;
-  if (buffer_.size() > 0) return read_header();  // pipelined
-  stream_.expires_after(srv_->opt.idle_timeout);
-  stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
-    if (ec) return self->close();  // idle too long, the peer left, or the drain closed us
-    self->buffer_.commit(n);
-    self->read_header();
+  reader_.next_request(SteadyClock::now());
+  on_read(reader_.parse(SteadyClock::now()));
+}
+
+void Session::read_more() {
+  const SteadyClock::time_point deadline = reader_.deadline();
+  if (deadline == SteadyClock::time_point::max()) stream_.expires_never();
+  else stream_.expires_at(deadline);
+  stream_.async_read_some(reader_.prepare(), [self = shared_from_this()](beast::error_code ec, size_t n) {
+    if (ec) return self->close();  // too slow, the peer left, or the drain closed us
+    self->on_read(self->reader_.commit(n, SteadyClock::now()));
   });
 }
 
-void Session::read_header() {
-  // An empty line before a request line is ignored (RFC 9112 section 2.2), as some clients send
-  // one after a body.
-  for (auto b = buffer_.cdata(); b.size() >= 2 && std::memcmp(b.data(), "\r\n", 2) == 0; b = buffer_.cdata())
-    buffer_.consume(2);
-  stream_.expires_after(srv_->opt.header_timeout);
-  http::async_read_header(stream_, buffer_, *parser_,
-                          [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+void Session::on_read(RequestReader::Event e) {
+  using Event = RequestReader::Event;
+  if ((reader_.in_body() || (e == Event::Body && !reader_.body().empty())) && !body_within_budget()) return;
+  switch (e) {
+    case Event::NeedMore: return read_more();
+    case Event::Head: return on_header();
+    case Event::Body: return on_body();
+    case Event::Failed:
+      head_at_ = SteadyClock::now();
+      if (reader_.had_head()) {
+        version_ = reader_.head().version();
+        method_ = str(reader_.head().method_string());
+        target_ = str(reader_.head().target());
+        head_ = reader_.head().method() == http::verb::head;
+      }
+      return fail(reader_.status(), reader_.message());
+    case Event::Closed: return close();
+  }
 }
 
 // Answers an error the HTTP layer detects itself (or on_head's answer), then closes the
@@ -315,57 +296,28 @@ void Session::fail(int status, std::string_view message, std::vector<std::pair<s
   write(std::move(r));
 }
 
-void Session::fail_chunk_header() {
-  fail(400, "malformed HTTP request: a chunk header, chunk extension or trailer part exceeds " +
-                std::to_string(kMaxChunkHeaderBytes) + " bytes");
-}
-
-bool Session::read_error(beast::error_code ec) {
-  if (!ec) return false;
-  static const auto& http_category = http::make_error_code(http::error::bad_method).category();
-  if (ec == http::error::buffer_overflow) {
-    fail_chunk_header();
-  } else if (ec == http::error::body_limit) {
-    fail(413, "request body exceeds the limit of " + std::to_string(body_limit_) + " bytes");
-  } else if (ec == http::error::header_limit) {
-    fail(431, "request header exceeds the limit of " + std::to_string(srv_->opt.max_header_bytes) + " bytes");
-  } else if (ec.category() == http_category && ec != http::error::end_of_stream && ec != http::error::partial_message) {
-    fail(400, "malformed HTTP request: " + ec.message());
-  } else {
-    close();  // the peer went away, was too slow, or we are shutting down
-  }
-  return true;
-}
-
-void Session::on_header(beast::error_code ec) {
+void Session::on_header() {
   head_at_ = SteadyClock::now();
   coding_ = ContentCoding::Identity;
-  if (read_error(ec)) return;
-  auto& msg = parser_->get();
+  const auto& msg = reader_.head();
   version_ = msg.version();
   method_ = str(msg.method_string());
   target_ = str(msg.target());
   head_ = msg.method() == http::verb::head;
   request_bytes_ = 0;
   evictable_ = false;
-  if (auto bad = framing_error(msg)) {
-    const int status = bad->first;
-    return fail(status, (status == 400 ? "malformed HTTP request: " : "") + bad->second);
-  }
-  const boost::optional<uint64_t> length = parser_->content_length();
+  const boost::optional<uint64_t> length = reader_.content_length();
   // An answer from the head alone: a small body is read and dropped so the connection can
   // stay open; a large one (or one the client waits to be asked for) is never read, and the
   // connection closes after the answer.
   const auto answer_now = [&](HttpResponse r) {
     const bool expects_continue = beast::iequals(msg[http::field::expect], "100-continue");
-    if (!parser_->is_done() && length && *length <= kDiscardBytes && !expects_continue && msg.keep_alive()) {
+    if (!reader_.message_done() && length && *length <= kDiscardBytes && !expects_continue && msg.keep_alive()) {
       early_answer_ = std::move(r);
-      parser_->body_limit(*length);
-      body_limit_ = *length;
-      return read_body();
+      return read_body(*length);
     }
     state_ = State::Busy;
-    keep_alive_ = parser_->is_done() && msg.keep_alive();
+    keep_alive_ = reader_.message_done() && msg.keep_alive();
     write(std::move(r));
   };
   const std::string_view path = target_path(target_);
@@ -413,74 +365,36 @@ void Session::on_header(beast::error_code ec) {
   if (length && *length > limit)
     return fail(413, "request body of " + std::to_string(*length) + " bytes exceeds the limit of " +
                          std::to_string(limit) + " bytes for " + method_ + " " + std::string(path));
-  parser_->body_limit(limit);
-  body_limit_ = limit;
   // The body is counted in flight as it arrives (read_body_some); a first share now, so that a
   // server at its budget refuses new bodies before reading them.
-  const size_t reserve = parser_->is_done() ? 0 : std::min<size_t>(length.value_or(limit), kHeadReserve);
+  const size_t reserve = reader_.message_done() ? 0 : std::min<size_t>(length.value_or(limit), kHeadReserve);
   if (reserve && !srv_->reserve_body(reserve))
     return fail(503, "too many request bytes in flight (limit " + std::to_string(srv_->opt.max_inflight_body_bytes) +
                          " bytes); retry later", {{"Retry-After", "1"}});
   reserved_ = reserve;
   head_reserve_ = reserve;
-  if (version_ >= 11 && !parser_->is_done() && beast::iequals(msg[http::field::expect], "100-continue")) {
+  if (version_ >= 11 && !reader_.message_done() && beast::iequals(msg[http::field::expect], "100-continue")) {
     stream_.expires_after(srv_->opt.request_timeout);
     net::async_write(stream_, net::buffer(kContinue, sizeof(kContinue) - 1),
-                     [self = shared_from_this()](beast::error_code ec2, size_t) {
+                     [self = shared_from_this(), limit](beast::error_code ec2, size_t) {
                        if (ec2) return self->close();
-                       self->read_body();
+                       self->read_body(limit);
                      });
     return;
   }
-  read_body();
+  read_body(limit);
 }
 
-void Session::read_body() {
-  if (parser_->is_done()) return on_body();
-  body_start_ = SteadyClock::now();
-  body_read_ = 0;
-  read_body_some();
+void Session::read_body(size_t limit) {
+  body_limit_ = limit;
+  reader_.read_body(limit, SteadyClock::now());
+  on_read(reader_.parse(SteadyClock::now()));
 }
 
-// Each read must come in time for the body's average rate to stay at min_body_bytes_per_sec
-// (after body_grace): a client trickling bytes is cut off, whatever the body's size. Progress
-// is body data only: chunk headers, extensions and trailers do not count.
-void Session::read_body_some() {
-  const HttpServerOptions& o = srv_->opt;
-  const size_t data = parser_->get().body().size();
-  if (o.min_body_bytes_per_sec == 0) {
-    stream_.expires_after(o.request_timeout);
-  } else {
-    const double seconds = static_cast<double>(data + o.min_body_bytes_per_sec) /
-                           static_cast<double>(o.min_body_bytes_per_sec);
-    stream_.expires_at(body_start_ + o.body_grace +
-                       std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(seconds)));
-  }
-  http::async_read_some(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t n) {
-    self->body_read_ += n;
-    if (self->read_error(ec)) return;
-    if (!self->body_within_bounds()) return;
-    if (self->parser_->is_done()) return self->on_body();
-    self->read_body_some();
-  });
-}
-
-// After each read of a body: its framing is within bounds, and the memory it holds (the body's
-// capacity) is counted in flight; false once the request was answered with an error.
-bool Session::body_within_bounds() {
-  const std::string& body = parser_->get().body();
-  if (parser_->chunked()) {
-    if (!parser_->is_done() && buffer_.size() > kMaxChunkHeaderBytes) {
-      fail_chunk_header();
-      return false;
-    }
-    const size_t framing = body_read_ - std::min(body_read_, body.size() + buffer_.size());
-    if (framing > body.size() + kFramingSlack) {
-      fail(400, "malformed HTTP request: chunked framing of " + std::to_string(framing) + " bytes for " +
-                    std::to_string(body.size()) + " bytes of data");
-      return false;
-    }
-  }
+// After each read of a body: the memory it holds (the body's capacity) is counted in flight;
+// false once the request was answered with an error.
+bool Session::body_within_budget() {
+  const std::string& body = reader_.body();
   if (body.capacity() > reserved_) {
     if (!srv_->reserve_body(body.capacity() - reserved_, reserved_)) {
       fail(503, "too many request bytes in flight (limit " + std::to_string(srv_->opt.max_inflight_body_bytes) +
@@ -494,8 +408,7 @@ bool Session::body_within_bounds() {
 
 void Session::on_body() {
   stream_.expires_never();
-  auto msg = parser_->release();
-  parser_.reset();
+  auto msg = reader_.release();
   keep_alive_ = msg.keep_alive();
   if (early_answer_) {  // answered from the head; the body was read only to keep the connection
     state_ = State::Busy;
@@ -646,7 +559,7 @@ void Session::on_write(beast::error_code ec) {
 // connection (the client does not expect the close, so waiting for its end would stall the
 // drain), unless it already sent more.
 void Session::close_after_keep_alive() {
-  if (buffer_.size() == 0) return close();
+  if (reader_.buffered() == 0) return close();
   linger_close();
 }
 

@@ -17,6 +17,7 @@
 
 #include "server/compression.h"
 #include "server/http_server.h"
+#include "server/request_reader.h"
 
 namespace hg::server {
 
@@ -27,34 +28,6 @@ using tcp = net::ip::tcp;
 using SteadyClock = std::chrono::steady_clock;
 
 class Session;
-
-// A request body held in a std::string that grows with the bytes that arrive (geometrically),
-// not reserved at its declared Content-Length as beast's string_body does: a slow upload holds
-// (and is counted in flight for) what it sent, not what it announced.
-struct GrowingBody {
-  using value_type = std::string;
-  static std::uint64_t size(const value_type& v) { return v.size(); }
-  class reader {
-   public:
-    template <bool isRequest, class Fields>
-    reader(http::header<isRequest, Fields>&, value_type& b) : body_(b) {}
-    void init(const boost::optional<std::uint64_t>&, beast::error_code& ec) { ec = {}; }
-    template <class ConstBufferSequence>
-    std::size_t put(const ConstBufferSequence& buffers, beast::error_code& ec) {
-      std::size_t n = 0;
-      for (auto b : beast::buffers_range_ref(buffers)) {
-        body_.append(static_cast<const char*>(b.data()), b.size());
-        n += b.size();
-      }
-      ec = {};
-      return n;
-    }
-    void finish(beast::error_code& ec) { ec = {}; }
-
-   private:
-    value_type& body_;
-  };
-};
 
 struct HttpServer::Impl {
   // Declared before the io_context so that sessions destroyed with it can still deregister.
@@ -121,7 +94,7 @@ struct HttpServer::Impl {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(HttpServer::Impl* srv, tcp::socket&& socket, bool reserve)
-      : srv_(srv), stream_(std::move(socket)), reserve_(reserve) {}
+      : srv_(srv), stream_(std::move(socket)), reserve_(reserve), reader_(srv->opt) {}
   ~Session();
 
   void start();
@@ -159,14 +132,12 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_chunk_written(beast::error_code ec);
   void fail_stream();
   void do_read();
-  void read_header();
+  void read_more();                         // into the reader, until its deadline
+  void on_read(RequestReader::Event e);     // what the reader made of the bytes
   void fail(int status, std::string_view message, std::vector<std::pair<std::string, std::string>> headers = {});
-  bool read_error(beast::error_code ec);
-  void fail_chunk_header();  // 400: over kMaxChunkHeaderBytes of unparsed chunk framing
-  void on_header(beast::error_code ec);
-  void read_body();
-  void read_body_some();
-  bool body_within_bounds();
+  void on_header();
+  void read_body(size_t limit);
+  bool body_within_budget();
   void on_body();
   void inflate_some();
   void inflated(bool done, std::exception_ptr error);  // a step's outcome, on the strand
@@ -183,8 +154,7 @@ class Session : public std::enable_shared_from_this<Session> {
   HttpServer::Impl* srv_;
   beast::tcp_stream stream_;
   const bool reserve_;  // accepted beyond max_connections: probes only, one request
-  beast::flat_buffer buffer_;
-  std::optional<http::request_parser<GrowingBody>> parser_;
+  RequestReader reader_;
   std::optional<http::response<http::string_body>> res_;
   std::array<char, 16384> discard_;
   std::optional<http::response<http::empty_body>> shdr_;  // a streamed response's header
@@ -203,7 +173,6 @@ class Session : public std::enable_shared_from_this<Session> {
   bool shutdown_ = false;
   bool counted_ = false;  // in Impl::busy
   size_t reserved_ = 0;   // body bytes counted in Impl::inflight_bytes
-  size_t body_read_ = 0;   // wire bytes of the body in flight (framing included)
   size_t body_limit_ = 0;
   ContentCoding coding_ = ContentCoding::Identity;  // of the request body in flight
   // A compressed body being inflated: the request (body moved to compressed_), its inflater.
@@ -213,7 +182,7 @@ class Session : public std::enable_shared_from_this<Session> {
   size_t head_reserve_ = 0;  // what on_header reserved for the body
   std::string method_, target_;  // of the request in flight, for the response record
   size_t request_bytes_ = 0;
-  SteadyClock::time_point head_at_, body_start_;
+  SteadyClock::time_point head_at_;
   State state_ = State::Reading;
 };
 

@@ -1,0 +1,183 @@
+#include "server/request_reader.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "server/http_error.h"
+
+namespace hg::server {
+
+namespace {
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using Time = RequestReader::Time;
+
+std::string str(beast::string_view v) { return std::string(v.data(), v.size()); }
+
+// t + d, or Time::max() where that would overflow (timeouts come from flags).
+template <class Duration>
+Time after(Time t, Duration d) {
+  const auto step = std::chrono::duration_cast<std::chrono::duration<double>>(d).count();
+  const auto room = std::chrono::duration<double>(Time::max() - t).count();
+  if (step >= room) return Time::max();
+  return t + std::chrono::duration_cast<Time::duration>(std::chrono::duration<double>(step));
+}
+
+// RFC 9112's framing rules that Beast leaves to its caller, checked on a parsed head: the
+// status and message of the answer (the connection then closes), or nullopt when it is sound.
+// - Transfer-Encoding (section 6.1, 6.3): refused in HTTP/1.0 (the framing is faulty); chunked
+//   must be the final coding, or the body's length is unknown (400: what follows would be read
+//   as the next request); another coding before it is not implemented (501).
+// - Host (section 3.2): exactly one in an HTTP/1.1 request, at most one in any.
+std::optional<std::pair<int, std::string>> framing_error(const RequestReader::Message& msg) {
+  const size_t hosts = msg.count(http::field::host);
+  if (hosts > 1) return std::pair{400, std::to_string(hosts) + " Host header fields (one is allowed)"};
+  if (hosts == 0 && msg.version() >= 11) return std::pair{400, std::string("an HTTP/1.1 request without a Host header field")};
+  if (msg.count(http::field::transfer_encoding) == 0) return std::nullopt;
+  if (msg.version() < 11) return std::pair{400, std::string("Transfer-Encoding in an HTTP/1.0 request")};
+  std::vector<std::string> codings;
+  for (auto it = msg.find(http::field::transfer_encoding); it != msg.end() && it->name() == http::field::transfer_encoding; ++it)
+    for (const auto& c : http::token_list{it->value()}) codings.push_back(str(c));
+  if (codings.empty() || !beast::iequals(codings.back(), "chunked"))
+    return std::pair{400, std::string("Transfer-Encoding without chunked as its final coding (the body's length is unknown)")};
+  if (codings.size() > 1)
+    return std::pair{501, "the transfer coding '" + printable(codings.front(), 64) + "' is not implemented (only chunked is)"};
+  return std::nullopt;
+}
+}  // namespace
+
+RequestReader::RequestReader(const HttpServerOptions& opt) : opt_(opt) {
+  buffer_.max_size(std::max(opt.max_header_bytes, kReadBufferBytes) + kReadBufferBytes);
+}
+
+void RequestReader::next_request(Time now) {
+  parser_.emplace();
+  parser_->header_limit(static_cast<uint32_t>(std::min<size_t>(opt_.max_header_bytes, UINT32_MAX)));
+  parser_->body_limit(std::numeric_limits<std::uint64_t>::max());  // read_body() sets this request's
+  phase_ = Phase::Head;
+  started_ = head_start_ = last_read_ = now;
+  got_bytes_ = buffer_.size() > 0;
+  body_limit_ = 0;
+  body_wire_ = 0;
+  status_ = 0;
+  message_.clear();
+}
+
+net::mutable_buffer RequestReader::prepare() {
+  const size_t room = buffer_.max_size() - std::min(buffer_.max_size(), buffer_.size());
+  return buffer_.prepare(std::max<size_t>(1, std::min(room, kReadBufferBytes)));
+}
+
+RequestReader::Event RequestReader::commit(size_t n, Time now) {
+  buffer_.commit(n);
+  last_read_ = now;
+  if (n > 0 && phase_ == Phase::Head && !got_bytes_) {
+    got_bytes_ = true;
+    head_start_ = now;
+  }
+  return parse(now);
+}
+
+RequestReader::Event RequestReader::end_of_input() {
+  return phase_ == Phase::Failed ? Event::Failed : Event::Closed;
+}
+
+RequestReader::Event RequestReader::parse(Time) {
+  if (phase_ == Phase::Failed) return Event::Failed;
+  if (phase_ == Phase::HeadDone) return Event::Head;
+  if (phase_ == Phase::Done) return Event::Body;
+  for (;;) {
+    if (phase_ == Phase::Head && !parser_->got_some()) {
+      // An empty line before a request line is ignored (RFC 9112 section 2.2), as some clients
+      // send one after a body; a lone CR waits for its LF.
+      for (auto b = buffer_.cdata(); b.size() >= 2 && std::memcmp(b.data(), "\r\n", 2) == 0; b = buffer_.cdata())
+        buffer_.consume(2);
+      if (buffer_.size() == 1 && *static_cast<const char*>(buffer_.cdata().data()) == '\r') return Event::NeedMore;
+    }
+    if (buffer_.size() == 0) return Event::NeedMore;
+    const net::const_buffer data = buffer_.cdata();
+    // A chunked body is parsed through a window of kMaxChunkHeaderBytes: a chunk-size line or a
+    // trailer part that does not fit is refused, wherever the reads split it.
+    const bool chunked = phase_ == Phase::Body && parser_->chunked();
+    const size_t offered = chunked ? std::min(data.size(), kMaxChunkHeaderBytes) : data.size();
+    beast::error_code ec;
+    const size_t used = parser_->put(net::const_buffer(data.data(), offered), ec);
+    buffer_.consume(used);
+    if (phase_ == Phase::Body) body_wire_ += used;
+    if (ec == http::error::need_more) {
+      if (chunked && used == 0 && offered == kMaxChunkHeaderBytes)
+        return fail(400, "malformed HTTP request: a chunk header, chunk extension or trailer part exceeds " +
+                             std::to_string(kMaxChunkHeaderBytes) + " bytes");
+      if (used == 0) return Event::NeedMore;
+      continue;
+    }
+    if (ec) return failed(ec);
+    if (phase_ == Phase::Head) {
+      if (!parser_->is_header_done()) {
+        if (used == 0) return Event::NeedMore;
+        continue;
+      }
+      if (auto bad = framing_error(parser_->get()))
+        return fail(bad->first, (bad->first == 400 ? "malformed HTTP request: " : "") + bad->second);
+      phase_ = Phase::HeadDone;
+      return Event::Head;
+    }
+    // Checked after each element, so that the verdict does not depend on where reads end.
+    const size_t data_bytes = body().size();
+    const size_t framing = body_wire_ - std::min(body_wire_, data_bytes);
+    if (framing > data_bytes + kFramingSlack)
+      return fail(400, "malformed HTTP request: chunked framing of " + std::to_string(framing) + " bytes for " +
+                           std::to_string(data_bytes) + " bytes of data");
+    if (parser_->is_done()) {
+      phase_ = Phase::Done;
+      return Event::Body;
+    }
+    if (used == 0) return Event::NeedMore;
+  }
+}
+
+void RequestReader::read_body(size_t limit, Time now) {
+  parser_->body_limit(limit);
+  body_limit_ = limit;
+  body_start_ = last_read_ = now;
+  body_wire_ = 0;
+  phase_ = parser_->is_done() ? Phase::Done : Phase::Body;
+}
+
+RequestReader::Message RequestReader::release() {
+  Message m = parser_->release();
+  parser_.reset();
+  phase_ = Phase::Done;
+  return m;
+}
+
+Time RequestReader::deadline() const {
+  if (phase_ == Phase::Head)
+    return got_bytes_ ? after(head_start_, opt_.header_timeout) : after(started_, opt_.idle_timeout);
+  if (phase_ != Phase::Body) return Time::max();
+  const size_t rate = opt_.min_body_bytes_per_sec;
+  if (rate == 0) return after(last_read_, opt_.request_timeout);
+  const double seconds = (static_cast<double>(body().size()) + static_cast<double>(rate)) / static_cast<double>(rate);
+  return after(after(body_start_, opt_.body_grace), std::chrono::duration<double>(seconds));
+}
+
+RequestReader::Event RequestReader::fail(int status, std::string message) {
+  phase_ = Phase::Failed;
+  status_ = status;
+  message_ = std::move(message);
+  return Event::Failed;
+}
+
+RequestReader::Event RequestReader::failed(const beast::error_code& ec) {
+  if (ec == http::error::body_limit)
+    return fail(413, "request body exceeds the limit of " + std::to_string(body_limit_) + " bytes");
+  if (ec == http::error::header_limit)
+    return fail(431, "request header exceeds the limit of " + std::to_string(opt_.max_header_bytes) + " bytes");
+  return fail(400, "malformed HTTP request: " + ec.message());
+}
+
+}  // namespace hg::server
