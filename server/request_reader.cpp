@@ -56,11 +56,13 @@ RequestReader::RequestReader(const HttpServerOptions& opt) : opt_(opt) {
 
 void RequestReader::next_request(Time now) {
   parser_.emplace();
-  parser_->header_limit(static_cast<uint32_t>(std::min<size_t>(opt_.max_header_bytes, UINT32_MAX)));
+  parser_->header_limit(UINT32_MAX);  // parse() bounds the head (Beast's bound depends on the reads)
   parser_->body_limit(std::numeric_limits<std::uint64_t>::max());  // read_body() sets this request's
   phase_ = Phase::Head;
   started_ = head_start_ = last_read_ = now;
   got_bytes_ = buffer_.size() > 0;
+  head_scanned_ = 0;
+  head_taken_ = 0;
   body_limit_ = 0;
   body_wire_ = 0;
   status_ = 0;
@@ -68,8 +70,10 @@ void RequestReader::next_request(Time now) {
 }
 
 net::mutable_buffer RequestReader::prepare() {
+  // A head is read 4 KiB at a time (an idle connection holds no more), a body 64 KiB.
+  const size_t want = phase_ == Phase::Body ? kReadBufferBytes : kHeadReadBytes;
   const size_t room = buffer_.max_size() - std::min(buffer_.max_size(), buffer_.size());
-  return buffer_.prepare(std::max<size_t>(1, std::min(room, kReadBufferBytes)));
+  return buffer_.prepare(std::max<size_t>(1, std::min(room, want)));
 }
 
 RequestReader::Event RequestReader::commit(size_t n, Time now) {
@@ -100,15 +104,39 @@ RequestReader::Event RequestReader::parse(Time) {
     }
     if (buffer_.size() == 0) return Event::NeedMore;
     const net::const_buffer data = buffer_.cdata();
+    size_t offered = data.size();
+    if (phase_ == Phase::Head) {
+      // Beast parses a start line from whatever the first read brought, and later ones only once
+      // it sees the end of the head: its verdict on a broken head would depend on where the
+      // reads split it. So it gets the head up to its end (CRLF CRLF, or LF LF for a head with
+      // bare line ends); a head longer than max_header_bytes is refused here, counting what
+      // Beast already took.
+      const size_t end = head_end(static_cast<const char*>(data.data()), data.size());
+      const size_t left = opt_.max_header_bytes - std::min(opt_.max_header_bytes, head_taken_);
+      if (end == 0 ? data.size() >= left : end > left) return failed(http::error::header_limit);
+      if (end == 0) {
+        head_scanned_ = std::max(head_scanned_, data.size() < 3 ? 0 : data.size() - 3);
+        return Event::NeedMore;
+      }
+      offered = end;
+    }
     // A chunked body is parsed through a window of kMaxChunkHeaderBytes: a chunk-size line or a
     // trailer part that does not fit is refused, wherever the reads split it.
     const bool chunked = phase_ == Phase::Body && parser_->chunked();
-    const size_t offered = chunked ? std::min(data.size(), kMaxChunkHeaderBytes) : data.size();
+    if (chunked) offered = std::min(data.size(), kMaxChunkHeaderBytes);
     beast::error_code ec;
     const size_t used = parser_->put(net::const_buffer(data.data(), offered), ec);
     buffer_.consume(used);
+    if (phase_ == Phase::Head) {  // Beast takes whole fields of a head it has not all of
+      head_scanned_ -= std::min(head_scanned_, used);
+      head_taken_ += used;
+    }
     if (phase_ == Phase::Body) body_wire_ += used;
     if (ec == http::error::need_more) {
+      if (phase_ == Phase::Head && used == 0) {
+        head_scanned_ = std::max(head_scanned_, offered);  // not the head's end for Beast: the next one
+        continue;
+      }
       if (chunked && used == 0 && offered == kMaxChunkHeaderBytes)
         return fail(400, "malformed HTTP request: a chunk header, chunk extension or trailer part exceeds " +
                              std::to_string(kMaxChunkHeaderBytes) + " bytes");
@@ -163,6 +191,15 @@ Time RequestReader::deadline() const {
   if (rate == 0) return after(last_read_, opt_.request_timeout);
   const double seconds = (static_cast<double>(body().size()) + static_cast<double>(rate)) / static_cast<double>(rate);
   return after(after(body_start_, opt_.body_grace), std::chrono::duration<double>(seconds));
+}
+
+size_t RequestReader::head_end(const char* p, size_t n) {
+  for (size_t i = std::min(head_scanned_, n); i < n; ++i) {
+    if (p[i] != '\n') continue;
+    if (i >= 3 && p[i - 1] == '\r' && p[i - 2] == '\n' && p[i - 3] == '\r') return i + 1;
+    if (i + 1 < n && p[i + 1] == '\n') return i + 2;
+  }
+  return 0;
 }
 
 RequestReader::Event RequestReader::fail(int status, std::string message) {

@@ -70,6 +70,7 @@ class RequestReader {
   using Message = Parser::value_type;
   static constexpr size_t kMaxChunkHeaderBytes = 1024;
   static constexpr size_t kReadBufferBytes = size_t{64} << 10;
+  static constexpr size_t kHeadReadBytes = size_t{4} << 10;
   static constexpr size_t kFramingSlack = size_t{64} << 10;
 
   enum class Event {
@@ -121,6 +122,8 @@ class RequestReader {
 
  private:
   enum class Phase { Head, HeadDone, Body, Done, Failed };
+  // The end of the head in p[0, n) (past its empty line), or 0; scans from head_scanned_.
+  size_t head_end(const char* p, size_t n);
   Event fail(int status, std::string message);
   Event failed(const boost::beast::error_code& ec);
 
@@ -130,6 +133,8 @@ class RequestReader {
   Phase phase_ = Phase::Done;
   Time started_{}, head_start_{}, body_start_{}, last_read_{};
   bool got_bytes_ = false;   // of this request (the header deadline runs)
+  size_t head_scanned_ = 0;  // of the buffer, for the end of the head
+  size_t head_taken_ = 0;    // bytes of the head Beast has parsed
   size_t body_limit_ = 0;
   size_t body_wire_ = 0;     // bytes the parser took for the body, framing included
   int status_ = 0;
