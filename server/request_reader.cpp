@@ -1,6 +1,7 @@
 #include "server/request_reader.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -48,6 +49,60 @@ std::optional<std::pair<int, std::string>> framing_error(const RequestReader::Me
     return std::pair{501, "the transfer coding '" + printable(codings.front(), 64) + "' is not implemented (only chunked is)"};
   return std::nullopt;
 }
+bool tchar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
+}
+bool ows(char c) { return c == ' ' || c == '\t'; }
+
+// RFC 9112 section 7.1.1: chunk-ext = *( BWS ";" BWS name [ BWS "=" BWS ( token / quoted-string ) ] ).
+bool chunk_extensions_ok(std::string_view s) {
+  size_t i = 0;
+  const auto skip_ws = [&] { while (i < s.size() && ows(s[i])) ++i; };
+  const auto token = [&] {
+    const size_t from = i;
+    while (i < s.size() && tchar(s[i])) ++i;
+    return i > from;
+  };
+  for (;;) {
+    skip_ws();
+    if (i == s.size()) return true;
+    if (s[i++] != ';') return false;
+    skip_ws();
+    if (!token()) return false;
+    skip_ws();
+    if (i == s.size() || s[i] != '=') continue;
+    ++i;
+    skip_ws();
+    if (i < s.size() && s[i] == '"') {  // qdtext / quoted-pair, no CTLs but HTAB
+      for (++i;; ++i) {
+        if (i == s.size()) return false;
+        const auto c = static_cast<unsigned char>(s[i]);
+        if (c == '"') break;
+        if (c == '\\') {
+          if (++i == s.size()) return false;
+        } else if ((c < 0x20 && c != '\t') || c == 0x7f) {
+          return false;
+        }
+      }
+      ++i;
+    } else if (!token()) {
+      return false;
+    }
+  }
+}
+
+// A trailer field line: field-name ":" OWS field-value, no CTLs but HTAB (it is then dropped:
+// trailers are not merged into the request's headers).
+bool trailer_field_ok(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size() && tchar(s[i])) ++i;
+  if (i == 0 || i == s.size() || s[i] != ':') return false;
+  for (++i; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if ((c < 0x20 && c != '\t') || c == 0x7f) return false;
+  }
+  return true;
+}
 }  // namespace
 
 RequestReader::RequestReader(const HttpServerOptions& opt) : opt_(opt) {
@@ -64,7 +119,7 @@ void RequestReader::next_request(Time now) {
   head_scanned_ = 0;
   head_taken_ = 0;
   body_limit_ = 0;
-  body_wire_ = 0;
+  framing_ = 0;
   status_ = 0;
   message_.clear();
 }
@@ -102,78 +157,140 @@ RequestReader::Event RequestReader::parse(Time) {
         buffer_.consume(2);
       if (buffer_.size() == 1 && *static_cast<const char*>(buffer_.cdata().data()) == '\r') return Event::NeedMore;
     }
+    if (phase_ == Phase::Body) return parse_body();
     if (buffer_.size() == 0) return Event::NeedMore;
     const net::const_buffer data = buffer_.cdata();
-    size_t offered = data.size();
-    if (phase_ == Phase::Head) {
-      // Beast parses a start line from whatever the first read brought, and later ones only once
+    // Beast parses a start line from whatever the first read brought, and later ones only once
       // it sees the end of the head: its verdict on a broken head would depend on where the
       // reads split it. So it gets the head up to its end (CRLF CRLF, or LF LF for a head with
       // bare line ends); a head longer than max_header_bytes is refused here, counting what
-      // Beast already took.
-      const size_t end = head_end(static_cast<const char*>(data.data()), data.size());
-      const size_t left = opt_.max_header_bytes - std::min(opt_.max_header_bytes, head_taken_);
-      if (end == 0 ? data.size() >= left : end > left) return failed(http::error::header_limit);
-      if (end == 0) {
-        head_scanned_ = std::max(head_scanned_, data.size() < 3 ? 0 : data.size() - 3);
-        return Event::NeedMore;
-      }
-      offered = end;
+    // Beast already took.
+    const size_t offered = head_end(static_cast<const char*>(data.data()), data.size());
+    const size_t left = opt_.max_header_bytes - std::min(opt_.max_header_bytes, head_taken_);
+    if (offered == 0 ? data.size() >= left : offered > left) return failed(http::error::header_limit);
+    if (offered == 0) {
+      head_scanned_ = std::max(head_scanned_, data.size() < 3 ? 0 : data.size() - 3);
+      return Event::NeedMore;
     }
-    // A chunked body is parsed through a window of kMaxChunkHeaderBytes: a chunk-size line or a
-    // trailer part that does not fit is refused, wherever the reads split it.
-    const bool chunked = phase_ == Phase::Body && parser_->chunked();
-    if (chunked) offered = std::min(data.size(), kMaxChunkHeaderBytes);
     beast::error_code ec;
     const size_t used = parser_->put(net::const_buffer(data.data(), offered), ec);
     buffer_.consume(used);
-    if (phase_ == Phase::Head) {  // Beast takes whole fields of a head it has not all of
-      head_scanned_ -= std::min(head_scanned_, used);
-      head_taken_ += used;
-    }
-    if (phase_ == Phase::Body) body_wire_ += used;
+    head_scanned_ -= std::min(head_scanned_, used);  // Beast takes whole fields of a head it has not all of
+    head_taken_ += used;
     if (ec == http::error::need_more) {
-      if (phase_ == Phase::Head && used == 0) {
-        head_scanned_ = std::max(head_scanned_, offered);  // not the head's end for Beast: the next one
-        continue;
-      }
-      if (chunked && used == 0 && offered == kMaxChunkHeaderBytes)
-        return fail(400, "malformed HTTP request: a chunk header, chunk extension or trailer part exceeds " +
-                             std::to_string(kMaxChunkHeaderBytes) + " bytes");
-      if (used == 0) return Event::NeedMore;
+      if (used == 0) head_scanned_ = std::max(head_scanned_, offered);  // not the head's end for Beast: the next one
       continue;
     }
     if (ec) return failed(ec);
-    if (phase_ == Phase::Head) {
-      if (!parser_->is_header_done()) {
-        if (used == 0) return Event::NeedMore;
-        continue;
+    if (!parser_->is_header_done()) continue;
+    if (auto bad = framing_error(parser_->get()))
+      return fail(bad->first, (bad->first == 400 ? "malformed HTTP request: " : "") + bad->second);
+    phase_ = Phase::HeadDone;
+    return Event::Head;
+  }
+}
+
+// The body, framed here rather than by Beast (whose chunk parser charges a chunk's size against
+// the body limit again each time it re-reads an unfinished chunk-size line): Content-Length
+// bytes, or RFC 9112's chunked coding, one step at a time on what is buffered.
+RequestReader::Event RequestReader::parse_body() {
+  std::string& body = parser_->get().body();
+  for (;;) {
+    const auto data = buffer_.cdata();
+    const char* p = static_cast<const char*>(data.data());
+    const size_t n = data.size();
+    if (chunk_ == Chunk::Data || chunk_ == Chunk::Length) {
+      const size_t take = static_cast<size_t>(std::min<uint64_t>(left_, n));
+      body.append(p, take);
+      buffer_.consume(take);
+      left_ -= take;
+      if (left_ > 0) return Event::NeedMore;
+      if (chunk_ == Chunk::Length) return body_done();
+      chunk_ = Chunk::DataEnd;
+      continue;
+    }
+    if (chunk_ == Chunk::DataEnd) {
+      if (n < 2) return Event::NeedMore;
+      if (p[0] != '\r' || p[1] != '\n') return fail(400, "malformed HTTP request: bad chunk (its data does not end with CRLF)");
+      consume_framing(2);
+      chunk_ = Chunk::Size;
+      continue;
+    }
+    // A chunk-size line, or a line of the trailer part: up to its LF, within kMaxChunkHeaderBytes
+    // (the trailer part as a whole).
+    const size_t room = kMaxChunkHeaderBytes - std::min(kMaxChunkHeaderBytes, chunk_ == Chunk::Trailer ? trailer_bytes_ : 0);
+    const char* lf = static_cast<const char*>(std::memchr(p, '\n', std::min(n, room)));
+    if (!lf) {
+      if (n < room) return Event::NeedMore;
+      return fail(400, "malformed HTTP request: a chunk header, chunk extension or trailer part exceeds " +
+                           std::to_string(kMaxChunkHeaderBytes) + " bytes");
+    }
+    const size_t line = static_cast<size_t>(lf - p) + 1;
+    if (line < 2 || p[line - 2] != '\r') return fail(400, "malformed HTTP request: bad chunk (a line without CRLF)");
+    const std::string_view text(p, line - 2);
+    if (chunk_ == Chunk::Trailer) {
+      trailer_bytes_ += line;
+      if (text.empty()) {
+        consume_framing(line);
+        return body_done();
       }
-      if (auto bad = framing_error(parser_->get()))
-        return fail(bad->first, (bad->first == 400 ? "malformed HTTP request: " : "") + bad->second);
-      phase_ = Phase::HeadDone;
-      return Event::Head;
+      if (!trailer_field_ok(text)) return fail(400, "malformed HTTP request: bad trailer field");
+      consume_framing(line);
+      continue;
     }
-    // Checked after each element, so that the verdict does not depend on where reads end.
-    const size_t data_bytes = body().size();
-    const size_t framing = body_wire_ - std::min(body_wire_, data_bytes);
-    if (framing > data_bytes + kFramingSlack)
-      return fail(400, "malformed HTTP request: chunked framing of " + std::to_string(framing) + " bytes for " +
-                           std::to_string(data_bytes) + " bytes of data");
-    if (parser_->is_done()) {
-      phase_ = Phase::Done;
-      return Event::Body;
+    uint64_t size = 0;
+    size_t i = 0;
+    for (; i < text.size() && std::isxdigit(static_cast<unsigned char>(text[i])); ++i) {
+      if (size >> 60) return fail(400, "malformed HTTP request: bad chunk size (past 2^64)");
+      const char c = text[i];
+      size = size * 16 + static_cast<uint64_t>(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
     }
-    if (used == 0) return Event::NeedMore;
+    if (i == 0) return fail(400, "malformed HTTP request: bad chunk size (not hexadecimal)");
+    if (!chunk_extensions_ok(text.substr(i))) return fail(400, "malformed HTTP request: bad chunk extension");
+    if (size > body_limit_ - std::min<uint64_t>(body_limit_, body.size()))
+      return fail(413, "request body exceeds the limit of " + std::to_string(body_limit_) + " bytes");
+    consume_framing(line);
+    if (size == 0) {
+      chunk_ = Chunk::Trailer;
+      trailer_bytes_ = 0;
+      continue;
+    }
+    left_ = size;
+    chunk_ = Chunk::Data;
+    if (auto e = framing_within_slack()) return *e;
   }
 }
 
 void RequestReader::read_body(size_t limit, Time now) {
-  parser_->body_limit(limit);
   body_limit_ = limit;
   body_start_ = last_read_ = now;
-  body_wire_ = 0;
+  framing_ = 0;
   phase_ = parser_->is_done() ? Phase::Done : Phase::Body;
+  if (phase_ != Phase::Body) return;
+  if (parser_->chunked()) {
+    chunk_ = Chunk::Size;
+  } else {
+    chunk_ = Chunk::Length;
+    left_ = parser_->content_length().value_or(0);
+    if (left_ > limit) fail(413, "request body exceeds the limit of " + std::to_string(limit) + " bytes");
+  }
+}
+
+RequestReader::Event RequestReader::body_done() {
+  phase_ = Phase::Done;
+  return Event::Body;
+}
+
+void RequestReader::consume_framing(size_t n) {
+  buffer_.consume(n);
+  framing_ += n;
+}
+
+std::optional<RequestReader::Event> RequestReader::framing_within_slack() {
+  const size_t data_bytes = body().size();
+  if (framing_ <= data_bytes + kFramingSlack) return std::nullopt;
+  return fail(400, "malformed HTTP request: chunked framing of " + std::to_string(framing_) + " bytes for " +
+                       std::to_string(data_bytes) + " bytes of data");
 }
 
 RequestReader::Message RequestReader::release() {

@@ -17,12 +17,14 @@
 //     } else break;                                  // Failed: answer r.status(), r.message(); Closed
 //   }
 //
-// Framing bounds, each the same however the bytes are split: a head within max_header_bytes
-// (431), a body within the limit read_body() sets (413), a chunk-size line with its extensions
-// or a trailer part within kMaxChunkHeaderBytes, a chunked body's framing within kFramingSlack
-// of its data, and anything Beast's parser or RFC 9112 refuses (400, or 501 for a transfer
-// coding besides chunked). The buffer never holds more than the head limit or kReadBufferBytes
-// (whichever is larger), plus one read.
+// Beast parses heads, each handed over whole; bodies (Content-Length or chunked, RFC 9112 section
+// 7.1) are framed here, trailer fields checked and dropped. Bounds, each the same however the
+// bytes are split: a head within max_header_bytes (431), a body within the limit read_body()
+// sets (413), a chunk-size line with its extensions or a trailer part within
+// kMaxChunkHeaderBytes, a chunked body's framing within kFramingSlack of its data, and anything
+// Beast's parser or RFC 9112 refuses (400, or 501 for a transfer coding besides chunked). The
+// buffer never holds more than the head limit or kReadBufferBytes (whichever is larger), plus
+// one read.
 #pragma once
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -122,6 +124,11 @@ class RequestReader {
 
  private:
   enum class Phase { Head, HeadDone, Body, Done, Failed };
+  enum class Chunk { Length, Size, Data, DataEnd, Trailer };  // where a body's framing is
+  Event parse_body();
+  Event body_done();
+  void consume_framing(size_t n);
+  std::optional<Event> framing_within_slack();
   // The end of the head in p[0, n) (past its empty line), or 0; scans from head_scanned_.
   size_t head_end(const char* p, size_t n);
   Event fail(int status, std::string message);
@@ -136,7 +143,10 @@ class RequestReader {
   size_t head_scanned_ = 0;  // of the buffer, for the end of the head
   size_t head_taken_ = 0;    // bytes of the head Beast has parsed
   size_t body_limit_ = 0;
-  size_t body_wire_ = 0;     // bytes the parser took for the body, framing included
+  Chunk chunk_ = Chunk::Length;
+  uint64_t left_ = 0;        // of the Content-Length body or the chunk being read
+  size_t framing_ = 0;       // chunk-size lines, CRLFs and trailers read
+  size_t trailer_bytes_ = 0;
   int status_ = 0;
   std::string message_;
 };

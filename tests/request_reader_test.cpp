@@ -85,6 +85,36 @@ TEST(RequestReader, ChunkHeadersAndTrailersOverTheirBoundAreRefusedWhereverTheRe
   }
 }
 
+TEST(RequestReader, ChunkExtensionsAndTrailersAreReadAsRfc9112SaysWhereverReadsEnd) {
+  const HttpServerOptions opt;
+  const std::string ok = kChunkedHead + "5 ;name=val; q = \"a \\\"b\\\" c\"\r\nhello\r\n0;last\r\nX-T: v\r\n\r\n";
+  const std::vector<std::string> bad = {
+      kChunkedHead + "5;=x\r\nhello\r\n0\r\n\r\n",              // an extension without a name
+      kChunkedHead + "5;a=\"open\r\nhello\r\n0\r\n\r\n",       // a quoted string that does not end
+      kChunkedHead + "5\nhello\r\n0\r\n\r\n",                   // a bare LF
+      kChunkedHead + "5\r\nhello\r\n0\r\nno colon\r\n\r\n",  // a trailer that is not a field
+  };
+  for (size_t step : {0, 1, 2, 5, 9}) {
+    EXPECT_EQ(read_all(opt, ok, step), (std::vector<std::string>{"POST /v2/models/m/infer|hello", "end"})) << step;
+    for (const auto& b : bad) {
+      const auto out = read_all(opt, b, step);
+      ASSERT_EQ(out.size(), 1u) << b;
+      EXPECT_EQ(out[0].rfind("400 malformed HTTP request: bad ", 0), 0u) << out[0];
+      EXPECT_EQ(out, read_all(opt, b, 0)) << "reads of " << step << ": " << b;
+    }
+  }
+  RequestReader r(opt);  // trailer fields are checked and dropped, not merged into the head
+  r.next_request(Time{});
+  const auto room = r.prepare();
+  std::memcpy(room.data(), ok.data(), ok.size());
+  ASSERT_EQ(r.commit(ok.size(), Time{}), Event::Head);
+  r.read_body(1 << 20, Time{});
+  ASSERT_EQ(r.parse(Time{}), Event::Body);
+  const auto msg = r.release();
+  EXPECT_EQ(msg.count("X-T"), 0u);
+  EXPECT_EQ(msg.body(), "hello");
+}
+
 TEST(RequestReader, ChunkedFramingThatOutweighsItsDataIsRefused) {
   const HttpServerOptions opt;
   std::string bytes = kChunkedHead;
