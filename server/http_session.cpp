@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <utility>
 #include <cerrno>
-#include <cstring>
-#include <limits>
 
 #include "server/http_error.h"
 #include "server/http_session.h"
