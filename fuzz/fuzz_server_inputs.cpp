@@ -98,7 +98,7 @@ std::vector<Outcome> run(const Script& s, bool split) {
   std::vector<Outcome> out;
   size_t pos = 0, next = 0;
   r.next_request(now);
-  Event e = r.parse(now);
+  Event e = r.parse();
   bool head_bytes = false;
   for (;;) {
     switch (e) {
@@ -151,7 +151,7 @@ std::vector<Outcome> run(const Script& s, bool split) {
         }
         body_start = now;
         r.read_body(o.max_body_bytes, now);
-        e = r.parse(now);
+        e = r.parse();
         break;
       }
       case Event::Body: {
@@ -166,7 +166,7 @@ std::vector<Outcome> run(const Script& s, bool split) {
         r.next_request(now);
         head_bytes = r.buffered() > 0;
         first_byte = now;
-        e = r.parse(now);
+        e = r.parse();
         break;
       }
       case Event::Failed:

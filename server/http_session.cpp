@@ -251,7 +251,7 @@ void Session::do_read() {
   target_.clear();
   evictable_ = true;
   reader_.next_request(SteadyClock::now());
-  on_read(reader_.parse(SteadyClock::now()));
+  on_read(reader_.parse());
 }
 
 void Session::read_more() {
@@ -386,7 +386,7 @@ void Session::on_header() {
 void Session::read_body(size_t limit) {
   body_limit_ = limit;
   reader_.read_body(limit, SteadyClock::now());
-  on_read(reader_.parse(SteadyClock::now()));
+  on_read(reader_.parse());
 }
 
 // After each read of a body: the memory it holds (the body's capacity) is counted in flight;

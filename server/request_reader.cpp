@@ -138,14 +138,14 @@ RequestReader::Event RequestReader::commit(size_t n, Time now) {
     got_bytes_ = true;
     head_start_ = now;
   }
-  return parse(now);
+  return parse();
 }
 
 RequestReader::Event RequestReader::end_of_input() {
   return phase_ == Phase::Failed ? Event::Failed : Event::Closed;
 }
 
-RequestReader::Event RequestReader::parse(Time) {
+RequestReader::Event RequestReader::parse() {
   if (phase_ == Phase::Failed) return Event::Failed;
   if (phase_ == Phase::HeadDone) return Event::Head;
   if (phase_ == Phase::Done) return Event::Body;

@@ -6,12 +6,12 @@
 //
 //   RequestReader r(opt);
 //   r.next_request(now);
-//   for (auto e = r.parse(now);; ) {
+//   for (auto e = r.parse();; ) {
 //     if (e == RequestReader::Event::NeedMore) {     // read into r.prepare() before r.deadline()
 //       e = r.commit(read(r.prepare()), now);
 //     } else if (e == RequestReader::Event::Head) {  // r.head(): route it, then take its body
 //       r.read_body(limit, now);
-//       e = r.parse(now);
+//       e = r.parse();
 //     } else if (e == RequestReader::Event::Body) {  // r.release(): the request; r.next_request(now)
 //       ...
 //     } else break;                                  // Failed: answer r.status(), r.message(); Closed
@@ -88,7 +88,7 @@ class RequestReader {
   // Starts reading the next request at `now` (bytes already buffered are its first bytes).
   void next_request(Time now);
   // Parses what is buffered.
-  Event parse(Time now);
+  Event parse();
   // Where the next read goes (never empty), then how much arrived there.
   boost::asio::mutable_buffer prepare();
   Event commit(size_t n, Time now);

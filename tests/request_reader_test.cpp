@@ -24,7 +24,7 @@ std::vector<std::string> read_all(const HttpServerOptions& opt, const std::strin
   std::vector<std::string> out;
   size_t pos = 0;
   r.next_request(Time{});
-  Event e = r.parse(Time{});
+  Event e = r.parse();
   for (;;) {
     if (e == Event::NeedMore) {
       if (pos == bytes.size()) {
@@ -38,12 +38,12 @@ std::vector<std::string> read_all(const HttpServerOptions& opt, const std::strin
       e = r.commit(n, Time{});
     } else if (e == Event::Head) {
       r.read_body(opt.max_body_bytes, Time{});
-      e = r.parse(Time{});
+      e = r.parse();
     } else if (e == Event::Body) {
       auto msg = r.release();
       out.push_back(std::string(msg.method_string()) + " " + std::string(msg.target()) + "|" + msg.body());
       r.next_request(Time{});
-      e = r.parse(Time{});
+      e = r.parse();
     } else if (e == Event::Failed) {
       out.push_back(std::to_string(r.status()) + " " + r.message());
       return out;
@@ -109,7 +109,7 @@ TEST(RequestReader, ChunkExtensionsAndTrailersAreReadAsRfc9112SaysWhereverReadsE
   std::memcpy(room.data(), ok.data(), ok.size());
   ASSERT_EQ(r.commit(ok.size(), Time{}), Event::Head);
   r.read_body(1 << 20, Time{});
-  ASSERT_EQ(r.parse(Time{}), Event::Body);
+  ASSERT_EQ(r.parse(), Event::Body);
   const auto msg = r.release();
   EXPECT_EQ(msg.count("X-T"), 0u);
   EXPECT_EQ(msg.body(), "hello");
@@ -147,7 +147,7 @@ TEST(RequestReader, DeadlinesFollowTheOptionsAndOnlyBodyDataIsProgress) {
   RequestReader r(opt);
   const Time t0{};
   r.next_request(t0);
-  EXPECT_EQ(r.parse(t0), Event::NeedMore);
+  EXPECT_EQ(r.parse(), Event::NeedMore);
   EXPECT_EQ(r.deadline(), t0 + opt.idle_timeout);
   auto feed = [&](const std::string& s, Time now) {
     const auto room = r.prepare();
@@ -162,7 +162,7 @@ TEST(RequestReader, DeadlinesFollowTheOptionsAndOnlyBodyDataIsProgress) {
   EXPECT_EQ(r.deadline(), Time::max());  // the head is the connection's to route
   const Time tb = t1 + milliseconds(9500);
   r.read_body(1 << 20, tb);
-  EXPECT_EQ(r.parse(tb), Event::NeedMore);
+  EXPECT_EQ(r.parse(), Event::NeedMore);
   EXPECT_EQ(r.deadline(), tb + milliseconds(2000));  // grace + (0 + rate) / rate
   EXPECT_EQ(feed("400;" + std::string(900, 'e'), tb + milliseconds(100)), Event::NeedMore);
   EXPECT_EQ(r.deadline(), tb + milliseconds(2000)) << "chunk extension bytes moved the deadline";
